@@ -1,0 +1,89 @@
+# ddprun's one hand-written Makefile. `make` builds build/bin/*; `make check`
+# installs what is missing (scripts/install-deps), builds, and runs every
+# test; `make demo` runs the main job. See README.md.
+
+CC       ?= gcc
+CLANG    ?= clang
+PKGS     := libuv jansson zlib
+CPPFLAGS := -I. -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -ljansson -lz) -lpthread -lm
+
+B := build
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+# The library every program links: one concept per file, grouped by folder.
+LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
+LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
+
+BINS := $(B)/bin/ddprun-store
+UNIT_SRC := $(wildcard tests/unit/*.c)
+TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load
+
+.PHONY: all deps check check-quick demo fuzz bench-store clean
+all: $(BINS) $(TEST_BINS)
+
+deps:
+	@scripts/install-deps
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/asan/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+$(B)/libddprun.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(B)/bin/ddprun-store: $(B)/obj/launcher/store_main.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(LIB_ASAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(LDLIBS)
+
+# Load generator for the store's scale tests and benchmark.
+$(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# libFuzzer target for the request parser (clang only).
+$(B)/fuzz/fuzz-store-parse: tests/fuzz/fuzz_store_parse.c proto/store_proto.c common/buf.c
+	@mkdir -p $(@D)
+	$(CLANG) $(CPPFLAGS) -g -O1 -fsanitize=fuzzer,address,undefined $^ -o $@
+
+check: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/unit-tests-asan $(B)/fuzz/fuzz-store-parse
+	@tests/run
+
+# Tests without the dependency check (for a quick edit-run loop).
+check-quick: all $(B)/tests/unit-tests-asan $(B)/fuzz/fuzz-store-parse
+	@tests/run
+
+fuzz: $(B)/fuzz/fuzz-store-parse
+	@mkdir -p $(B)/fuzz/corpus
+	$(B)/fuzz/fuzz-store-parse -max_total_time=$${FUZZ_SECONDS:-600} $(B)/fuzz/corpus tests/fuzz/seeds
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo
+
+bench-store: deps
+	@$(MAKE) --no-print-directory all
+	@bench/store_bench.sh
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,22 @@
+/* Logging for the daemons: one line per event on stderr, prefixed with the
+ * program's name, written with a single write(2) so that lines from
+ * different processes sharing a terminal never interleave mid-line. */
+#ifndef DDPRUN_COMMON_LOG_H
+#define DDPRUN_COMMON_LOG_H
+
+typedef enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 } log_level;
+
+/* Set the prefix ("ddprun-store") and the most verbose level printed. The
+ * level defaults to LOG_INFO, or DDPRUN_LOG_LEVEL (error|warn|info|debug). */
+void log_init(const char *program);
+void log_set_level(log_level level);
+log_level log_get_level(void);
+
+void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,56 @@
+/* Private to the store server: the connection and table types shared by
+ * store_server.c (network side) and store_table.c (the data and its
+ * semantics). Not for use outside rendezvous/store_*.c. */
+#ifndef DDPRUN_RENDEZVOUS_STORE_INTERNAL_H
+#define DDPRUN_RENDEZVOUS_STORE_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "common/buf.h"
+#include "rendezvous/store_server.h"
+
+typedef struct store_waiter store_waiter;
+typedef struct store_wnode store_wnode;
+
+struct store_conn {
+    uv_tcp_t tcp;
+    store_server *srv;
+    store_conn *prev, *next;
+    uint64_t id;
+    char peer[64];
+    store_gen gen;
+    int authed;
+    int closing;
+    int writing;
+    int oom;              /* a reply could not be buffered: drop the client */
+    int pending;          /* on the server's pending list (flush / resume soon) */
+    store_conn *pend_prev, *pend_next;
+    buf_t in;             /* an incomplete request, or requests held behind a wait */
+    buf_t out;            /* replies not yet handed to the kernel */
+    store_waiter *wait;   /* the pending WAIT / WAIT_ANY / BARRIER, if any */
+    store_entry *owned;   /* keys this connection owns (SET_OWNED with lease 0) */
+    store_wnode *watches; /* torch 1.13 WATCH_KEY registrations */
+};
+
+/* Network side, used by the table. */
+void conn_flush(store_conn *c);
+void conn_close(store_conn *c);
+void conn_drop(store_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Queue c to be flushed (and its held requests resumed) from the loop's
+ * idle phase: wakeups never write or recurse into another connection
+ * while the table is in the middle of an operation. */
+void conn_mark_pending(store_conn *c);
+void conn_unmark_pending(store_conn *c);
+void server_maybe_closed(store_server *srv);
+
+/* Table side, used by the network. */
+int table_init(store_server *srv);
+void table_free(store_server *srv);
+void table_handle(store_conn *c, const store_req *req);
+void table_conn_gone(store_server *srv, store_conn *c);
+/* Ends c's pending wait without replying. */
+void table_cancel_wait(store_conn *c);
+/* Whether byte `code` is CANCEL_WAIT in c's generation. */
+int table_is_cancel(const store_conn *c, uint8_t code);
+
+#endif

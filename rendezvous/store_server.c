@@ -1,0 +1,437 @@
+/* The store server (see store_server.h): connections, the request loop and
+ * the write path. The key table, waiters, queues and ownership live in
+ * store_table.c; this file turns bytes into table operations and replies.
+ *
+ * Reads land in one shared 64 KiB buffer while a connection has no partial
+ * request pending, so thousands of idle connections cost no buffer memory;
+ * only the tail of an incomplete request is copied into the connection's
+ * own buffer. Replies are appended to the connection's output buffer and
+ * flushed once per read (with uv_try_write first), so a pipelining client
+ * gets one write for many replies. */
+#include "rendezvous/store_server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "rendezvous/store_internal.h"
+
+#define RBUF_SIZE (64 * 1024)
+
+static void conn_process(store_conn *c);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_pending(uv_idle_t *idle);
+
+/* ---- write path ------------------------------------------------------- */
+
+typedef struct {
+    uv_write_t req;
+    buf_t data;
+    store_conn *conn;
+} write_req;
+
+static void on_write(uv_write_t *req, int status) {
+    write_req *w = (write_req *)req;
+    store_conn *c = w->conn;
+    buf_free(&w->data);
+    free(w);
+    c->writing = 0;
+    if (status < 0) {
+        if (status != UV_ECANCELED && !c->closing)
+            log_debug("client %s: write failed: %s", c->peer, uv_strerror(status));
+        conn_close(c);
+        return;
+    }
+    conn_flush(c);
+}
+
+void conn_flush(store_conn *c) {
+    if (c->closing || c->writing || c->out.len == 0) return;
+    uv_buf_t b = uv_buf_init((char *)c->out.data, (unsigned)c->out.len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n == (int)c->out.len) {
+        buf_clear(&c->out);
+        return;
+    }
+    if (n < 0 && n != UV_EAGAIN) {
+        log_debug("client %s: write failed: %s", c->peer, uv_strerror(n));
+        conn_close(c);
+        return;
+    }
+    if (n > 0) buf_consume(&c->out, (size_t)n);
+    /* The rest goes through a queued write that owns its bytes. */
+    write_req *w = calloc(1, sizeof *w);
+    if (!w) {
+        conn_close(c);
+        return;
+    }
+    w->conn = c;
+    w->data = c->out;
+    c->out = (buf_t)BUF_INIT;
+    b = uv_buf_init((char *)w->data.data, (unsigned)w->data.len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        buf_free(&w->data);
+        free(w);
+        conn_close(c);
+        return;
+    }
+    c->writing = 1;
+}
+
+/* ---- connection lifetime ---------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h) {
+    store_conn *c = h->data;
+    store_server *srv = c->srv;
+    buf_free(&c->in);
+    buf_free(&c->out);
+    free(c);
+    srv->handles_open--;
+    server_maybe_closed(srv);
+}
+
+void conn_close(store_conn *c) {
+    if (c->closing) return;
+    c->closing = 1;
+    store_server *srv = c->srv;
+    conn_unmark_pending(c);
+    table_conn_gone(srv, c); /* cancels its wait, drops its keys and watches */
+    if (c->prev) c->prev->next = c->next;
+    else srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    srv->stats.conns_open--;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+void conn_drop(store_conn *c, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    log_warn("client %s: %s; dropping the connection", c->peer, why);
+    c->srv->stats.conns_dropped++;
+    conn_close(c);
+}
+
+static void format_peer(uv_tcp_t *tcp, char *out, size_t n) {
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    snprintf(out, n, "unknown");
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len) != 0) return;
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, host, sizeof host);
+        snprintf(out, n, "[%s]:%d", host, ntohs(a->sin6_port));
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        uv_ip4_name(a, host, sizeof host);
+        snprintf(out, n, "%s:%d", host, ntohs(a->sin_port));
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+    store_conn *c = h->data;
+    (void)suggested;
+    if (c->in.len == 0 && !c->srv->rbuf_busy) {
+        c->srv->rbuf_busy = 1;
+        *b = uv_buf_init((char *)c->srv->rbuf, RBUF_SIZE);
+        return;
+    }
+    if (buf_reserve(&c->in, RBUF_SIZE) != 0) {
+        *b = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+        return;
+    }
+    *b = uv_buf_init((char *)c->in.data + c->in.len, RBUF_SIZE);
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+    store_server *srv = listener->data;
+    if (status < 0) {
+        log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    store_conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->srv = srv;
+    uv_tcp_init(srv->loop, &c->tcp);
+    c->tcp.data = c;
+    srv->handles_open++;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        c->closing = 1;
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    format_peer(&c->tcp, c->peer, sizeof c->peer);
+    c->id = ++srv->next_conn_id;
+    c->authed = srv->token == NULL;
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
+    srv->stats.conns_open++;
+    srv->stats.conns_accepted++;
+    if ((int)srv->stats.conns_open > srv->max_conns) {
+        conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
+                  (int)srv->stats.conns_open - 1, srv->max_conns);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    log_debug("client %s connected", c->peer);
+}
+
+/* ---- the request loop ------------------------------------------------- */
+
+/* Decides the generation from the first bytes. Returns 1 when known (or a
+ * HELLO is next), 0 when more bytes are needed, -1 if the client was
+ * dropped. */
+static int conn_detect(store_conn *c, const uint8_t *p, size_t n) {
+    if (c->gen != STORE_GEN_UNKNOWN || (n > 0 && p[0] == STORE_WIRE_HELLO)) return 1;
+    if (!c->authed) {
+        if (n == 0) return 0;
+        conn_drop(c, "the server requires a token (DDPRUN_STORE_TOKEN) and the client sent "
+                     "none");
+        return -1;
+    }
+    c->gen = store_detect_gen(p, n);
+    return c->gen != STORE_GEN_UNKNOWN;
+}
+
+/* Handles as many whole requests from p[0..n) as allowed; returns the
+ * number of bytes consumed, or -1 if the connection was closed. */
+static long conn_consume(store_conn *c, const uint8_t *p, size_t n) {
+    size_t off = 0;
+    while (off < n && !c->closing) {
+        if (c->wait && c->gen == STORE_GEN_V1) {
+            /* torch 1.13 clients have no CANCEL_WAIT: they are synchronous,
+             * so a new request means the wait timed out and was abandoned.
+             * Forget it, so that no stale reply lands in a later one. */
+            table_cancel_wait(c);
+        }
+        if (c->wait && !table_is_cancel(c, p[off])) {
+            /* Hold later requests until the wait ends, so replies stay in
+             * order; a client that keeps sending meanwhile is cut off. */
+            if (n - off > (size_t)c->srv->limits.max_value + c->srv->limits.max_key + 65536) {
+                conn_drop(c, "sent more than a request's worth of data while waiting");
+                return -1;
+            }
+            break;
+        }
+        int k = conn_detect(c, p + off, n - off);
+        if (k < 0) return -1;
+        if (k == 0) break;
+        store_req req;
+        size_t used = 0;
+        int rc = store_parse(c->gen, p + off, n - off, &c->srv->limits, &req, &used);
+        if (rc == STORE_PARSE_MORE) break;
+        if (rc < 0) {
+            conn_drop(c, "%s (query type 0x%02x, %s protocol)", store_parse_strerror(rc),
+                      p[off], c->gen == STORE_GEN_V1 ? "torch 1.13" : "current");
+            return -1;
+        }
+        if (!c->authed && req.op != STORE_OP_HELLO) {
+            conn_drop(c, "sent %s before presenting the token", store_op_name(req.op));
+            return -1;
+        }
+        c->srv->stats.requests++;
+        table_handle(c, &req);
+        if (c->closing) return -1;
+        if (c->oom) {
+            conn_drop(c, "out of memory queueing a reply");
+            return -1;
+        }
+        off += used;
+    }
+    return (long)off;
+}
+
+static void conn_process(store_conn *c) {
+    long used = conn_consume(c, c->in.data, c->in.len);
+    if (used < 0) return;
+    buf_consume(&c->in, (size_t)used);
+    conn_flush(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
+    store_conn *c = s->data;
+    store_server *srv = c->srv;
+    int shared = b->base == (char *)srv->rbuf;
+    if (shared) srv->rbuf_busy = 0;
+    if (nread < 0) {
+        if (nread == UV_EOF || nread == UV_ECONNRESET) {
+            if (c->in.len > 0 && !c->wait)
+                log_warn("client %s: disconnected in the middle of a request (%zu bytes "
+                         "unparsed)", c->peer, c->in.len);
+            else
+                log_debug("client %s disconnected", c->peer);
+        } else {
+            log_warn("client %s: read failed: %s", c->peer, uv_strerror((int)nread));
+        }
+        conn_close(c);
+        return;
+    }
+    if (nread == 0) return;
+    if (!shared) {
+        c->in.len += (size_t)nread;
+        conn_process(c);
+        return;
+    }
+    long used = conn_consume(c, srv->rbuf, (size_t)nread);
+    if (used < 0) return;
+    if ((size_t)used < (size_t)nread &&
+        buf_append(&c->in, srv->rbuf + used, (size_t)nread - (size_t)used) != 0) {
+        conn_drop(c, "out of memory buffering a request");
+        return;
+    }
+    conn_flush(c);
+}
+
+void conn_mark_pending(store_conn *c) {
+    store_server *srv = c->srv;
+    if (c->pending || c->closing) return;
+    c->pending = 1;
+    c->pend_prev = NULL;
+    c->pend_next = srv->pending;
+    if (srv->pending) srv->pending->pend_prev = c;
+    srv->pending = c;
+    if (!uv_is_active((uv_handle_t *)&srv->pending_idle))
+        uv_idle_start(&srv->pending_idle, on_pending);
+}
+
+void conn_unmark_pending(store_conn *c) {
+    if (!c->pending) return;
+    c->pending = 0;
+    if (c->pend_prev) c->pend_prev->pend_next = c->pend_next;
+    else c->srv->pending = c->pend_next;
+    if (c->pend_next) c->pend_next->pend_prev = c->pend_prev;
+}
+
+/* Flushes connections that other operations woke, and runs requests that
+ * were held behind a wait that has now ended. */
+static void on_pending(uv_idle_t *idle) {
+    store_server *srv = idle->data;
+    while (srv->pending) {
+        store_conn *c = srv->pending;
+        conn_unmark_pending(c);
+        if (c->in.len > 0 && !c->wait) conn_process(c);
+        else conn_flush(c);
+    }
+    uv_idle_stop(idle);
+}
+
+/* ---- server lifetime -------------------------------------------------- */
+
+static int bind_host(store_server *srv, const char *host, int port) {
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int rc = getaddrinfo(host, portstr, &hints, &res);
+    if (rc != 0) {
+        log_error("cannot resolve listen address '%s': %s", host, gai_strerror(rc));
+        return -EADDRNOTAVAIL;
+    }
+    rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        rc = uv_tcp_bind(&srv->listener, ai->ai_addr, 0);
+        if (rc == 0) break;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+static int bind_listener(store_server *srv, const store_server_opts *o) {
+    if (o->listen_fd > 0) return uv_tcp_open(&srv->listener, o->listen_fd);
+    if (o->host && *o->host) return bind_host(srv, o->host, o->port);
+    /* No host: both stacks through "::", or IPv4 alone where IPv6 is off. */
+    struct sockaddr_in6 a6;
+    uv_ip6_addr("::", o->port, &a6);
+    if (uv_tcp_bind(&srv->listener, (struct sockaddr *)&a6, 0) == 0) return 0;
+    struct sockaddr_in a4;
+    uv_ip4_addr("0.0.0.0", o->port, &a4);
+    return uv_tcp_bind(&srv->listener, (struct sockaddr *)&a4, 0);
+}
+
+static void read_bound_port(store_server *srv) {
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len) != 0) return;
+    srv->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opts *o) {
+    memset(srv, 0, sizeof *srv);
+    srv->loop = loop;
+    srv->limits.max_key = o->max_key ? o->max_key : STORE_DEFAULT_MAX_KEY;
+    srv->limits.max_value = o->max_value ? o->max_value : STORE_DEFAULT_MAX_VALUE;
+    srv->max_conns = o->max_conns > 0 ? o->max_conns : 65536;
+    srv->rbuf = malloc(RBUF_SIZE);
+    if (!srv->rbuf) return -ENOMEM;
+    if (o->token && *o->token && !(srv->token = strdup(o->token))) return -ENOMEM;
+    int rc = table_init(srv);
+    if (rc) goto fail;
+    uv_tcp_init(loop, &srv->listener);
+    srv->listener.data = srv;
+    srv->handles_open++;
+    rc = bind_listener(srv, o);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->listener, 8192, on_connection);
+    if (rc) {
+        log_error("cannot listen on %s port %d: %s", o->host && *o->host ? o->host : "*",
+                  o->port, uv_strerror(rc));
+        store_server_close(srv, NULL);
+        uv_run(loop, UV_RUN_NOWAIT); /* let the close callbacks run */
+        return rc;
+    }
+    read_bound_port(srv);
+    uv_timer_init(loop, &srv->lease_timer);
+    srv->lease_timer.data = srv;
+    uv_idle_init(loop, &srv->pending_idle);
+    srv->pending_idle.data = srv;
+    srv->handles_open += 2;
+    return 0;
+fail:
+    free(srv->rbuf);
+    free(srv->token);
+    return rc;
+}
+
+int store_server_port(const store_server *srv) { return srv->port; }
+
+void store_server_stats(const store_server *srv, store_stats *out) { *out = srv->stats; }
+
+void server_maybe_closed(store_server *srv) {
+    if (!srv->closing || srv->handles_open > 0) return;
+    table_free(srv);
+    free(srv->rbuf);
+    free(srv->token);
+    srv->rbuf = NULL;
+    srv->token = NULL;
+    if (srv->close_cb) srv->close_cb(srv);
+}
+
+static void on_server_handle_closed(uv_handle_t *h) {
+    store_server *srv = h->data;
+    srv->handles_open--;
+    server_maybe_closed(srv);
+}
+
+void store_server_close(store_server *srv, void (*cb)(store_server *)) {
+    if (srv->closing) return;
+    srv->closing = 1;
+    srv->close_cb = cb;
+    while (srv->conns) conn_close(srv->conns);
+    if (!uv_is_closing((uv_handle_t *)&srv->listener))
+        uv_close((uv_handle_t *)&srv->listener, on_server_handle_closed);
+    if (srv->lease_timer.loop) {
+        uv_close((uv_handle_t *)&srv->lease_timer, on_server_handle_closed);
+        uv_close((uv_handle_t *)&srv->pending_idle, on_server_handle_closed);
+    }
+}

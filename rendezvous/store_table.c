@@ -1,0 +1,792 @@
+/* The store's data and its semantics: the key table, waiters (WAIT,
+ * WAIT_ANY, BARRIER), queues, torch 1.13 watchers, and ownership of keys by
+ * a connection or a lease. store_server.c feeds parsed requests to
+ * table_handle(); replies go into the requesting connection's output
+ * buffer, and replies to other connections (wakeups, watch events) are
+ * queued and flushed from the loop's idle phase.
+ *
+ * Every key has one entry in an open-addressing table. An entry may exist
+ * without a value: it then only anchors waiters, watchers, a queue or a
+ * barrier count, and is freed as soon as none of those remain. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/log.h"
+#include "rendezvous/store_internal.h"
+
+/* The lists of waiters and watchers an entry anchors. */
+enum { L_EXISTS = 0, L_ABSENT = 1, L_BARRIER = 2, L_WATCH = 3, L_COUNT };
+enum { W_ALL, W_ANY, W_BARRIER };
+
+struct store_wnode {
+    store_wnode *prev, *next; /* in the entry's list */
+    store_entry *entry;       /* NULL once unlinked */
+    store_waiter *w;          /* the wait it belongs to; NULL for a watch */
+    store_conn *conn;         /* watches: the watching connection */
+    store_wnode *conn_next;   /* watches: the connection's list */
+    uint8_t list;
+    uint32_t index; /* position in the WAIT_ANY request */
+};
+
+struct store_waiter {
+    store_conn *conn;
+    int kind;
+    size_t remaining; /* W_ALL: keys still missing */
+    size_t n;
+    store_wnode nodes[];
+};
+
+typedef struct qitem {
+    struct qitem *next;
+    uint64_t n;
+    uint8_t data[];
+} qitem;
+
+struct store_entry {
+    uint64_t hash;
+    uint8_t *val;
+    uint64_t vlen;
+    int has_value;
+    qitem *qhead, *qtail;
+    uint64_t qlen;
+    int64_t barrier_count;
+    struct {
+        store_wnode *head, *tail;
+    } lists[L_COUNT];
+    store_conn *owner_conn; /* at most one of owner_conn / owner_lease */
+    store_lease *owner_lease;
+    store_entry *own_prev, *own_next;
+    uint32_t klen;
+    uint8_t key[];
+};
+
+struct store_lease {
+    uint64_t id;
+    int64_t ttl_ms;
+    uint64_t deadline;
+    store_lease *next;
+    store_entry *owned;
+};
+
+static const uint8_t empty_bytes[1];
+
+/* ---- replies ----------------------------------------------------------- */
+
+static void r_u8(store_conn *c, uint8_t v) { c->oom |= store_enc_u8(&c->out, v) != 0; }
+static void r_u32(store_conn *c, uint32_t v) { c->oom |= store_enc_u32(&c->out, v) != 0; }
+static void r_u64(store_conn *c, uint64_t v) { c->oom |= store_enc_u64(&c->out, v) != 0; }
+static void r_bytes(store_conn *c, const void *p, uint64_t n) {
+    c->oom |= store_enc_bytes(&c->out, p, n) != 0;
+}
+
+/* A key as it may appear in a log line: printable, bounded. */
+static const char *key_for_log(const uint8_t *k, uint64_t n, char *out, size_t cap) {
+    size_t j = 0;
+    for (uint64_t i = 0; i < n && j + 4 < cap; i++) out[j++] = k[i] >= 32 && k[i] < 127 ? (char)k[i] : '?';
+    if (n > 0 && j + 4 >= cap) memcpy(out + j, "...", 3), j += 3;
+    out[j] = 0;
+    return out;
+}
+
+/* ---- the hash table ---------------------------------------------------- */
+
+static uint64_t key_hash(const store_server *srv, const uint8_t *k, uint64_t n) {
+    uint64_t h = 0xcbf29ce484222325ull ^ srv->hash_seed;
+    for (uint64_t i = 0; i < n; i++) h = (h ^ k[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+int table_init(store_server *srv) {
+    srv->nslots = 1024;
+    srv->slots = calloc(srv->nslots, sizeof *srv->slots);
+    if (!srv->slots) return -ENOMEM;
+    if (getrandom(&srv->hash_seed, sizeof srv->hash_seed, GRND_NONBLOCK) < 0)
+        srv->hash_seed = (uint64_t)(uintptr_t)srv;
+    srv->next_lease_id = 1;
+    return 0;
+}
+
+static size_t slot_of(const store_server *srv, const uint8_t *k, uint64_t n, uint64_t h) {
+    size_t mask = srv->nslots - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        store_entry *e = srv->slots[i];
+        if (!e || (e->hash == h && e->klen == n && memcmp(e->key, k, n) == 0)) return i;
+    }
+}
+
+static store_entry *entry_find(store_server *srv, store_bytes key) {
+    uint64_t h = key_hash(srv, key.p, key.n);
+    return srv->slots[slot_of(srv, key.p, key.n, h)];
+}
+
+static int table_grow(store_server *srv) {
+    size_t old_n = srv->nslots;
+    store_entry **old = srv->slots;
+    store_entry **slots = calloc(old_n * 2, sizeof *slots);
+    if (!slots) return -ENOMEM;
+    srv->slots = slots;
+    srv->nslots = old_n * 2;
+    for (size_t i = 0; i < old_n; i++)
+        if (old[i]) srv->slots[slot_of(srv, old[i]->key, old[i]->klen, old[i]->hash)] = old[i];
+    free(old);
+    return 0;
+}
+
+/* The entry for key, created (without a value) if missing; NULL on OOM. */
+static store_entry *entry_get(store_server *srv, store_bytes key) {
+    uint64_t h = key_hash(srv, key.p, key.n);
+    size_t i = slot_of(srv, key.p, key.n, h);
+    if (srv->slots[i]) return srv->slots[i];
+    if ((srv->nentries + 1) * 2 > srv->nslots) {
+        if (table_grow(srv) != 0) return NULL;
+        i = slot_of(srv, key.p, key.n, h);
+    }
+    store_entry *e = calloc(1, sizeof *e + key.n);
+    if (!e) return NULL;
+    e->hash = h;
+    e->klen = (uint32_t)key.n;
+    memcpy(e->key, key.p, key.n);
+    srv->slots[i] = e;
+    srv->nentries++;
+    return e;
+}
+
+/* Linear probing with backward-shift deletion keeps lookups tombstone-free. */
+static void table_remove(store_server *srv, store_entry *e) {
+    size_t mask = srv->nslots - 1;
+    size_t i = slot_of(srv, e->key, e->klen, e->hash);
+    srv->slots[i] = NULL;
+    for (size_t j = (i + 1) & mask; srv->slots[j]; j = (j + 1) & mask) {
+        size_t home = srv->slots[j]->hash & mask;
+        int movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            srv->slots[i] = srv->slots[j];
+            srv->slots[j] = NULL;
+            i = j;
+        }
+    }
+    srv->nentries--;
+}
+
+static int present(const store_entry *e) { return e && (e->has_value || e->qlen > 0); }
+
+static void entry_maybe_free(store_server *srv, store_entry *e) {
+    if (!e || e->has_value || e->qlen || e->barrier_count || e->owner_conn || e->owner_lease)
+        return;
+    for (int l = 0; l < L_COUNT; l++)
+        if (e->lists[l].head) return;
+    table_remove(srv, e);
+    free(e);
+}
+
+/* ---- waiter lists ------------------------------------------------------ */
+
+static void node_link(store_entry *e, store_wnode *n, int list) {
+    n->entry = e;
+    n->list = (uint8_t)list;
+    n->next = NULL;
+    n->prev = e->lists[list].tail;
+    if (n->prev) n->prev->next = n;
+    else e->lists[list].head = n;
+    e->lists[list].tail = n;
+}
+
+static void node_unlink(store_wnode *n) {
+    store_entry *e = n->entry;
+    if (!e) return;
+    if (n->prev) n->prev->next = n->next;
+    else e->lists[n->list].head = n->next;
+    if (n->next) n->next->prev = n->prev;
+    else e->lists[n->list].tail = n->prev;
+    n->entry = NULL;
+}
+
+/* Ends a wait: unlinks what is left of it and frees it. */
+static void waiter_free(store_server *srv, store_waiter *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        store_entry *e = w->nodes[i].entry;
+        node_unlink(&w->nodes[i]);
+        entry_maybe_free(srv, e);
+    }
+    if (w->conn->wait == w) w->conn->wait = NULL;
+    free(w);
+}
+
+/* A wait is satisfied: reply and let the connection's held requests run. */
+static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) {
+    store_conn *c = w->conn;
+    r_u8(c, STORE_WAIT_STOP_WAITING);
+    if (w->kind == W_ANY) r_u64(c, index);
+    waiter_free(srv, w);
+    conn_mark_pending(c);
+}
+
+/* The key now exists: wake its EXISTS waiters (all of them, or with
+ * only_one the first whose wait this completes, as a queue push does). */
+static void wake_exists(store_server *srv, store_entry *e, int only_one) {
+    if (only_one) {
+        for (store_wnode *n = e->lists[L_EXISTS].head; n; n = n->next) {
+            store_waiter *w = n->w;
+            if (w->kind == W_ANY || w->remaining == 1) {
+                waiter_complete(srv, w, n->index);
+                return;
+            }
+        }
+        return;
+    }
+    /* Completing a wait unlinks its other nodes, which may sit further on
+     * in this very list (WAIT on the same key twice), so always restart
+     * from the head: each step removes the head. */
+    store_wnode *n;
+    while ((n = e->lists[L_EXISTS].head) != NULL) {
+        store_waiter *w = n->w;
+        node_unlink(n);
+        if (w->kind == W_ANY) waiter_complete(srv, w, n->index);
+        else if (--w->remaining == 0) waiter_complete(srv, w, 0);
+    }
+}
+
+static void wake_absent(store_server *srv, store_entry *e) {
+    store_wnode *n;
+    while ((n = e->lists[L_ABSENT].head) != NULL) waiter_complete(srv, n->w, n->index);
+}
+
+/* torch 1.13's WATCH_KEY events: type, key, old value, new value. */
+static void notify_watchers(store_entry *e, int type, const uint8_t *old, uint64_t oldn,
+                            const uint8_t *new_, uint64_t newn) {
+    for (store_wnode *n = e->lists[L_WATCH].head; n; n = n->next) {
+        store_conn *c = n->conn;
+        r_u8(c, (uint8_t)type);
+        r_bytes(c, e->key, e->klen);
+        r_bytes(c, old, oldn);
+        r_bytes(c, new_, newn);
+        conn_mark_pending(c);
+    }
+}
+
+/* ---- values and ownership --------------------------------------------- */
+
+static void disown(store_entry *e) {
+    store_entry **head = e->owner_conn ? &e->owner_conn->owned
+                         : e->owner_lease ? &e->owner_lease->owned
+                                          : NULL;
+    if (!head) return;
+    if (e->own_prev) e->own_prev->own_next = e->own_next;
+    else *head = e->own_next;
+    if (e->own_next) e->own_next->own_prev = e->own_prev;
+    e->own_prev = e->own_next = NULL;
+    e->owner_conn = NULL;
+    e->owner_lease = NULL;
+}
+
+static void own(store_entry *e, store_conn *c, store_lease *l) {
+    store_entry **head = c ? &c->owned : &l->owned;
+    e->owner_conn = c;
+    e->owner_lease = l;
+    e->own_prev = NULL;
+    e->own_next = *head;
+    if (*head) (*head)->own_prev = e;
+    *head = e;
+}
+
+/* Stores a value (taking ownership of `val`, malloc'd) and tells watchers
+ * and waiters. A plain write also ends any ownership of the key. */
+static void value_put(store_server *srv, store_entry *e, uint8_t *val, uint64_t n) {
+    int was_present = present(e);
+    int existed = e->has_value;
+    uint8_t *old = e->val;
+    uint64_t oldn = e->vlen;
+    e->val = val;
+    e->vlen = n;
+    e->has_value = 1;
+    if (!existed) srv->stats.keys++;
+    if (e->lists[L_WATCH].head)
+        notify_watchers(e, existed ? STORE_WATCH_KEY_UPDATED : STORE_WATCH_KEY_CREATED,
+                        existed ? old : empty_bytes, existed ? oldn : 0, val, n);
+    free(old);
+    if (!was_present) wake_exists(srv, e, 0);
+}
+
+static uint8_t *dup_bytes(store_conn *c, const uint8_t *p, uint64_t n) {
+    uint8_t *d = malloc(n ? n : 1);
+    if (!d) c->oom = 1;
+    else if (n) memcpy(d, p, n);
+    return d;
+}
+
+/* SET semantics: copy the bytes in; 0 or -ENOMEM (already flagged). */
+static int value_set(store_conn *c, store_entry *e, const uint8_t *p, uint64_t n) {
+    uint8_t *d = dup_bytes(c, p, n);
+    if (!d) return -ENOMEM;
+    disown(e);
+    value_put(c->srv, e, d, n);
+    return 0;
+}
+
+static void value_delete(store_server *srv, store_entry *e) {
+    if (!e->has_value) return;
+    if (e->lists[L_WATCH].head)
+        notify_watchers(e, STORE_WATCH_KEY_DELETED, e->val, e->vlen, empty_bytes, 0);
+    free(e->val);
+    e->val = NULL;
+    e->vlen = 0;
+    e->has_value = 0;
+    srv->stats.keys--;
+    disown(e);
+    if (!present(e)) wake_absent(srv, e);
+}
+
+/* Deletes every key on an owner's list (a closed connection, an expired
+ * or revoked lease). */
+static void release_owned(store_server *srv, store_entry **head) {
+    while (*head) {
+        store_entry *e = *head;
+        value_delete(srv, e); /* unlinks e from *head through disown() */
+        entry_maybe_free(srv, e);
+    }
+}
+
+/* ---- leases ------------------------------------------------------------- */
+
+static void lease_schedule(store_server *srv);
+
+static void lease_free(store_server *srv, store_lease *l) {
+    store_lease **pp = &srv->leases;
+    while (*pp != l) pp = &(*pp)->next;
+    *pp = l->next;
+    release_owned(srv, &l->owned);
+    free(l);
+}
+
+static void on_lease_timer(uv_timer_t *t) {
+    store_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    for (store_lease *l = srv->leases, *next; l; l = next) {
+        next = l->next;
+        if (l->deadline <= now) {
+            log_info("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
+                     "its keys", l->id, l->ttl_ms);
+            lease_free(srv, l);
+        }
+    }
+    lease_schedule(srv);
+}
+
+/* One timer, armed for the earliest deadline (leases are few: one per
+ * agent), so an unrenewed lease is noticed the moment it lapses. */
+static void lease_schedule(store_server *srv) {
+    if (!srv->leases) {
+        uv_timer_stop(&srv->lease_timer);
+        return;
+    }
+    uint64_t first = UINT64_MAX, now = uv_now(srv->loop);
+    for (store_lease *l = srv->leases; l; l = l->next)
+        if (l->deadline < first) first = l->deadline;
+    uv_timer_start(&srv->lease_timer, on_lease_timer, first > now ? first - now : 0, 0);
+}
+
+static store_lease *lease_find(store_server *srv, uint64_t id) {
+    for (store_lease *l = srv->leases; l; l = l->next)
+        if (l->id == id) return l;
+    return NULL;
+}
+
+/* ---- waits -------------------------------------------------------------- */
+
+static store_waiter *waiter_new(store_conn *c, int kind, size_t n) {
+    store_waiter *w = calloc(1, sizeof *w + n * sizeof(store_wnode));
+    if (!w) {
+        c->oom = 1;
+        return NULL;
+    }
+    w->conn = c;
+    w->kind = kind;
+    w->n = n;
+    for (size_t i = 0; i < n; i++) w->nodes[i].w = w;
+    return w;
+}
+
+/* WAIT: reply at once if every key exists, else wait for the missing ones. */
+static void do_wait(store_conn *c, const store_req *req) {
+    store_server *srv = c->srv;
+    store_waiter *w = waiter_new(c, W_ALL, req->nitems);
+    if (!w) return;
+    const uint8_t *cur = req->list;
+    for (uint64_t i = 0; i < req->nitems; i++) {
+        store_item it;
+        store_list_next(req, &cur, &it);
+        store_entry *e = entry_get(srv, it.key);
+        if (!e) {
+            c->oom = 1;
+            break;
+        }
+        if (!present(e)) {
+            node_link(e, &w->nodes[i], L_EXISTS);
+            w->remaining++;
+        }
+    }
+    if (c->oom || w->remaining == 0) {
+        if (!c->oom) r_u8(c, STORE_WAIT_STOP_WAITING);
+        waiter_free(srv, w);
+        return;
+    }
+    c->wait = w;
+}
+
+/* WAIT_ANY: reply with the first condition that already holds, else wait
+ * for the first that comes to hold. */
+static void do_wait_any(store_conn *c, const store_req *req) {
+    store_server *srv = c->srv;
+    const uint8_t *cur = req->list;
+    for (uint64_t i = 0; i < req->nitems; i++) {
+        store_item it;
+        store_list_next(req, &cur, &it);
+        int exists = present(entry_find(srv, it.key));
+        if (exists == (it.cond == STORE_COND_EXISTS)) {
+            r_u8(c, STORE_WAIT_STOP_WAITING);
+            r_u64(c, i);
+            return;
+        }
+    }
+    store_waiter *w = waiter_new(c, W_ANY, req->nitems);
+    if (!w) return;
+    cur = req->list;
+    for (uint64_t i = 0; i < req->nitems; i++) {
+        store_item it;
+        store_list_next(req, &cur, &it);
+        store_entry *e = entry_get(srv, it.key);
+        if (!e) {
+            c->oom = 1;
+            waiter_free(srv, w);
+            return;
+        }
+        w->nodes[i].index = (uint32_t)i;
+        node_link(e, &w->nodes[i], it.cond == STORE_COND_EXISTS ? L_EXISTS : L_ABSENT);
+    }
+    c->wait = w;
+}
+
+/* BARRIER: the world_size-th arrival releases everyone, itself included,
+ * and resets the count so the same key can serve the next barrier. */
+static void do_barrier(store_conn *c, const store_req *req) {
+    store_server *srv = c->srv;
+    store_entry *e = entry_get(srv, req->key);
+    if (!e) {
+        c->oom = 1;
+        return;
+    }
+    if (++e->barrier_count < req->num) {
+        store_waiter *w = waiter_new(c, W_BARRIER, 1);
+        if (!w) return;
+        node_link(e, &w->nodes[0], L_BARRIER);
+        c->wait = w;
+        return;
+    }
+    e->barrier_count = 0;
+    store_wnode *n;
+    while ((n = e->lists[L_BARRIER].head) != NULL) waiter_complete(srv, n->w, 0);
+    r_u8(c, STORE_WAIT_STOP_WAITING);
+    entry_maybe_free(srv, e);
+}
+
+/* ---- operations ----------------------------------------------------------- */
+
+/* ADD: the value is decimal text; a missing key counts as 0. */
+static void do_add(store_conn *c, const store_req *req) {
+    store_entry *e = entry_get(c->srv, req->key);
+    if (!e) {
+        c->oom = 1;
+        return;
+    }
+    int64_t cur = 0;
+    if (e->has_value) {
+        char text[32], *end = NULL;
+        size_t n = e->vlen < sizeof text - 1 ? e->vlen : sizeof text - 1;
+        memcpy(text, e->val, n);
+        text[n] = 0;
+        errno = 0;
+        cur = strtoll(text, &end, 10);
+        if (e->vlen == 0 || e->vlen >= sizeof text || end == text || *end || errno) {
+            char k[80];
+            conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
+                      key_for_log(e->key, e->klen, k, sizeof k));
+            return;
+        }
+    }
+    int64_t sum;
+    if (__builtin_add_overflow(cur, req->num, &sum)) {
+        char k[80];
+        conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", req->num,
+                  key_for_log(e->key, e->klen, k, sizeof k), cur);
+        return;
+    }
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRId64, sum);
+    if (value_set(c, e, (const uint8_t *)text, (uint64_t)n) == 0) r_u64(c, (uint64_t)sum);
+}
+
+static void do_compare_set(store_conn *c, const store_req *req) {
+    store_entry *e = entry_find(c->srv, req->key);
+    if (!e || !e->has_value) {
+        if (req->expected.n != 0) { /* torch's answer: the expected value, unchanged */
+            r_bytes(c, req->expected.p, req->expected.n);
+            return;
+        }
+        e = entry_get(c->srv, req->key);
+        if (e && value_set(c, e, req->value.p, req->value.n) == 0)
+            r_bytes(c, req->value.p, req->value.n);
+        else
+            c->oom = 1;
+        return;
+    }
+    if (e->vlen == req->expected.n && memcmp(e->val, req->expected.p, e->vlen) == 0)
+        value_set(c, e, req->value.p, req->value.n);
+    r_bytes(c, e->val, e->vlen);
+}
+
+static void do_append(store_conn *c, const store_req *req) {
+    store_entry *e = entry_get(c->srv, req->key);
+    uint64_t old = e && e->has_value ? e->vlen : 0;
+    uint8_t *d = e ? malloc(old + req->value.n + 1) : NULL;
+    if (!d) {
+        c->oom = 1;
+        return;
+    }
+    if (old) memcpy(d, e->val, old);
+    memcpy(d + old, req->value.p, req->value.n);
+    disown(e);
+    value_put(c->srv, e, d, old + req->value.n);
+}
+
+static void do_queue_push(store_conn *c, const store_req *req) {
+    store_entry *e = entry_get(c->srv, req->key);
+    qitem *q = e ? malloc(sizeof *q + req->value.n) : NULL;
+    if (!q) {
+        c->oom = 1;
+        return;
+    }
+    q->next = NULL;
+    q->n = req->value.n;
+    memcpy(q->data, req->value.p, q->n);
+    if (e->qtail) e->qtail->next = q;
+    else e->qhead = q;
+    e->qtail = q;
+    e->qlen++;
+    wake_exists(c->srv, e, 1);
+}
+
+static void do_queue_pop(store_conn *c, const store_req *req) {
+    store_entry *e = entry_find(c->srv, req->key);
+    r_u64(c, e ? e->qlen : 0);
+    if (!e || !e->qhead) return;
+    qitem *q = e->qhead;
+    e->qhead = q->next;
+    if (!e->qhead) e->qtail = NULL;
+    e->qlen--;
+    r_bytes(c, q->data, q->n);
+    free(q);
+    if (!present(e)) wake_absent(c->srv, e);
+    entry_maybe_free(c->srv, e);
+}
+
+static void do_list_keys(store_conn *c) {
+    store_server *srv = c->srv;
+    r_u64(c, srv->stats.keys);
+    for (size_t i = 0; i < srv->nslots; i++) {
+        store_entry *e = srv->slots[i];
+        if (e && e->has_value) r_bytes(c, e->key, e->klen);
+    }
+}
+
+static void do_hello(store_conn *c, const store_req *req) {
+    const char *want = c->srv->token;
+    if (want) {
+        size_t n = strlen(want);
+        unsigned diff = (unsigned)(n != req->token.n);
+        for (size_t i = 0; i < req->token.n; i++) diff |= (unsigned)(want[i % n] ^ req->token.p[i]);
+        if (diff) {
+            conn_drop(c, "presented a wrong token");
+            return;
+        }
+    }
+    c->authed = 1;
+    r_u8(c, 0);
+    r_u32(c, STORE_EXT_VERSION);
+}
+
+static void do_set_owned(store_conn *c, const store_req *req) {
+    store_lease *l = NULL;
+    if (req->id != 0 && !(l = lease_find(c->srv, req->id))) {
+        r_u8(c, 1);
+        return;
+    }
+    store_entry *e = entry_get(c->srv, req->key);
+    if (!e || value_set(c, e, req->value.p, req->value.n) != 0) {
+        c->oom = 1;
+        return;
+    }
+    own(e, l ? NULL : c, l);
+    r_u8(c, 0);
+}
+
+static void do_lease(store_conn *c, const store_req *req) {
+    store_server *srv = c->srv;
+    if (req->op == STORE_OP_LEASE_GRANT) {
+        store_lease *l = calloc(1, sizeof *l);
+        if (!l) {
+            c->oom = 1;
+            return;
+        }
+        l->id = srv->next_lease_id++;
+        l->ttl_ms = req->num;
+        l->deadline = uv_now(srv->loop) + (uint64_t)req->num;
+        l->next = srv->leases;
+        srv->leases = l;
+        lease_schedule(srv);
+        r_u64(c, l->id);
+        return;
+    }
+    store_lease *l = lease_find(srv, req->id);
+    r_u8(c, l ? 0 : 1);
+    if (!l) return;
+    if (req->op == STORE_OP_LEASE_RENEW) l->deadline = uv_now(srv->loop) + (uint64_t)l->ttl_ms;
+    else lease_free(srv, l);
+    lease_schedule(srv);
+}
+
+static void do_watch(store_conn *c, const store_req *req) {
+    store_entry *e = entry_get(c->srv, req->key);
+    store_wnode *n = e ? calloc(1, sizeof *n) : NULL;
+    if (!n) {
+        c->oom = 1;
+        return;
+    }
+    n->conn = c;
+    n->conn_next = c->watches;
+    c->watches = n;
+    node_link(e, n, L_WATCH);
+    r_u8(c, STORE_WATCH_CALLBACK_REGISTERED);
+}
+
+/* The list requests that answer (or act) key by key. */
+static void do_keys(store_conn *c, const store_req *req) {
+    int all = 1;
+    const uint8_t *cur = req->list;
+    for (uint64_t i = 0; i < req->nitems && !c->oom; i++) {
+        store_item it;
+        store_list_next(req, &cur, &it);
+        store_entry *e = entry_find(c->srv, it.key);
+        if (req->op == STORE_OP_CHECK) {
+            all &= present(e);
+        } else if (req->op == STORE_OP_MULTI_GET) {
+            if (e && e->has_value) r_bytes(c, e->val, e->vlen);
+            else r_bytes(c, empty_bytes, 0);
+        } else { /* MULTI_SET */
+            if (!e && !(e = entry_get(c->srv, it.key))) c->oom = 1;
+            else value_set(c, e, it.value.p, it.value.n);
+        }
+    }
+    if (req->op == STORE_OP_CHECK) r_u8(c, all ? STORE_CHECK_READY : STORE_CHECK_NOT_READY);
+}
+
+void table_handle(store_conn *c, const store_req *req) {
+    store_server *srv = c->srv;
+    store_entry *e;
+    switch (req->op) {
+    case STORE_OP_VALIDATE: break; /* the generation was decided from it already */
+    case STORE_OP_HELLO: do_hello(c, req); break;
+    case STORE_OP_PING: r_u32(c, req->u32); break;
+    case STORE_OP_SET:
+        if (!(e = entry_get(srv, req->key))) c->oom = 1;
+        else value_set(c, e, req->value.p, req->value.n);
+        break;
+    case STORE_OP_GET:
+        e = entry_find(srv, req->key);
+        if (e && e->has_value) r_bytes(c, e->val, e->vlen);
+        else r_bytes(c, empty_bytes, 0);
+        break;
+    case STORE_OP_ADD: do_add(c, req); break;
+    case STORE_OP_COMPARE_SET: do_compare_set(c, req); break;
+    case STORE_OP_CHECK:
+    case STORE_OP_MULTI_GET:
+    case STORE_OP_MULTI_SET: do_keys(c, req); break;
+    case STORE_OP_WAIT: do_wait(c, req); break;
+    case STORE_OP_WAIT_ANY: do_wait_any(c, req); break;
+    case STORE_OP_BARRIER: do_barrier(c, req); break;
+    case STORE_OP_GETNUMKEYS: r_u64(c, srv->stats.keys); break;
+    case STORE_OP_DELETE_KEY:
+        e = entry_find(srv, req->key);
+        r_u64(c, e && e->has_value ? 1 : 0);
+        if (e) {
+            value_delete(srv, e);
+            entry_maybe_free(srv, e);
+        }
+        break;
+    case STORE_OP_APPEND: do_append(c, req); break;
+    case STORE_OP_CANCEL_WAIT:
+        if (c->wait) waiter_free(srv, c->wait);
+        r_u8(c, STORE_WAIT_CANCELED);
+        break;
+    case STORE_OP_QUEUE_PUSH: do_queue_push(c, req); break;
+    case STORE_OP_QUEUE_POP: do_queue_pop(c, req); break;
+    case STORE_OP_QUEUE_LEN:
+        e = entry_find(srv, req->key);
+        r_u64(c, e ? e->qlen : 0);
+        break;
+    case STORE_OP_LIST_KEYS: do_list_keys(c); break;
+    case STORE_OP_WATCH_KEY: do_watch(c, req); break;
+    case STORE_OP_SET_OWNED: do_set_owned(c, req); break;
+    case STORE_OP_LEASE_GRANT:
+    case STORE_OP_LEASE_RENEW:
+    case STORE_OP_LEASE_REVOKE: do_lease(c, req); break;
+    case STORE_OP_COUNT_: break;
+    }
+}
+
+void table_cancel_wait(store_conn *c) {
+    if (c->wait) waiter_free(c->srv, c->wait);
+}
+
+int table_is_cancel(const store_conn *c, uint8_t code) {
+    int cancel = store_wire_code(c->gen, STORE_OP_CANCEL_WAIT);
+    return cancel >= 0 && code == (uint8_t)cancel;
+}
+
+void table_conn_gone(store_server *srv, store_conn *c) {
+    if (c->wait) waiter_free(srv, c->wait);
+    release_owned(srv, &c->owned);
+    while (c->watches) {
+        store_wnode *n = c->watches;
+        store_entry *e = n->entry;
+        c->watches = n->conn_next;
+        node_unlink(n);
+        free(n);
+        entry_maybe_free(srv, e);
+    }
+}
+
+void table_free(store_server *srv) {
+    while (srv->leases) {
+        store_lease *l = srv->leases;
+        srv->leases = l->next;
+        free(l);
+    }
+    for (size_t i = 0; i < srv->nslots; i++) {
+        store_entry *e = srv->slots[i];
+        if (!e) continue;
+        while (e->qhead) {
+            qitem *q = e->qhead;
+            e->qhead = q->next;
+            free(q);
+        }
+        free(e->val);
+        free(e);
+    }
+    free(srv->slots);
+    srv->slots = NULL;
+    srv->nslots = srv->nentries = 0;
+}
