@@ -39,15 +39,17 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits for `events` on fd until the deadline; 0, -ETIMEDOUT or -errno. */
+/* Waits for `events` on fd until the deadline; 0, -ETIMEDOUT or -errno.
+ * Polls at least once, so a ready socket is seen even past the deadline. */
 static int wait_fd(int fd, short events, int64_t deadline) {
     for (;;) {
         int64_t left = deadline - now_ms();
-        if (left <= 0) return -ETIMEDOUT;
+        if (left < 0) left = 0;
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
         if (n > 0) return 0;
         if (n < 0 && errno != EINTR) return -errno;
+        if (n == 0 && left == 0) return -ETIMEDOUT;
     }
 }
 

@@ -54,6 +54,7 @@ struct store_entry {
     qitem *qhead, *qtail;
     uint64_t qlen;
     int64_t barrier_count;
+    uint32_t pins; /* > 0 while an operation walks the entry's lists */
     struct {
         store_wnode *head, *tail;
     } lists[L_COUNT];
@@ -175,13 +176,19 @@ static void table_remove(store_server *srv, store_entry *e) {
 static int present(const store_entry *e) { return e && (e->has_value || e->qlen > 0); }
 
 static void entry_maybe_free(store_server *srv, store_entry *e) {
-    if (!e || e->has_value || e->qlen || e->barrier_count || e->owner_conn || e->owner_lease)
+    if (!e || e->pins || e->has_value || e->qlen || e->barrier_count || e->owner_conn || e->owner_lease)
         return;
     for (int l = 0; l < L_COUNT; l++)
         if (e->lists[l].head) return;
     table_remove(srv, e);
     free(e);
 }
+
+/* Completing a waiter frees entries it leaves empty, which may include
+ * the one whose list is being walked: pin that one for the walk. Whoever
+ * started the operation frees the entry afterwards if it is empty. */
+static void pin(store_entry *e) { e->pins++; }
+static void unpin(store_entry *e) { e->pins--; }
 
 /* ---- waiter lists ------------------------------------------------------ */
 
@@ -228,14 +235,16 @@ static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) 
 /* The key now exists: wake its EXISTS waiters (all of them, or with
  * only_one the first whose wait this completes, as a queue push does). */
 static void wake_exists(store_server *srv, store_entry *e, int only_one) {
+    pin(e);
     if (only_one) {
         for (store_wnode *n = e->lists[L_EXISTS].head; n; n = n->next) {
             store_waiter *w = n->w;
             if (w->kind == W_ANY || w->remaining == 1) {
                 waiter_complete(srv, w, n->index);
-                return;
+                break;
             }
         }
+        unpin(e);
         return;
     }
     /* Completing a wait unlinks its other nodes, which may sit further on
@@ -248,11 +257,14 @@ static void wake_exists(store_server *srv, store_entry *e, int only_one) {
         if (w->kind == W_ANY) waiter_complete(srv, w, n->index);
         else if (--w->remaining == 0) waiter_complete(srv, w, 0);
     }
+    unpin(e);
 }
 
 static void wake_absent(store_server *srv, store_entry *e) {
     store_wnode *n;
+    pin(e);
     while ((n = e->lists[L_ABSENT].head) != NULL) waiter_complete(srv, n->w, n->index);
+    unpin(e);
 }
 
 /* torch 1.13's WATCH_KEY events: type, key, old value, new value. */
@@ -488,8 +500,10 @@ static void do_barrier(store_conn *c, const store_req *req) {
     }
     e->barrier_count = 0;
     store_wnode *n;
+    pin(e);
     while ((n = e->lists[L_BARRIER].head) != NULL) waiter_complete(srv, n->w, 0);
     r_u8(c, STORE_WAIT_STOP_WAITING);
+    unpin(e);
     entry_maybe_free(srv, e);
 }
 

@@ -21,14 +21,16 @@ static void *server_thread(void *arg) {
     store_fixture *f = arg;
     uv_loop_init(&f->loop);
     int rc = store_server_init(&f->loop, &f->srv, &f->opts);
+    if (rc == 0) {
+        uv_async_init(&f->loop, &f->stop, on_stop);
+        f->stop.data = f;
+    }
     pthread_mutex_lock(&f->mu);
     f->state = rc ? -1 : 1;
     f->port = rc ? 0 : store_server_port(&f->srv);
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
     if (rc) return NULL;
-    uv_async_init(&f->loop, &f->stop, on_stop);
-    f->stop.data = f;
     uv_run(&f->loop, UV_RUN_DEFAULT);
     uv_loop_close(&f->loop);
     return NULL;

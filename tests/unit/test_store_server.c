@@ -1,0 +1,594 @@
+/* Server + client tests: each operation's semantics through the real
+ * client against a server running in the test process, the extension
+ * (owned keys, leases, WAIT_ANY, token), and the server's handling of bad
+ * clients, spoken as raw bytes. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tests/unit/store_fixture.h"
+#include "tests/unit/test.h"
+
+#define OK(expr)                                                                  \
+    do {                                                                          \
+        int rc_ = (expr);                                                         \
+        if (rc_ != 0) test_fail(__FILE__, __LINE__, "%s: %s", #expr, strerror(-rc_)); \
+    } while (0)
+
+static void check_value(store_client *c, const char *key, const char *want) {
+    uint8_t *v = NULL;
+    size_t n = 0;
+    OK(store_get(c, key, &v, &n));
+    CHECK_MEM(v, n, want, strlen(want));
+    free(v);
+}
+
+TEST(server_set_get_delete_num_keys) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    OK(store_set(c, "a", "hello", 5));
+    OK(store_set(c, "b", "", 0));
+    check_value(c, "a", "hello");
+    check_value(c, "b", "");
+    int64_t n = 0;
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, 2);
+    int deleted = 0;
+    OK(store_delete(c, "a", &deleted));
+    CHECK_EQ(deleted, 1);
+    OK(store_delete(c, "a", &deleted));
+    CHECK_EQ(deleted, 0);
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, 1);
+    uint8_t *v = NULL;
+    size_t len;
+    CHECK_EQ(store_try_get(c, "a", &v, &len), -ENOENT);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_add_counts_from_zero_as_decimal_text) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    int64_t r = 0;
+    OK(store_add(c, "n", 5, &r));
+    CHECK_EQ(r, 5);
+    OK(store_add(c, "n", -7, &r));
+    CHECK_EQ(r, -2);
+    check_value(c, "n", "-2");
+    /* ADD on text that is not a number drops that client only. */
+    OK(store_set(c, "text", "abc", 3));
+    CHECK(store_add(c, "text", 1, &r) == -ECONNRESET);
+    store_client *d = fixture_client(&f);
+    check_value(d, "n", "-2");
+    store_client_close(c);
+    store_client_close(d);
+    fixture_stop(&f);
+}
+
+TEST(server_compare_set_follows_torch) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    uint8_t *v;
+    size_t n;
+    /* Missing key, empty expected: created. */
+    OK(store_compare_set(c, "k", "", 0, "x", 1, &v, &n));
+    CHECK_MEM(v, n, "x", 1);
+    free(v);
+    /* Matching expected: swapped. */
+    OK(store_compare_set(c, "k", "x", 1, "y", 1, &v, &n));
+    CHECK_MEM(v, n, "y", 1);
+    free(v);
+    /* Mismatch: unchanged, current value returned. */
+    OK(store_compare_set(c, "k", "zz", 2, "q", 1, &v, &n));
+    CHECK_MEM(v, n, "y", 1);
+    free(v);
+    /* Missing key, non-empty expected: the expected value comes back, nothing is created. */
+    OK(store_compare_set(c, "missing", "e", 1, "d", 1, &v, &n));
+    CHECK_MEM(v, n, "e", 1);
+    free(v);
+    CHECK_EQ(store_try_get(c, "missing", &v, &n), -ENOENT);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    store_fixture *f;
+    const char *key;
+    int delay_ms;
+} setter_arg;
+
+static void *set_later(void *p) {
+    setter_arg *a = p;
+    sleep_ms(a->delay_ms);
+    store_client *c = fixture_client(a->f);
+    store_set(c, a->key, "later", 5);
+    store_client_close(c);
+    return NULL;
+}
+
+TEST(server_get_waits_for_a_key_set_later) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    pthread_t t;
+    setter_arg a = {&f, "late", 100};
+    pthread_create(&t, NULL, set_later, &a);
+    check_value(c, "late", "later");
+    pthread_join(t, NULL);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_wait_timeout_cancels_and_connection_stays_usable) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    const char *keys[] = {"never"};
+    CHECK_EQ(store_wait(c, 1, keys, 100), -ETIMEDOUT);
+    OK(store_set(c, "after", "1", 1));
+    check_value(c, "after", "1");
+    /* Setting the key now must not leave a stale reply on the connection. */
+    OK(store_set(c, "never", "1", 1));
+    int64_t n;
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, 2);
+    int ready = 0;
+    const char *both[] = {"after", "never"};
+    OK(store_check(c, 2, both, &ready));
+    CHECK_EQ(ready, 1);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_wait_on_several_keys_and_duplicates) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    pthread_t t1, t2;
+    setter_arg a = {&f, "k1", 50}, b = {&f, "k2", 120};
+    pthread_create(&t1, NULL, set_later, &a);
+    pthread_create(&t2, NULL, set_later, &b);
+    const char *keys[] = {"k1", "k2", "k1"};
+    OK(store_wait(c, 3, keys, 5000));
+    int ready = 0;
+    OK(store_check(c, 3, keys, &ready));
+    CHECK_EQ(ready, 1);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_append_multi_get_multi_set_list_keys) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    OK(store_append(c, "log", "ab", 2));
+    OK(store_append(c, "log", "cd", 2));
+    check_value(c, "log", "abcd");
+    const char *keys[] = {"m1", "m2"};
+    const void *vals[] = {"one", "two"};
+    size_t lens[] = {3, 3};
+    OK(store_multi_set(c, 2, keys, vals, lens));
+    const char *get[] = {"m2", "absent", "m1"};
+    uint8_t *out[3];
+    size_t outn[3];
+    OK(store_multi_get(c, 3, get, out, outn));
+    CHECK_MEM(out[0], outn[0], "two", 3);
+    CHECK_EQ(outn[1], 0);
+    CHECK_MEM(out[2], outn[2], "one", 3);
+    for (int i = 0; i < 3; i++) free(out[i]);
+    char **list;
+    size_t nk;
+    OK(store_list_keys(c, &list, &nk));
+    CHECK_EQ(nk, 3);
+    int seen = 0;
+    for (size_t i = 0; i < nk; i++)
+        seen |= (!strcmp(list[i], "log")) | (!strcmp(list[i], "m1") << 1) |
+                (!strcmp(list[i], "m2") << 2);
+    CHECK_EQ(seen, 7);
+    store_free_keys(list, nk);
+    double rtt = -1;
+    OK(store_ping(c, &rtt));
+    CHECK(rtt >= 0);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+static void *push_later(void *p) {
+    setter_arg *a = p;
+    sleep_ms(a->delay_ms);
+    store_client *c = fixture_client(a->f);
+    store_queue_push(c, a->key, "job", 3);
+    store_client_close(c);
+    return NULL;
+}
+
+TEST(server_queue_push_pop_len_and_blocking_pop) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    OK(store_queue_push(c, "q", "1", 1));
+    OK(store_queue_push(c, "q", "22", 2));
+    int64_t n;
+    OK(store_queue_len(c, "q", &n));
+    CHECK_EQ(n, 2);
+    uint8_t *v;
+    size_t len;
+    OK(store_queue_pop(c, "q", 0, &v, &len));
+    CHECK_MEM(v, len, "1", 1);
+    free(v);
+    OK(store_queue_pop(c, "q", 0, &v, &len));
+    CHECK_MEM(v, len, "22", 2);
+    free(v);
+    CHECK_EQ(store_queue_pop(c, "q", 0, &v, &len), -ENOENT);
+    /* A queue is not a key. */
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, 0);
+    pthread_t t;
+    setter_arg a = {&f, "q", 80};
+    pthread_create(&t, NULL, push_later, &a);
+    OK(store_queue_pop(c, "q", 1, &v, &len));
+    CHECK_MEM(v, len, "job", 3);
+    free(v);
+    pthread_join(t, NULL);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    store_fixture *f;
+    int rc;
+} barrier_arg;
+
+static void *enter_barrier(void *p) {
+    barrier_arg *a = p;
+    store_client *c = fixture_client(a->f);
+    a->rc = store_barrier(c, "bar", 3, 5000);
+    store_client_close(c);
+    return NULL;
+}
+
+TEST(server_barrier_releases_all_at_world_size) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    barrier_arg a[3];
+    pthread_t t[3];
+    for (int i = 0; i < 2; i++) {
+        a[i] = (barrier_arg){&f, 1};
+        pthread_create(&t[i], NULL, enter_barrier, &a[i]);
+    }
+    sleep_ms(100);
+    CHECK_EQ(a[0].rc, 1); /* still waiting for the third */
+    a[2] = (barrier_arg){&f, 1};
+    pthread_create(&t[2], NULL, enter_barrier, &a[2]);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(a[i].rc, 0);
+    }
+    fixture_stop(&f);
+}
+
+TEST(server_owned_key_dies_with_its_connection) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *owner = fixture_client(&f), *watcher = fixture_client(&f);
+    OK(store_set_owned(owner, "alive/node0", "1", 1, 0));
+    check_value(watcher, "alive/node0", "1");
+    pthread_t t;
+    /* The watcher waits for the key to vanish, or for a restart key. */
+    const char *keys[] = {"restart", "alive/node0"};
+    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_ABSENT};
+    size_t idx = 99;
+    store_client_close(owner); /* like kill -9 of the agent */
+    (void)t;
+    OK(store_wait_any(watcher, 2, conds, keys, 5000, &idx));
+    CHECK_EQ(idx, 1);
+    uint8_t *v;
+    size_t n;
+    CHECK_EQ(store_try_get(watcher, "alive/node0", &v, &n), -ENOENT);
+    store_client_close(watcher);
+    fixture_stop(&f);
+}
+
+TEST(server_wait_any_wakes_on_first_condition) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    OK(store_set(c, "present", "1", 1));
+    const char *keys[] = {"present", "later"};
+    const uint8_t conds[] = {STORE_COND_ABSENT, STORE_COND_EXISTS};
+    pthread_t t;
+    setter_arg a = {&f, "later", 60};
+    pthread_create(&t, NULL, set_later, &a);
+    size_t idx = 99;
+    OK(store_wait_any(c, 2, conds, keys, 5000, &idx));
+    CHECK_EQ(idx, 1);
+    pthread_join(t, NULL);
+    /* Already satisfied: immediate, and the index of the first that holds. */
+    OK(store_wait_any(c, 2, conds, keys, 5000, &idx));
+    CHECK_EQ(idx, 1);
+    const char *k2[] = {"nothing"};
+    const uint8_t c2[] = {STORE_COND_EXISTS};
+    CHECK_EQ(store_wait_any(c, 1, c2, k2, 100, &idx), -ETIMEDOUT);
+    OK(store_ping(c, NULL));
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_lease_expires_unless_renewed) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    uint64_t kept, lapsed;
+    OK(store_lease_grant(c, 300, &kept));
+    OK(store_lease_grant(c, 100, &lapsed));
+    CHECK(kept != lapsed);
+    OK(store_set_owned(c, "kept", "1", 1, kept));
+    OK(store_set_owned(c, "lapsed", "1", 1, lapsed));
+    CHECK_EQ(store_set_owned(c, "x", "1", 1, 12345), -ENOENT);
+    for (int i = 0; i < 5; i++) {
+        sleep_ms(100);
+        OK(store_lease_renew(c, kept));
+    }
+    uint8_t *v;
+    size_t n;
+    OK(store_try_get(c, "kept", &v, &n));
+    free(v);
+    CHECK_EQ(store_try_get(c, "lapsed", &v, &n), -ENOENT);
+    CHECK_EQ(store_lease_renew(c, lapsed), -ENOENT);
+    OK(store_lease_revoke(c, kept));
+    CHECK_EQ(store_try_get(c, "kept", &v, &n), -ENOENT);
+    /* A plain SET takes a key out of its lease. */
+    uint64_t l3;
+    OK(store_lease_grant(c, 100, &l3));
+    OK(store_set_owned(c, "freed", "1", 1, l3));
+    OK(store_set(c, "freed", "2", 1));
+    sleep_ms(250);
+    check_value(c, "freed", "2");
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_token_is_required_first) {
+    store_fixture f;
+    store_server_opts o = {.token = "s3cret"};
+    fixture_start(&f, &o);
+    store_client *good = fixture_client_opts(&f, (store_client_opts){.token = "s3cret"});
+    OK(store_set(good, "k", "v", 1));
+    store_client *c = NULL;
+    store_client_opts bad = {.host = "127.0.0.1", .port = f.port, .token = "wrong",
+                             .connect_timeout_ms = 2000};
+    CHECK_EQ(store_client_connect(&bad, &c), -EACCES);
+    /* A client with no token is dropped at its first request. */
+    store_client_opts none = {.host = "127.0.0.1", .port = f.port, .no_ext = 1, .timeout_ms = 2000};
+    OK(store_client_connect(&none, &c));
+    int64_t n;
+    CHECK(store_num_keys(c, &n) != 0);
+    store_client_close(c);
+    check_value(good, "k", "v");
+    store_client_close(good);
+    fixture_stop(&f);
+}
+
+TEST(server_speaks_torch_1_13_generation) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *old = fixture_client_opts(&f, (store_client_opts){.gen = STORE_GEN_V1});
+    store_client *cur = fixture_client(&f);
+    OK(store_set(old, "/k", "v1", 2));
+    check_value(cur, "/k", "v1");
+    int64_t r;
+    OK(store_add(old, "/n", 3, &r));
+    CHECK_EQ(r, 3);
+    check_value(old, "/n", "3");
+    CHECK_EQ(store_ping(old, NULL), -ENOTSUP); /* 1.13 has no PING */
+    store_client_close(old);
+    store_client_close(cur);
+    fixture_stop(&f);
+}
+
+TEST(server_watch_key_reports_changes_in_1_13_format) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    int w = fixture_raw(&f);
+    /* WATCH_KEY (1.13 code 7) on "/w". */
+    const uint8_t watch[] = {7, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'w'};
+    raw_send(w, watch, sizeof watch);
+    uint8_t r;
+    CHECK_EQ(raw_recv(w, &r, 1, 2000), 1);
+    CHECK_EQ(r, STORE_WATCH_CALLBACK_REGISTERED);
+    store_client *c = fixture_client(&f);
+    OK(store_set(c, "/w", "A", 1));
+    OK(store_set(c, "/w", "BC", 2));
+    int deleted;
+    OK(store_delete(c, "/w", &deleted));
+    /* CREATED "" -> "A", UPDATED "A" -> "BC", DELETED "BC" -> "". */
+    const uint8_t expect[] = {
+        1, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'A',
+        0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 1, 0, 0, 0, 0, 0, 0, 0, 'A', 2, 0, 0, 0, 0, 0, 0, 0, 'B', 'C',
+        2, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 2, 0, 0, 0, 0, 0, 0, 0, 'B', 'C', 0, 0, 0, 0, 0, 0, 0, 0,
+    };
+    uint8_t got[sizeof expect];
+    CHECK_EQ(raw_recv(w, got, sizeof got, 2000), sizeof got);
+    CHECK_MEM(got, sizeof got, expect, sizeof expect);
+    close(w);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_holds_requests_behind_a_pending_wait) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    int s = fixture_raw(&f);
+    /* VALIDATE, then WAIT ["k"] and GETNUMKEYS pipelined in one write. */
+    const uint8_t req[] = {0, 0xCE, 0xF7, 0x85, 0x3C,
+                           6, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'k',
+                           7};
+    raw_send(s, req, sizeof req);
+    uint8_t out[9];
+    CHECK_EQ(raw_recv(s, out, 1, 200), 0); /* nothing until k exists */
+    store_client *c = fixture_client(&f);
+    OK(store_set(c, "k", "v", 1));
+    CHECK_EQ(raw_recv(s, out, 9, 2000), 9);
+    CHECK_EQ(out[0], STORE_WAIT_STOP_WAITING); /* the wait's reply first */
+    CHECK_EQ(out[1], 1);                       /* then GETNUMKEYS = 1 */
+    close(s);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_drops_bad_clients_and_keeps_serving) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *good = fixture_client(&f);
+    OK(store_set(good, "k", "v", 1));
+    /* Unknown query type after a valid handshake. */
+    int s = fixture_raw(&f);
+    const uint8_t unknown[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 0xEE};
+    raw_send(s, unknown, sizeof unknown);
+    CHECK(raw_closed(s, 2000));
+    close(s);
+    /* A 2^40-byte key: dropped at once, without waiting for the bytes. */
+    s = fixture_raw(&f);
+    const uint8_t huge[] = {1, 0, 0, 0, 0, 0, 1, 0, 0};
+    raw_send(s, huge, sizeof huge);
+    CHECK(raw_closed(s, 2000));
+    close(s);
+    /* Wrong magic. */
+    s = fixture_raw(&f);
+    const uint8_t magic[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 0, 1, 2, 3, 4};
+    raw_send(s, magic, sizeof magic);
+    CHECK(raw_closed(s, 2000));
+    close(s);
+    /* Half a request, then gone. */
+    s = fixture_raw(&f);
+    raw_send(s, huge, 4);
+    close(s);
+    check_value(good, "k", "v");
+    store_client_close(good);
+    fixture_stop(&f);
+}
+
+TEST(server_accepts_a_request_one_byte_at_a_time) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    int s = fixture_raw(&f);
+    const uint8_t req[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 1, 2, 0, 0, 0, 0, 0, 0, 0, 'k', 'k',
+                           3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c'};
+    for (size_t i = 0; i < sizeof req; i++) {
+        raw_send(s, req + i, 1);
+        sleep_ms(2);
+    }
+    store_client *c = fixture_client(&f);
+    check_value(c, "kk", "abc");
+    close(s);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_refuses_connections_over_the_limit) {
+    store_fixture f;
+    store_server_opts o = {.max_conns = 3};
+    fixture_start(&f, &o);
+    store_client *c[3];
+    for (int i = 0; i < 3; i++) c[i] = fixture_client(&f);
+    int extra = fixture_raw(&f);
+    CHECK(raw_closed(extra, 2000));
+    close(extra);
+    for (int i = 0; i < 3; i++) OK(store_ping(c[i], NULL));
+    store_client_close(c[0]);
+    sleep_ms(50);
+    store_client *again = fixture_client(&f);
+    OK(store_ping(again, NULL));
+    store_client_close(again);
+    for (int i = 1; i < 3; i++) store_client_close(c[i]);
+    fixture_stop(&f);
+}
+
+TEST(server_table_survives_growth_and_deletion) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    enum { N = 20000 };
+    char key[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "key/%d", i);
+        OK(store_set(c, key, key, strlen(key)));
+    }
+    /* Delete every third key, then check all of them. */
+    for (int i = 0; i < N; i += 3) {
+        snprintf(key, sizeof key, "key/%d", i);
+        int d;
+        OK(store_delete(c, key, &d));
+        CHECK_EQ(d, 1);
+    }
+    int64_t n;
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, N - (N + 2) / 3);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "key/%d", i);
+        uint8_t *v = NULL;
+        size_t len;
+        int rc = store_try_get(c, key, &v, &len);
+        if (i % 3 == 0) {
+            CHECK_EQ(rc, -ENOENT);
+        } else {
+            CHECK_EQ(rc, 0);
+            CHECK_MEM(v, len, key, strlen(key));
+            free(v);
+        }
+    }
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    store_fixture f;
+    int port;
+} late_server;
+
+static void *start_late(void *p) {
+    late_server *l = p;
+    sleep_ms(300);
+    store_server_opts o = {.port = l->port};
+    fixture_start(&l->f, &o);
+    return NULL;
+}
+
+TEST(client_connect_retries_until_the_server_is_up) {
+    /* Find a free port, free it again, and start a server there late. */
+    store_fixture probe;
+    fixture_start(&probe, NULL);
+    int port = probe.port;
+    fixture_stop(&probe);
+    store_client_opts o = {.host = "127.0.0.1", .port = port, .connect_timeout_ms = 100};
+    store_client *c = NULL;
+    CHECK_EQ(store_client_connect(&o, &c), -ECONNREFUSED);
+    CHECK(c == NULL);
+    late_server l = {.port = port};
+    pthread_t t;
+    pthread_create(&t, NULL, start_late, &l);
+    o.connect_timeout_ms = 5000;
+    OK(store_client_connect(&o, &c));
+    OK(store_ping(c, NULL));
+    pthread_join(t, NULL);
+    store_client_close(c);
+    fixture_stop(&l.f);
+}
+
+TEST(server_listens_on_ipv6_loopback) {
+    store_fixture f;
+    store_server_opts o = {.host = "::1"};
+    fixture_start(&f, &o);
+    store_client *c = fixture_client_opts(&f, (store_client_opts){.host = "::1"});
+    OK(store_set(c, "v6", "yes", 3));
+    check_value(c, "v6", "yes");
+    store_client_close(c);
+    fixture_stop(&f);
+}
