@@ -18,7 +18,7 @@ LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
-BINS := $(B)/bin/ddprun-store
+BINS := $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load
 
@@ -41,6 +41,10 @@ $(B)/libddprun.a: $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
 $(B)/bin/ddprun-store: $(B)/obj/launcher/store_main.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(B)/bin/ddprun-store-cli: $(B)/obj/launcher/store_cli.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 

@@ -223,6 +223,13 @@ static void waiter_free(store_server *srv, store_waiter *w) {
     free(w);
 }
 
+/* A wait ends unanswered (CANCEL_WAIT, a timed-out 1.13 client, a
+ * disconnect): a barrier it had entered counts one arrival fewer. */
+static void waiter_cancel(store_server *srv, store_waiter *w) {
+    if (w->kind == W_BARRIER && w->nodes[0].entry) w->nodes[0].entry->barrier_count--;
+    waiter_free(srv, w);
+}
+
 /* A wait is satisfied: reply and let the connection's held requests run. */
 static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) {
     store_conn *c = w->conn;
@@ -742,7 +749,7 @@ void table_handle(store_conn *c, const store_req *req) {
         break;
     case STORE_OP_APPEND: do_append(c, req); break;
     case STORE_OP_CANCEL_WAIT:
-        if (c->wait) waiter_free(srv, c->wait);
+        if (c->wait) waiter_cancel(srv, c->wait);
         r_u8(c, STORE_WAIT_CANCELED);
         break;
     case STORE_OP_QUEUE_PUSH: do_queue_push(c, req); break;
@@ -762,7 +769,7 @@ void table_handle(store_conn *c, const store_req *req) {
 }
 
 void table_cancel_wait(store_conn *c) {
-    if (c->wait) waiter_free(c->srv, c->wait);
+    if (c->wait) waiter_cancel(c->srv, c->wait);
 }
 
 int table_is_cancel(const store_conn *c, uint8_t code) {
@@ -771,7 +778,7 @@ int table_is_cancel(const store_conn *c, uint8_t code) {
 }
 
 void table_conn_gone(store_server *srv, store_conn *c) {
-    if (c->wait) waiter_free(srv, c->wait);
+    if (c->wait) waiter_cancel(srv, c->wait);
     release_owned(srv, &c->owned);
     while (c->watches) {
         store_wnode *n = c->watches;

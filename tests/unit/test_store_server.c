@@ -592,3 +592,15 @@ TEST(server_listens_on_ipv6_loopback) {
     store_client_close(c);
     fixture_stop(&f);
 }
+
+TEST(server_barrier_forgets_a_cancelled_arrival) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *a = fixture_client(&f), *b = fixture_client(&f);
+    /* a enters a barrier of 2 alone and gives up: it must not count. */
+    CHECK_EQ(store_barrier(a, "bar", 2, 100), -ETIMEDOUT);
+    CHECK_EQ(store_barrier(b, "bar", 2, 100), -ETIMEDOUT);
+    store_client_close(a);
+    store_client_close(b);
+    fixture_stop(&f);
+}
