@@ -1,0 +1,584 @@
+/* The rendezvous algorithm over the store; see rdzv.h for the keys.
+ *
+ * Joining round r: take an index with ADD(njoined), publish a description
+ * under node/<index>, then wait until the round is closed. Any member may
+ * close it, with COMPARE_SET on `state` so exactly one count wins: at once
+ * when max nodes have joined, or when the nodes the round expects (the
+ * survivors of the previous round plus those waiting) are all there, else
+ * last_call_timeout after min nodes were there. A node that finds the round
+ * already closed registers under waiting/ (the running members see it and
+ * restart to admit it) and waits for the next round to open.
+ *
+ * Every blocking wait is sliced into pieces of a third of the heartbeat
+ * interval so the agent's heartbeat lease is renewed while it waits. */
+#include "rendezvous/rdzv.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "rendezvous/store_client.h"
+
+#define KEY_MAX 512
+#define NSIDE 2
+
+struct rdzv {
+    rdzv_opts o;
+    char *run_id, *hostname, *store_host;
+    char prefix[256];
+    char agent_id[96];
+    store_client *c;            /* the rendezvous thread's connection; owns alive/<id> */
+    store_client *side[NSIDE];  /* connections for other threads */
+    uint64_t lease;
+    int64_t last_renew_ms;
+    int round;                  /* the round last joined or seen */
+    int member_round;           /* the round this agent is a member of; -1 none */
+    int restart_count;
+    int nnodes;
+    rdzv_node nodes[RDZV_MAX_NODES];
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* prefix + formatted suffix */
+static const char *key(const rdzv *r, char *buf, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static const char *key(const rdzv *r, char *buf, const char *fmt, ...) {
+    int n = snprintf(buf, KEY_MAX, "%s", r->prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, KEY_MAX - (size_t)n, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+static int set_str(store_client *c, const char *k, const char *v) {
+    return store_set(c, k, v, strlen(v));
+}
+
+/* An integer stored as text; `dflt` when the key is missing. */
+static int get_int(store_client *c, const char *k, long dflt, long *out) {
+    uint8_t *v = NULL;
+    size_t n;
+    int rc = store_try_get(c, k, &v, &n);
+    if (rc == -ENOENT) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc) return rc;
+    *out = strtol((char *)v, NULL, 10);
+    free(v);
+    return 0;
+}
+
+static int key_exists(store_client *c, const char *k, int *yes) {
+    return store_check(c, 1, &k, yes);
+}
+
+/* Renews the heartbeat lease when a third of its lifetime has passed. */
+static int renew(rdzv *r) {
+    if (now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
+    int rc = store_lease_renew(r->c, r->lease);
+    if (rc == -ENOENT) {
+        log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s)",
+                 r->o.heartbeat);
+        return -ETIMEDOUT;
+    }
+    if (rc == 0) r->last_renew_ms = now_ms();
+    return rc;
+}
+
+/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive. */
+static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *const *keys,
+                          int64_t deadline_ms, size_t *idx) {
+    int slice = (int)(r->o.heartbeat * 1000 / 3);
+    if (slice < 10) slice = 10;
+    for (;;) {
+        int rc = renew(r);
+        if (rc) return rc;
+        int64_t left = deadline_ms - now_ms();
+        if (left <= 0) return -ETIMEDOUT;
+        rc = store_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
+        if (rc != -ETIMEDOUT) return rc;
+    }
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+static void make_agent_id(rdzv *r) {
+    unsigned rnd = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&rnd, sizeof rnd, 1, f) != 1) rnd = 0;
+        fclose(f);
+    }
+    snprintf(r->agent_id, sizeof r->agent_id, "%s:%d:%08x", r->hostname, (int)getpid(), rnd);
+}
+
+int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
+    *out = NULL;
+    rdzv *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->o = *o;
+    r->run_id = strdup(o->run_id);
+    r->hostname = strdup(o->hostname);
+    r->store_host = strdup(o->host);
+    r->member_round = -1;
+    snprintf(r->prefix, sizeof r->prefix, "/ddprun/%s/", o->run_id);
+    make_agent_id(r);
+    store_client_opts co = {.host = o->host, .port = o->port,
+                            .connect_timeout_ms = (int)(o->join_timeout * 1000),
+                            .timeout_ms = 60000};
+    int rc = store_client_connect(&co, &r->c);
+    for (int i = 0; rc == 0 && i < NSIDE; i++) rc = store_client_connect(&co, &r->side[i]);
+    if (rc) {
+        snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host, o->port,
+                 strerror(-rc));
+        rdzv_close(r);
+        return rc;
+    }
+    char k[KEY_MAX];
+    rc = store_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
+    if (rc == 0) rc = store_lease_grant(r->c, (int64_t)(o->heartbeat * 1000), &r->lease);
+    if (rc == 0) rc = store_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    if (rc) {
+        snprintf(err, errlen, "the store at %s:%d is not a ddprun store (%s)", o->host, o->port,
+                 strerror(-rc));
+        rdzv_close(r);
+        return rc;
+    }
+    r->last_renew_ms = now_ms();
+    *out = r;
+    return 0;
+}
+
+void rdzv_close(rdzv *r) {
+    if (!r) return;
+    store_client_close(r->c);
+    for (int i = 0; i < NSIDE; i++) store_client_close(r->side[i]);
+    free(r->run_id);
+    free(r->hostname);
+    free(r->store_host);
+    free(r);
+}
+
+const char *rdzv_agent_id(const rdzv *r) { return r->agent_id; }
+
+/* ---- joining a round ---------------------------------------------------- */
+
+static void describe_self(const rdzv *r, char *out, size_t n) {
+    snprintf(out, n, "%s\t%s\t%d\t%d", r->agent_id, r->hostname, r->o.nproc, r->o.node_rank);
+}
+
+static int parse_node(const char *s, rdzv_node *node) {
+    memset(node, 0, sizeof *node);
+    return sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d", node->agent_id, node->host, &node->nproc,
+                  &node->node_rank_hint) == 4
+               ? 0
+               : -EPROTO;
+}
+
+/* The hosts that joined round `round`, for a timeout message. */
+static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    for (long i = 1; i <= n && len + 8 < cap; i++) {
+        char k[KEY_MAX];
+        uint8_t *v = NULL;
+        size_t vn;
+        rdzv_node node;
+        if (store_try_get(r->c, key(r, k, "r%d/node/%ld", round, i), &v, &vn) != 0) continue;
+        if (parse_node((char *)v, &node) == 0)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", node.host);
+        free(v);
+    }
+}
+
+/* Waits until round `round` is closed and returns its node count. */
+static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, char *err,
+                       size_t errlen) {
+    char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX], k[KEY_MAX];
+    key(r, kstate, "r%d/state", round);
+    key(r, kjoin, "r%d/njoined", round);
+    long expect;
+    int rc = get_int(r->c, key(r, k, "r%d/expect", round), r->o.max_nodes, &expect);
+    int64_t last_call = 0;
+    while (rc == 0) {
+        int64_t n;
+        long st;
+        if ((rc = store_add(r->c, kjoin, 0, &n)) || (rc = get_int(r->c, kstate, -1, &st))) break;
+        if (st >= 0) {
+            *closed = st;
+            return 0;
+        }
+        if (n >= r->o.max_nodes || (n >= r->o.min_nodes && n >= expect)) {
+            char v[32];
+            snprintf(v, sizeof v, "%lld", (long long)n);
+            uint8_t *out = NULL;
+            size_t on;
+            rc = store_compare_set(r->c, kstate, "", 0, v, strlen(v), &out, &on);
+            free(out);
+            continue;
+        }
+        if (n >= r->o.min_nodes && !last_call)
+            last_call = now_ms() + (int64_t)(r->o.last_call_timeout * 1000);
+        int64_t deadline = last_call ? last_call : join_deadline;
+        const char *keys[] = {kstate, key(r, knext, "r%d/node/%lld", round, (long long)n + 1)};
+        const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
+        size_t idx;
+        rc = wait_any_until(r, 2, conds, keys, deadline, &idx);
+        if (rc == -ETIMEDOUT && last_call) {
+            expect = n; /* last call is over: close with whoever is here */
+            rc = 0;
+        } else if (rc == -ETIMEDOUT) {
+            char hosts[1024];
+            joined_hosts(r, round, n, hosts, sizeof hosts);
+            snprintf(err, errlen,
+                     "rendezvous '%s' timed out after %.0f s: %lld of min %d nodes joined%s%s%s",
+                     r->run_id, r->o.join_timeout, (long long)n, r->o.min_nodes,
+                     n ? " (" : "", hosts, n ? ")" : "");
+            return -ETIMEDOUT;
+        }
+    }
+    snprintf(err, errlen, "rendezvous '%s': lost the store at %s:%d: %s", r->run_id,
+             r->store_host, r->o.port, strerror(-rc));
+    return rc;
+}
+
+/* Natural order of host names (node2 before node10), then agent ids. */
+static int node_cmp(const void *a, const void *b) {
+    const rdzv_node *x = a, *y = b;
+    if (x->node_rank_hint >= 0 && y->node_rank_hint >= 0)
+        return (x->node_rank_hint > y->node_rank_hint) - (x->node_rank_hint < y->node_rank_hint);
+    int c = strverscmp(x->host, y->host);
+    return c ? c : strcmp(x->agent_id, y->agent_id);
+}
+
+/* Reads the members' descriptions and orders them into ranks. */
+static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
+    if (n > RDZV_MAX_NODES) {
+        snprintf(err, errlen, "rendezvous '%s': %ld nodes exceed the limit of %d", r->run_id, n,
+                 RDZV_MAX_NODES);
+        return -E2BIG;
+    }
+    char **keys = calloc((size_t)n, sizeof *keys);
+    uint8_t **vals = calloc((size_t)n, sizeof *vals);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    int rc = keys && vals && lens ? 0 : -ENOMEM;
+    for (long i = 0; rc == 0 && i < n; i++) {
+        keys[i] = malloc(KEY_MAX);
+        if (!keys[i]) rc = -ENOMEM;
+        else key(r, keys[i], "r%d/node/%ld", round, i + 1);
+    }
+    if (rc == 0) rc = store_wait(r->c, (size_t)n, (const char *const *)keys, 30000);
+    if (rc == 0) rc = store_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
+    for (long i = 0; rc == 0 && i < n; i++) rc = parse_node((char *)vals[i], &r->nodes[i]);
+    for (long i = 0; i < n && keys; i++) {
+        free(keys[i]);
+        if (vals) free(vals[i]);
+    }
+    free(keys);
+    free(vals);
+    free(lens);
+    if (rc) {
+        snprintf(err, errlen, "rendezvous '%s': cannot read the members of round %d: %s",
+                 r->run_id, round, strerror(-rc));
+        return rc;
+    }
+    r->nnodes = (int)n;
+    qsort(r->nodes, (size_t)n, sizeof r->nodes[0], node_cmp);
+    for (long i = 0; r->o.node_rank >= 0 && i < n; i++) {
+        if (r->nodes[i].node_rank_hint != i) {
+            snprintf(err, errlen,
+                     "static rendezvous '%s': node ranks must be 0..%ld, each once; got %d on %s",
+                     r->run_id, n - 1, r->nodes[i].node_rank_hint, r->nodes[i].host);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Node rank 0 removes what workers of an earlier round with the same
+ * restart count left in the store (torch's workers prefix their keys with
+ * /worker/attempt_<restart count>/), so a group re-formed after a
+ * membership change starts clean. */
+static int clear_worker_keys(rdzv *r, int restarts) {
+    char **keys = NULL;
+    size_t n = 0;
+    int rc = store_list_keys(r->c, &keys, &n);
+    if (rc) return rc;
+    char needle[64];
+    snprintf(needle, sizeof needle, "worker/attempt_%d/", restarts);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (strstr(keys[i], needle)) rc = store_delete(r->c, keys[i], NULL);
+    store_free_keys(keys, n);
+    return rc;
+}
+
+static int fill_result(rdzv *r, int round, rdzv_result *res) {
+    memset(res, 0, sizeof *res);
+    res->round = round;
+    res->group_world_size = r->nnodes;
+    res->restart_count = r->restart_count;
+    res->nodes = r->nodes;
+    res->group_rank = -1;
+    for (int i = 0; i < r->nnodes; i++) {
+        if (strcmp(r->nodes[i].agent_id, r->agent_id) == 0) {
+            res->group_rank = i;
+            res->rank_offset = res->world_size;
+        }
+        res->world_size += r->nodes[i].nproc;
+    }
+    return res->group_rank >= 0 ? 0 : -EPROTO;
+}
+
+/* Waits for round round+1 to open (after this round ended or closed
+ * without us). */
+static int wait_next_round(rdzv *r, int round, int64_t deadline, char *err, size_t errlen) {
+    char k[KEY_MAX], kclosed[KEY_MAX];
+    const char *keys[] = {key(r, k, "r%d/open", round + 1), key(r, kclosed, "closed")};
+    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
+    size_t idx;
+    int rc = wait_any_until(r, 2, conds, keys, deadline, &idx);
+    if (rc == 0 && idx == 1) rc = -EPIPE;
+    if (rc == -ETIMEDOUT)
+        snprintf(err, errlen,
+                 "rendezvous '%s' timed out after %.0f s waiting for round %d to end and admit "
+                 "this node",
+                 r->run_id, r->o.join_timeout, round);
+    else if (rc == -EPIPE)
+        snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
+    else if (rc)
+        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
+    return rc;
+}
+
+/* Registers as waiting for the running round `round` (of n nodes) and
+ * waits for the next one. */
+static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char *err,
+                             size_t errlen) {
+    if (n < r->o.max_nodes) {
+        char k[KEY_MAX];
+        int64_t w;
+        int rc = store_add(r->c, key(r, k, "r%d/nwaiting", round), 1, &w);
+        if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/waiting/%lld", round, (long long)w), r->agent_id);
+        if (rc) return rc;
+        log_info("rendezvous '%s': round %d is running with %ld nodes; waiting to be admitted",
+                 r->run_id, round, n);
+    } else {
+        log_info("rendezvous '%s': round %d is full (%ld nodes); standing by as a spare",
+                 r->run_id, round, n);
+    }
+    return wait_next_round(r, round, deadline, err, errlen);
+}
+
+/* One attempt at the current round; 1 means "go round again". */
+static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, size_t errlen) {
+    char k[KEY_MAX];
+    int64_t cur;
+    long restarts, st, closed_job;
+    int rc = store_add(r->c, key(r, k, "round"), 0, &cur);
+    if (rc == 0) rc = get_int(r->c, key(r, k, "closed"), 0, &closed_job);
+    if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/restarts", (long long)cur), 0, &restarts);
+    if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/state", (long long)cur), -1, &st);
+    if (rc) {
+        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
+        return rc;
+    }
+    int round = (int)cur;
+    r->round = round;
+    r->restart_count = (int)restarts;
+    if (closed_job) {
+        snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
+        return -EPIPE;
+    }
+    if (restarts > r->o.max_restarts) return -ECANCELED;
+    if (st >= 0) { /* closed: ours that just ended, or one we arrived too late for */
+        if (r->member_round == round) rc = wait_next_round(r, round, deadline, err, errlen);
+        else rc = wait_as_late_node(r, round, st, deadline, err, errlen);
+        return rc ? rc : 1;
+    }
+    int64_t idx;
+    char desc[512];
+    describe_self(r, desc, sizeof desc);
+    rc = store_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
+    if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
+    long n = 0;
+    if (rc == 0) rc = wait_closed(r, round, deadline, &n, err, errlen);
+    if (rc) return rc;
+    if (idx > n) { /* the round closed just before our index was counted */
+        rc = wait_as_late_node(r, round, n, deadline, err, errlen);
+        return rc ? rc : 1;
+    }
+    if ((rc = read_members(r, round, n, err, errlen))) return rc;
+    if ((rc = fill_result(r, round, res))) return rc;
+    const char *ready = key(r, k, "r%d/ready", round);
+    if (res->group_rank == 0) {
+        rc = clear_worker_keys(r, r->restart_count);
+        if (rc == 0) rc = set_str(r->c, ready, "1");
+    } else {
+        size_t i;
+        const uint8_t cond = STORE_COND_EXISTS;
+        rc = wait_any_until(r, 1, &cond, &ready, deadline, &i);
+    }
+    if (rc) {
+        snprintf(err, errlen, "rendezvous '%s': round %d did not become ready: %s", r->run_id,
+                 round, strerror(-rc));
+        return rc;
+    }
+    r->member_round = round;
+    return 0;
+}
+
+int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen) {
+    int64_t deadline = now_ms() + (int64_t)(r->o.join_timeout * 1000);
+    int rc;
+    while ((rc = try_round(r, res, deadline, err, errlen)) == 1) {}
+    if (rc == -ECANCELED) res->restart_count = r->restart_count;
+    return rc;
+}
+
+/* ---- while the round runs -------------------------------------------------- */
+
+int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
+    *ev = RDZV_EV_NONE;
+    int round = r->round, n = r->nnodes, nk = 0;
+    size_t cap = 2 * (size_t)n + 3;
+    char(*buf)[KEY_MAX] = malloc(cap * KEY_MAX);
+    const char **keys = malloc(cap * sizeof *keys);
+    uint8_t *conds = malloc(cap);
+    int rc = buf && keys && conds ? 0 : -ENOMEM;
+    if (rc) goto out;
+    /* 0: the round ended; 1: this agent is poked; 2: a node waits to join. */
+    keys[nk] = key(r, buf[nk], "r%d/outcome", round), conds[nk++] = STORE_COND_EXISTS;
+    keys[nk] = key(r, buf[nk], "r%d/poke/%s", round, r->agent_id), conds[nk++] = STORE_COND_EXISTS;
+    if (n < r->o.max_nodes)
+        keys[nk] = key(r, buf[nk], "r%d/waiting/1", round), conds[nk++] = STORE_COND_EXISTS;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
+        keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
+        keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
+    }
+    size_t idx = 0;
+    rc = wait_any_until(r, (size_t)nk, conds, keys, now_ms() + timeout_ms, &idx);
+    if (rc == -ETIMEDOUT) {
+        rc = 0;
+        goto out;
+    }
+    if (rc) goto out;
+    if (idx == 1) {
+        store_delete(r->c, keys[1], NULL);
+        *ev = RDZV_EV_POKED;
+    } else if (idx == 0) {
+        uint8_t *v = NULL;
+        size_t vn;
+        rc = store_get(r->c, keys[0], &v, &vn);
+        *ev = rc == 0 && strncmp((char *)v, "failure", 7) == 0 ? RDZV_EV_FAILURE : RDZV_EV_MEMBERSHIP;
+        free(v);
+    } else {
+        /* A member is gone or a node waits: end the round (the first
+         * agent to say why wins; the others' calls change nothing). */
+        log_info("rendezvous '%s': %s; the group restarts", r->run_id,
+                 conds[idx] == STORE_COND_ABSENT ? "a node left" : "a node is waiting to join");
+        rc = rdzv_end_round(r, -1, RDZV_EV_MEMBERSHIP);
+        if (rc == 0) rc = rdzv_watch(r, 1000, ev); /* read back the winning reason */
+        if (rc == 0 && *ev == RDZV_EV_NONE) *ev = RDZV_EV_MEMBERSHIP;
+    }
+out:
+    free(buf);
+    free(keys);
+    free(conds);
+    return rc;
+}
+
+static store_client *client_for(rdzv *r, int side) {
+    return side >= 0 && side < NSIDE ? r->side[side] : r->c;
+}
+
+/* The winner counts the survivors so the next round can close as soon as
+ * they are all back, instead of after the last call. */
+static int open_next_round(rdzv *r, store_client *c, int round, rdzv_event why) {
+    char k[KEY_MAX], v[32];
+    long alive = 0;
+    for (int i = 0; i < r->nnodes; i++) {
+        int yes = 0;
+        int rc = key_exists(c, key(r, k, "alive/%s", r->nodes[i].agent_id), &yes);
+        if (rc) return rc;
+        alive += yes;
+    }
+    int64_t waiting = 0;
+    int rc = store_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
+    long expect = alive + (long)waiting;
+    if (expect > r->o.max_nodes) expect = r->o.max_nodes;
+    if (expect < r->o.min_nodes) expect = r->o.min_nodes;
+    int restarts = r->restart_count + (why == RDZV_EV_FAILURE);
+    snprintf(v, sizeof v, "%d", restarts);
+    if (rc == 0) rc = set_str(c, key(r, k, "r%d/restarts", round + 1), v);
+    snprintf(v, sizeof v, "%ld", expect);
+    if (rc == 0) rc = set_str(c, key(r, k, "r%d/expect", round + 1), v);
+    int64_t next;
+    if (rc == 0) rc = store_add(c, key(r, k, "round"), 1, &next);
+    if (rc == 0) rc = set_str(c, key(r, k, "r%d/open", round + 1), "1");
+    return rc;
+}
+
+int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
+    store_client *c = client_for(r, side);
+    char k[KEY_MAX], mine[160];
+    int round = r->member_round;
+    snprintf(mine, sizeof mine, "%s %s", why == RDZV_EV_FAILURE ? "failure" : "membership",
+             r->agent_id);
+    uint8_t *out = NULL;
+    size_t on = 0;
+    int rc = store_compare_set(c, key(r, k, "r%d/outcome", round), "", 0, mine, strlen(mine),
+                               &out, &on);
+    int won = rc == 0 && on == strlen(mine) && memcmp(out, mine, on) == 0;
+    free(out);
+    if (rc || !won) return rc;
+    return open_next_round(r, c, round, why);
+}
+
+int rdzv_record_failure(rdzv *r, int side, const char *json_line) {
+    char k[KEY_MAX];
+    store_client *c = client_for(r, side);
+    int rc = store_append(c, key(r, k, "failures"), json_line, strlen(json_line));
+    return rc ? rc : store_append(c, k, "\n", 1);
+}
+
+char *rdzv_failures(rdzv *r, int side) {
+    char k[KEY_MAX];
+    uint8_t *v = NULL;
+    size_t n;
+    if (store_try_get(client_for(r, side), key(r, k, "failures"), &v, &n) != 0) return NULL;
+    return (char *)v;
+}
+
+int rdzv_poke(rdzv *r, int side) {
+    char k[KEY_MAX];
+    return set_str(client_for(r, side), key(r, k, "r%d/poke/%s", r->round, r->agent_id), "1");
+}
+
+int rdzv_exit_barrier(rdzv *r, double timeout_s) {
+    char k[KEY_MAX], kdone[KEY_MAX], kout[KEY_MAX];
+    int round = r->member_round;
+    int64_t n;
+    int rc = store_add(r->c, key(r, k, "r%d/ndone", round), 1, &n);
+    key(r, kdone, "r%d/alldone", round);
+    if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, kdone, "1");
+    if (rc) return rc;
+    const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
+    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
+    size_t idx;
+    rc = wait_any_until(r, 2, conds, keys, now_ms() + (int64_t)(timeout_s * 1000), &idx);
+    if (rc == 0 && idx == 0) set_str(r->c, key(r, k, "closed"), "1");
+    return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
+}

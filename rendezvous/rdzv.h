@@ -1,0 +1,105 @@
+/* Rendezvous: how agents agree, over the store, on who is in the next
+ * round of the job and with which ranks. Blocking; the agent runs it on
+ * its own thread. One algorithm serves both backends: "static" is the
+ * dynamic one with min = max = nnodes and node ranks taken from
+ * --node-rank.
+ *
+ * A job's keys live under /ddprun/<run_id>/. Rounds are numbered from 0;
+ * round r's keys are under r<r>/:
+ *   njoined        ADD counter, the joiners' indexes (1-based)
+ *   node/<i>       joiner i's description (agent id, host, nproc, node rank)
+ *   state          the closed round's node count, written once (COMPARE_SET)
+ *   ready          set by node rank 0 once the workers' keys are cleared
+ *   restarts       failure restarts spent before this round
+ *   expect         how many nodes the round is expected to gather
+ *   open           set when round r is opened (r > 0)
+ *   outcome        why round r ended: "failure" or "membership" (first writer wins)
+ *   waiting/<i>    nodes that arrived after the round closed (a scale-up)
+ *   poke/<agent>   wakes that agent's watch (used for the exit barrier)
+ *   ndone, alldone exit barrier
+ * plus, for the whole job, "round" (the current round) and for each agent
+ * "alive/<agent>" (owned by its watch connection: gone the moment the
+ * agent dies) and "hb/<agent>" (owned by a lease the agent renews: gone
+ * within one heartbeat interval if the agent hangs or is cut off). */
+#ifndef DDPRUN_RENDEZVOUS_RDZV_H
+#define DDPRUN_RENDEZVOUS_RDZV_H
+
+#include <stddef.h>
+
+#define RDZV_MAX_NODES 4096
+
+typedef struct {
+    const char *host; /* the store */
+    int port;
+    const char *run_id;
+    int min_nodes, max_nodes;
+    int node_rank;            /* >= 0: fixed (static backend); -1: by host name order */
+    int nproc;                /* this node's workers */
+    const char *hostname;     /* this node's name, for ranks and messages */
+    double join_timeout;      /* s */
+    double last_call_timeout; /* s */
+    double heartbeat;         /* s */
+    int max_restarts;
+} rdzv_opts;
+
+typedef struct {
+    char agent_id[96];
+    char host[128];
+    int nproc;
+    int node_rank_hint;
+} rdzv_node;
+
+typedef struct {
+    int round;
+    int group_rank;       /* this node's rank */
+    int group_world_size; /* nodes in the round */
+    int rank_offset;      /* global rank of this node's local rank 0 */
+    int world_size;       /* workers in the round */
+    int restart_count;    /* failure restarts spent so far */
+    rdzv_node *nodes;     /* in rank order; owned by the rdzv handle */
+} rdzv_result;
+
+typedef enum {
+    RDZV_EV_NONE = 0,       /* watch timed out; nothing happened */
+    RDZV_EV_FAILURE,        /* a worker failed somewhere: restart */
+    RDZV_EV_MEMBERSHIP,     /* a node left or is waiting to join: restart */
+    RDZV_EV_POKED,          /* the local agent asked the watch to return */
+} rdzv_event;
+
+typedef struct rdzv rdzv;
+
+/* Connects to the store (retrying until join_timeout). 0 or -errno with
+ * a message in err. */
+int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen);
+void rdzv_close(rdzv *r);
+/* This agent's id in the store. */
+const char *rdzv_agent_id(const rdzv *r);
+
+/* Joins the next round and returns once it is closed and ready. -ETIMEDOUT
+ * (message names who came) if too few nodes joined within join_timeout;
+ * -ECANCELED if restarts are exhausted (res->restart_count tells how many). */
+int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen);
+
+/* Blocks up to timeout_ms watching the running round; renews the
+ * heartbeat. Returns the event (RDZV_EV_NONE on timeout) or -errno. */
+int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev);
+
+/* Ends the current round for `why` (RDZV_EV_FAILURE or RDZV_EV_MEMBERSHIP)
+ * and opens the next one. Safe to call from several agents: the first
+ * reason wins. Uses the caller's own store connection (`side`), so it may
+ * run on another thread than rdzv_watch. */
+int rdzv_end_round(rdzv *r, int side, rdzv_event why);
+
+/* Records a failure description (one JSON line) for the job's summary. */
+int rdzv_record_failure(rdzv *r, int side, const char *json_line);
+/* All failure lines recorded so far (malloc'd, NUL-terminated) or NULL. */
+char *rdzv_failures(rdzv *r, int side);
+
+/* Wakes this agent's rdzv_watch (RDZV_EV_POKED). */
+int rdzv_poke(rdzv *r, int side);
+
+/* Exit barrier: waits until every node of the round has finished, or the
+ * round ends otherwise, or timeout. 0 when all finished. */
+int rdzv_exit_barrier(rdzv *r, double timeout_s);
+
+#endif

@@ -1,0 +1,206 @@
+/* Rendezvous tests: several agents (threads, each with its own rdzv
+ * handle) meet through a store running in the test process. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "rendezvous/rdzv.h"
+#include "tests/unit/store_fixture.h"
+#include "tests/unit/test.h"
+
+typedef struct {
+    store_fixture *f;
+    rdzv_opts o;
+    char host[32];
+    rdzv *r;
+    rdzv_result res;
+    int rc;
+    char err[512];
+} agent_t;
+
+static void agent_init(agent_t *a, store_fixture *f, const char *host, int min, int max) {
+    memset(a, 0, sizeof *a);
+    a->f = f;
+    snprintf(a->host, sizeof a->host, "%s", host);
+    a->o = (rdzv_opts){.host = "127.0.0.1", .port = f->port, .run_id = "job", .min_nodes = min,
+                       .max_nodes = max, .node_rank = -1, .nproc = 2, .hostname = a->host,
+                       .join_timeout = 10, .last_call_timeout = 0.3, .heartbeat = 1,
+                       .max_restarts = 3};
+}
+
+static void *agent_join(void *p) {
+    agent_t *a = p;
+    if (!a->r) {
+        a->rc = rdzv_open(&a->o, &a->r, a->err, sizeof a->err);
+        if (a->rc) return NULL;
+    }
+    a->rc = rdzv_next(a->r, &a->res, a->err, sizeof a->err);
+    return NULL;
+}
+
+static void join_all(agent_t *a, int n) {
+    pthread_t t[16];
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, agent_join, &a[i]);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++)
+        if (a[i].rc) test_fail(__FILE__, __LINE__, "agent %d: %s", i, a[i].err);
+}
+
+static void close_all(agent_t *a, int n) {
+    for (int i = 0; i < n; i++) rdzv_close(a[i].r);
+}
+
+TEST(rdzv_three_nodes_get_ranks_in_host_order) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agent_init(&a[0], &f, "node10", 3, 3);
+    agent_init(&a[1], &f, "node2", 3, 3);
+    agent_init(&a[2], &f, "node1", 3, 3);
+    a[1].o.nproc = 4;
+    join_all(a, 3);
+    /* node1 < node2 < node10 in natural order; ranks are prefix sums. */
+    CHECK_EQ(a[2].res.group_rank, 0);
+    CHECK_EQ(a[1].res.group_rank, 1);
+    CHECK_EQ(a[0].res.group_rank, 2);
+    CHECK_EQ(a[2].res.rank_offset, 0);
+    CHECK_EQ(a[1].res.rank_offset, 2);
+    CHECK_EQ(a[0].res.rank_offset, 6);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(a[i].res.world_size, 8);
+        CHECK_EQ(a[i].res.group_world_size, 3);
+        CHECK_EQ(a[i].res.restart_count, 0);
+    }
+    close_all(a, 3);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_static_ranks_follow_node_rank) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2];
+    agent_init(&a[0], &f, "aaa", 2, 2);
+    agent_init(&a[1], &f, "bbb", 2, 2);
+    a[0].o.node_rank = 1;
+    a[1].o.node_rank = 0;
+    join_all(a, 2);
+    CHECK_EQ(a[0].res.group_rank, 1);
+    CHECK_EQ(a[1].res.group_rank, 0);
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_times_out_naming_who_came) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a;
+    agent_init(&a, &f, "lonely", 2, 2);
+    a.o.join_timeout = 0.5;
+    agent_join(&a);
+    CHECK_EQ(a.rc, -ETIMEDOUT);
+    CHECK(strstr(a.err, "1 of min 2 nodes joined (lonely)") != NULL);
+    rdzv_close(a.r);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_elastic_closes_after_last_call_then_admits_a_late_node) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agent_init(&a[0], &f, "n0", 2, 4);
+    agent_init(&a[1], &f, "n1", 2, 4);
+    agent_init(&a[2], &f, "n2", 2, 4);
+    join_all(a, 2);
+    CHECK_EQ(a[0].res.group_world_size, 2);
+    /* n2 arrives while round 0 runs: it waits, and the members see it. */
+    pthread_t late;
+    pthread_create(&late, NULL, agent_join, &a[2]);
+    for (int i = 0; i < 2; i++) {
+        rdzv_event ev = RDZV_EV_NONE;
+        for (int tries = 0; tries < 50 && ev == RDZV_EV_NONE; tries++)
+            CHECK_EQ(rdzv_watch(a[i].r, 200, &ev), 0);
+        CHECK_EQ(ev, RDZV_EV_MEMBERSHIP);
+    }
+    join_all(a, 2);
+    pthread_join(late, NULL);
+    CHECK_EQ(a[2].rc, 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(a[i].res.round, 1);
+        CHECK_EQ(a[i].res.group_world_size, 3);
+        CHECK_EQ(a[i].res.restart_count, 0); /* membership changes are free */
+    }
+    close_all(a, 3);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_failure_restarts_count_until_exhausted) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2];
+    agent_init(&a[0], &f, "n0", 2, 2);
+    agent_init(&a[1], &f, "n1", 2, 2);
+    a[0].o.max_restarts = a[1].o.max_restarts = 1;
+    join_all(a, 2);
+    CHECK_EQ(rdzv_end_round(a[0].r, 0, RDZV_EV_FAILURE), 0);
+    rdzv_event ev;
+    CHECK_EQ(rdzv_watch(a[1].r, 2000, &ev), 0);
+    CHECK_EQ(ev, RDZV_EV_FAILURE);
+    join_all(a, 2);
+    CHECK_EQ(a[0].res.restart_count, 1);
+    CHECK_EQ(a[0].res.round, 1);
+    /* A second failure exceeds max_restarts = 1. */
+    CHECK_EQ(rdzv_end_round(a[1].r, 0, RDZV_EV_FAILURE), 0);
+    for (int i = 0; i < 2; i++) {
+        agent_join(&a[i]);
+        CHECK_EQ(a[i].rc, -ECANCELED);
+        CHECK_EQ(a[i].res.restart_count, 2);
+    }
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_survivors_notice_a_dead_agent_and_regroup_smaller) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    for (int i = 0; i < 3; i++) {
+        char h[8];
+        snprintf(h, sizeof h, "n%d", i);
+        agent_init(&a[i], &f, h, 2, 3);
+    }
+    join_all(a, 3);
+    rdzv_close(a[2].r); /* its connection closes, as when it is killed */
+    a[2].r = NULL;
+    for (int i = 0; i < 2; i++) {
+        rdzv_event ev = RDZV_EV_NONE;
+        CHECK_EQ(rdzv_watch(a[i].r, 2000, &ev), 0);
+        CHECK_EQ(ev, RDZV_EV_MEMBERSHIP);
+    }
+    join_all(a, 2);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(a[i].res.group_world_size, 2);
+        CHECK_EQ(a[i].res.restart_count, 0);
+    }
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_exit_barrier_waits_for_every_node) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2];
+    agent_init(&a[0], &f, "n0", 2, 2);
+    agent_init(&a[1], &f, "n1", 2, 2);
+    join_all(a, 2);
+    CHECK_EQ(rdzv_exit_barrier(a[0].r, 0.2), -ETIMEDOUT);
+    CHECK_EQ(rdzv_exit_barrier(a[1].r, 2), 0);
+    CHECK_EQ(rdzv_exit_barrier(a[0].r, 2), 0);
+    /* The job is over: a newcomer is told so. */
+    agent_t late;
+    agent_init(&late, &f, "n9", 2, 2);
+    agent_join(&late);
+    CHECK_EQ(late.rc, -EPIPE);
+    rdzv_close(late.r);
+    close_all(a, 2);
+    fixture_stop(&f);
+}
