@@ -14,11 +14,11 @@ B := build
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The library every program links: one concept per file, grouped by folder.
-LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c)
+LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c) launcher/config.c
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
-BINS := $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
+BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load
 
@@ -39,6 +39,10 @@ $(B)/asan/%.o: %.c
 $(B)/libddprun.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
+
+$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(B)/bin/ddprun-store: $(B)/obj/launcher/store_main.o $(B)/libddprun.a
 	@mkdir -p $(@D)

@@ -135,7 +135,12 @@ int main(int argc, char **argv) {
     uv_loop_t *loop = uv_default_loop();
     store_main m;
     int rc = store_server_init(loop, &m.srv, &o);
-    if (rc) return 1; /* store_server_init logged why */
+    if (rc) {
+        fprintf(stderr, "ddprun-store: cannot listen on %s port %d: %s%s\n",
+                o.host ? o.host : "*", o.port, uv_strerror(rc),
+                rc == UV_EADDRINUSE ? " (choose another --port, or 0 for a free one)" : "");
+        return 1;
+    }
     uv_signal_init(loop, &m.sigint);
     uv_signal_init(loop, &m.sigterm);
     m.sigint.data = m.sigterm.data = &m;

@@ -14,6 +14,7 @@
 #include "rendezvous/rdzv.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,9 @@
 #define NSIDE 2
 
 struct rdzv {
+    /* Guards the round state below, which the rendezvous thread writes
+     * and the agent's main thread reads (rdzv_end_round, rdzv_poke). */
+    pthread_mutex_t mu;
     rdzv_opts o;
     char *run_id, *hostname, *store_host;
     char prefix[256];
@@ -133,6 +137,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     r->hostname = strdup(o->hostname);
     r->store_host = strdup(o->host);
     r->member_round = -1;
+    pthread_mutex_init(&r->mu, NULL);
     snprintf(r->prefix, sizeof r->prefix, "/ddprun/%s/", o->run_id);
     make_agent_id(r);
     store_client_opts co = {.host = o->host, .port = o->port,
@@ -168,6 +173,7 @@ void rdzv_close(rdzv *r) {
     free(r->run_id);
     free(r->hostname);
     free(r->store_host);
+    pthread_mutex_destroy(&r->mu);
     free(r);
 }
 
@@ -395,8 +401,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         return rc;
     }
     int round = (int)cur;
+    pthread_mutex_lock(&r->mu);
     r->round = round;
     r->restart_count = (int)restarts;
+    pthread_mutex_unlock(&r->mu);
     if (closed_job) {
         snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
         return -EPIPE;
@@ -419,7 +427,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
         return rc ? rc : 1;
     }
-    if ((rc = read_members(r, round, n, err, errlen))) return rc;
+    pthread_mutex_lock(&r->mu);
+    rc = read_members(r, round, n, err, errlen);
+    pthread_mutex_unlock(&r->mu);
+    if (rc) return rc;
     if ((rc = fill_result(r, round, res))) return rc;
     const char *ready = key(r, k, "r%d/ready", round);
     if (res->group_rank == 0) {
@@ -435,7 +446,9 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
                  round, strerror(-rc));
         return rc;
     }
+    pthread_mutex_lock(&r->mu);
     r->member_round = round;
+    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
@@ -506,22 +519,30 @@ static store_client *client_for(rdzv *r, int side) {
 
 /* The winner counts the survivors so the next round can close as soon as
  * they are all back, instead of after the last call. */
-static int open_next_round(rdzv *r, store_client *c, int round, rdzv_event why) {
+static int open_next_round(rdzv *r, store_client *c, int round, int restart_count,
+                           rdzv_event why) {
     char k[KEY_MAX], v[32];
     long alive = 0;
-    for (int i = 0; i < r->nnodes; i++) {
+    int nnodes;
+    pthread_mutex_lock(&r->mu);
+    nnodes = r->nnodes;
+    char(*ids)[96] = malloc((size_t)(nnodes ? nnodes : 1) * sizeof *ids);
+    for (int i = 0; ids && i < nnodes; i++) memcpy(ids[i], r->nodes[i].agent_id, sizeof ids[i]);
+    pthread_mutex_unlock(&r->mu);
+    if (!ids) return -ENOMEM;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < nnodes; i++) {
         int yes = 0;
-        int rc = key_exists(c, key(r, k, "alive/%s", r->nodes[i].agent_id), &yes);
-        if (rc) return rc;
+        rc = key_exists(c, key(r, k, "alive/%s", ids[i]), &yes);
         alive += yes;
     }
+    free(ids);
     int64_t waiting = 0;
-    int rc = store_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
+    if (rc == 0) rc = store_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
     long expect = alive + (long)waiting;
     if (expect > r->o.max_nodes) expect = r->o.max_nodes;
     if (expect < r->o.min_nodes) expect = r->o.min_nodes;
-    int restarts = r->restart_count + (why == RDZV_EV_FAILURE);
-    snprintf(v, sizeof v, "%d", restarts);
+    snprintf(v, sizeof v, "%d", restart_count + (why == RDZV_EV_FAILURE));
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/restarts", round + 1), v);
     snprintf(v, sizeof v, "%ld", expect);
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/expect", round + 1), v);
@@ -534,7 +555,10 @@ static int open_next_round(rdzv *r, store_client *c, int round, rdzv_event why) 
 int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
     store_client *c = client_for(r, side);
     char k[KEY_MAX], mine[160];
-    int round = r->member_round;
+    pthread_mutex_lock(&r->mu);
+    int round = r->member_round, restarts = r->restart_count;
+    pthread_mutex_unlock(&r->mu);
+    if (round < 0) return -EINVAL;
     snprintf(mine, sizeof mine, "%s %s", why == RDZV_EV_FAILURE ? "failure" : "membership",
              r->agent_id);
     uint8_t *out = NULL;
@@ -544,7 +568,7 @@ int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
     int won = rc == 0 && on == strlen(mine) && memcmp(out, mine, on) == 0;
     free(out);
     if (rc || !won) return rc;
-    return open_next_round(r, c, round, why);
+    return open_next_round(r, c, round, restarts, why);
 }
 
 int rdzv_record_failure(rdzv *r, int side, const char *json_line) {
@@ -564,7 +588,10 @@ char *rdzv_failures(rdzv *r, int side) {
 
 int rdzv_poke(rdzv *r, int side) {
     char k[KEY_MAX];
-    return set_str(client_for(r, side), key(r, k, "r%d/poke/%s", r->round, r->agent_id), "1");
+    pthread_mutex_lock(&r->mu);
+    int round = r->member_round;
+    pthread_mutex_unlock(&r->mu);
+    return set_str(client_for(r, side), key(r, k, "r%d/poke/%s", round, r->agent_id), "1");
 }
 
 int rdzv_exit_barrier(rdzv *r, double timeout_s) {

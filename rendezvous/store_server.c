@@ -384,8 +384,7 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
     rc = bind_listener(srv, o);
     if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->listener, 8192, on_connection);
     if (rc) {
-        log_error("cannot listen on %s port %d: %s", o->host && *o->host ? o->host : "*",
-                  o->port, uv_strerror(rc));
+        /* The caller says what a busy port means in its setting. */
         store_server_close(srv, NULL);
         uv_run(loop, UV_RUN_NOWAIT); /* let the close callbacks run */
         return rc;

@@ -1,0 +1,635 @@
+/* The agent (see agent.h). Two threads:
+ *
+ *  - the main thread runs a libuv loop: signals, the worker processes and
+ *    their output, and the decisions (agent_* functions below);
+ *  - the rendezvous thread makes the blocking store calls: it joins a
+ *    round, then watches it (peers alive, failures elsewhere, nodes
+ *    waiting), and posts what it learns to the main thread through a
+ *    small mailbox and a uv_async.
+ *
+ * A local worker failure is announced by the main thread itself (one
+ * COMPARE_SET on its own store connection) so that the other agents hear
+ * of it within a round trip; the rendezvous thread sees the same key and
+ * starts the next round while the main thread is still stopping workers. */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "agent/failure.h"
+#include "agent/store_host.h"
+#include "agent/worker_group.h"
+#include "common/log.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/store_client.h"
+
+extern char **environ;
+
+typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent_state;
+typedef enum { EV_ROUND, EV_RESTART, EV_BARRIER, EV_LOST } ev_kind;
+
+#define MAX_EVENTS 16
+#define MAX_FAILURES 256
+
+typedef struct {
+    ev_kind kind;
+    int rc;
+    rdzv_event why;
+    rdzv_result res; /* scalars only: res.nodes belongs to the other thread */
+    char err[512];
+} agent_event;
+
+typedef struct {
+    const ddprun_config *cfg;
+    const char *exe;
+    uv_loop_t *loop;
+    uv_signal_t sigs[4];
+    uv_async_t wake;
+    pthread_t rthread;
+    int rthread_started;
+    pthread_mutex_t mu; /* guards the mailbox and the commands */
+    agent_event evq[MAX_EVENTS];
+    int nev;
+    int cmd_barrier;
+    rdzv *rd;
+    store_host *host;
+    char store_addr[256];
+    int store_port;
+    char hostname[256];
+    char log_root[2048];
+    worker_group *wg;
+    agent_state state;
+    rdzv_result cur;
+    int have_pending;
+    rdzv_result pending;
+    int exit_code;
+    int shutdown_signal;
+    failure fails[MAX_FAILURES];
+    int nfails;
+} agent;
+
+static const int forwarded_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+/* ---- the rendezvous thread ---------------------------------------------- */
+
+static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_result *res,
+                 const char *err) {
+    pthread_mutex_lock(&a->mu);
+    if (a->nev < MAX_EVENTS) {
+        agent_event *e = &a->evq[a->nev++];
+        memset(e, 0, sizeof *e);
+        e->kind = kind;
+        e->rc = rc;
+        e->why = why;
+        if (res) e->res = *res;
+        e->res.nodes = NULL;
+        if (err) snprintf(e->err, sizeof e->err, "%s", err);
+    }
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->wake);
+}
+
+static void *rdzv_thread(void *arg) {
+    agent *a = arg;
+    for (;;) {
+        rdzv_result res;
+        char err[512] = "";
+        memset(&res, 0, sizeof res);
+        int rc = rdzv_next(a->rd, &res, err, sizeof err);
+        post(a, EV_ROUND, rc, RDZV_EV_NONE, &res, err);
+        if (rc) return NULL;
+        for (;;) {
+            pthread_mutex_lock(&a->mu);
+            int barrier = a->cmd_barrier;
+            pthread_mutex_unlock(&a->mu);
+            if (barrier) {
+                rc = rdzv_exit_barrier(a->rd, a->cfg->rdzv.join_timeout);
+                post(a, EV_BARRIER, rc, RDZV_EV_NONE, NULL, NULL);
+                return NULL;
+            }
+            rdzv_event ev;
+            rc = rdzv_watch(a->rd, 1000, &ev);
+            if (rc) {
+                snprintf(err, sizeof err, "lost the rendezvous store at %s:%d: %s",
+                         a->store_addr, a->store_port, strerror(-rc));
+                post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
+                return NULL;
+            }
+            if (ev == RDZV_EV_FAILURE || ev == RDZV_EV_MEMBERSHIP) {
+                post(a, EV_RESTART, 0, ev, NULL, NULL);
+                break;
+            }
+        }
+    }
+}
+
+/* ---- workers --------------------------------------------------------------- */
+
+static int mkdirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -errno;
+        *p = '/';
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* environ minus what we set, plus `extra` ("K=V" strings). */
+static char **build_env(char *const *extra, int nextra) {
+    int n = 0;
+    while (environ[n]) n++;
+    char **env = calloc((size_t)(n + nextra + 1), sizeof *env);
+    if (!env) return NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int overridden = 0;
+        for (int j = 0; j < nextra && !overridden; j++) {
+            size_t len = (size_t)(strchr(extra[j], '=') - extra[j]);
+            overridden = strncmp(environ[i], extra[j], len + 1) == 0;
+        }
+        if (!overridden) env[k++] = environ[i];
+    }
+    for (int j = 0; j < nextra; j++) env[k++] = extra[j];
+    return env;
+}
+
+#define NVARS 24
+
+/* torchrun's worker environment for one local rank. */
+static int worker_vars(agent *a, int local_rank, const char *error_file, char vars[NVARS][512]) {
+    const ddprun_config *c = a->cfg;
+    const rdzv_result *r = &a->cur;
+    int rank = r->rank_offset + local_rank, n = 0;
+#define VAR(...) snprintf(vars[n++], 512, __VA_ARGS__)
+    VAR("LOCAL_RANK=%d", local_rank);
+    VAR("RANK=%d", rank);
+    VAR("GROUP_RANK=%d", r->group_rank);
+    VAR("ROLE_RANK=%d", rank);
+    VAR("ROLE_NAME=%s", c->role);
+    VAR("LOCAL_WORLD_SIZE=%d", c->nproc_per_node);
+    VAR("WORLD_SIZE=%d", r->world_size);
+    VAR("GROUP_WORLD_SIZE=%d", r->group_world_size);
+    VAR("ROLE_WORLD_SIZE=%d", r->world_size);
+    VAR("MASTER_ADDR=%s", a->store_addr);
+    VAR("MASTER_PORT=%d", a->store_port);
+    VAR("TORCHELASTIC_RESTART_COUNT=%d", r->restart_count);
+    VAR("TORCHELASTIC_MAX_RESTARTS=%d", c->max_restarts);
+    VAR("TORCHELASTIC_RUN_ID=%s", c->rdzv_id);
+    VAR("TORCHELASTIC_USE_AGENT_STORE=True");
+    VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
+    VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
+    VAR("NCCL_ASYNC_ERROR_HANDLING=1");
+    VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
+    if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
+#undef VAR
+    return n;
+}
+
+static int console_shown(const ddprun_config *c, int local_rank) {
+    if (!c->local_ranks_filter) return 1;
+    for (int i = 0; i < c->n_local_ranks_filter; i++)
+        if (c->local_ranks_filter[i] == local_rank) return 1;
+    return 0;
+}
+
+/* Where one stream of one worker goes: --redirects sends it to its file
+ * only, --tee to the file and the console (prefixed), neither to the
+ * console alone. */
+static void stream_opts(agent *a, int local_rank, int which, const char *file, char *prefix,
+                        worker_output_opts *o) {
+    const ddprun_config *c = a->cfg;
+    int redirect = stream_for_rank(&c->redirects, local_rank) & which;
+    int tee = stream_for_rank(&c->tee, local_rank) & which;
+    o->file = redirect || tee ? file : NULL;
+    o->console_fd = (redirect && !tee) || !console_shown(c, local_rank)
+                        ? -1
+                        : (which == STREAM_OUT ? 1 : 2);
+    o->prefix = tee ? prefix : NULL;
+}
+
+static void on_worker_exit(worker_group *g, worker *w);
+static void on_group_idle(worker_group *g);
+
+static int start_workers(agent *a) {
+    const ddprun_config *c = a->cfg;
+    int n = c->nproc_per_node, rc = 0;
+    char dir[3072], out_file[3200], err_file[3200], prefix[64][64];
+    worker_spec *specs = calloc((size_t)n, sizeof *specs);
+    char(*vars)[NVARS][512] = calloc((size_t)n, sizeof *vars);
+    char *(*ptrs)[NVARS] = calloc((size_t)n, sizeof *ptrs);
+    if (!specs || !vars || !ptrs) rc = -ENOMEM;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        snprintf(dir, sizeof dir, "%s/attempt_%d/%d", a->log_root, a->cur.restart_count, i);
+        if ((rc = mkdirs(dir))) {
+            log_error("cannot create the log directory %s: %s", dir, strerror(-rc));
+            break;
+        }
+        snprintf(specs[i].error_file, sizeof specs[i].error_file, "%s/error.json", dir);
+        unlink(specs[i].error_file); /* a stale one would be blamed for this attempt */
+        snprintf(out_file, sizeof out_file, "%s/stdout.log", dir);
+        snprintf(err_file, sizeof err_file, "%s/stderr.log", dir);
+        snprintf(prefix[i % 64], sizeof prefix[0], "[%s%d]:", c->role, a->cur.rank_offset + i);
+        stream_opts(a, i, STREAM_OUT, out_file, prefix[i % 64], &specs[i].out);
+        stream_opts(a, i, STREAM_ERR, err_file, prefix[i % 64], &specs[i].err);
+        int nv = worker_vars(a, i, specs[i].error_file, vars[i]);
+        for (int v = 0; v < nv; v++) ptrs[i][v] = vars[i][v];
+        specs[i].env = build_env(ptrs[i], nv);
+        specs[i].argv = c->argv;
+        specs[i].global_rank = a->cur.rank_offset + i;
+        if (!specs[i].env) rc = -ENOMEM;
+        /* worker_output_init copies the paths it needs, so the buffers can be reused. */
+        if (rc == 0 && i + 1 < n) continue;
+    }
+    if (rc == 0) {
+        a->wg = worker_group_new(a->loop, a->exe);
+        a->wg->on_exit = on_worker_exit;
+        a->wg->on_idle = on_group_idle;
+        a->wg->data = a;
+        char err[512];
+        rc = worker_group_start(a->wg, n, specs, err, sizeof err);
+        if (rc) log_error("%s", err);
+    }
+    for (int i = 0; specs && i < n; i++) free(specs[i].env);
+    free(specs);
+    free(vars);
+    free(ptrs);
+    if (rc == 0) {
+        a->state = ST_RUNNING;
+        a->nfails = 0;
+        log_info("started %d worker%s on %s: node rank %d of %d, global ranks %d-%d of %d, "
+                 "restart %d of %d (round %d)",
+                 n, n == 1 ? "" : "s", a->hostname, a->cur.group_rank, a->cur.group_world_size,
+                 a->cur.rank_offset, a->cur.rank_offset + n - 1, a->cur.world_size,
+                 a->cur.restart_count, c->max_restarts, a->cur.round);
+    }
+    return rc;
+}
+
+/* ---- decisions --------------------------------------------------------------- */
+
+static void finish(agent *a, int code) {
+    a->exit_code = code;
+    uv_stop(a->loop);
+}
+
+static const char *program_name(const ddprun_config *c) {
+    for (int i = 0; c->argv[i]; i++) {
+        const char *s = c->argv[i];
+        if (s[0] != '-' && strcmp(s, "python3") != 0 && !strstr(s, "python")) return s;
+    }
+    return c->argv[0];
+}
+
+/* Restarts are spent: print torchrun's summary from every node's failures
+ * of the last round that failed. */
+static void report_exhausted(agent *a, int restarts) {
+    log_error("the worker group failed %d time%s; --max-restarts=%d is spent", restarts,
+              restarts == 1 ? "" : "s", a->cfg->max_restarts);
+    char *all = rdzv_failures(a->rd, 0);
+    failure fs[MAX_FAILURES];
+    int n = 0, last_round = -1;
+    for (char *line = all ? strtok(all, "\n") : NULL; line && n < MAX_FAILURES;
+         line = strtok(NULL, "\n")) {
+        if (failure_from_json(line, &fs[n]) != 0) continue;
+        if (fs[n].round > last_round) last_round = fs[n].round;
+        n++;
+    }
+    free(all);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (fs[i].round == last_round) fs[k++] = fs[i];
+        else failure_free(&fs[i]);
+    }
+    if (k == 0) /* the store had none: fall back to what this node saw */
+        for (int i = 0; i < a->nfails; i++) fs[k++] = a->fails[i], a->fails[i].message = NULL,
+                                             a->fails[i].traceback = NULL;
+    failure_print_summary(stderr, program_name(a->cfg), fs, k);
+    for (int i = 0; i < k; i++) failure_free(&fs[i]);
+}
+
+static void stop_workers(agent *a, int sig) {
+    if (a->wg && !a->wg->idle) worker_group_stop(a->wg, sig, a->cfg->shutdown_timeout);
+}
+
+static void on_round(agent *a, const agent_event *e) {
+    if (e->rc == -ECANCELED) {
+        report_exhausted(a, e->res.restart_count);
+        finish(a, 1);
+        return;
+    }
+    if (e->rc) {
+        log_error("%s", e->err);
+        stop_workers(a, SIGTERM);
+        a->state = ST_SHUTDOWN;
+        a->shutdown_signal = 0;
+        a->exit_code = 1;
+        if (!a->wg || a->wg->idle) finish(a, 1);
+        return;
+    }
+    if (a->wg && !a->wg->idle) { /* the old group is still stopping */
+        a->pending = e->res;
+        a->have_pending = 1;
+        return;
+    }
+    a->cur = e->res;
+    if (start_workers(a) != 0) finish(a, 1);
+}
+
+static void on_restart(agent *a, rdzv_event why) {
+    if (a->state != ST_RUNNING) return; /* already stopping for our own failure */
+    log_info("%s; stopping the local workers and re-forming the group",
+             why == RDZV_EV_FAILURE ? "a worker failed on another node"
+                                    : "the group's membership changed");
+    a->state = ST_STOPPING;
+    stop_workers(a, SIGTERM);
+}
+
+static void on_barrier(agent *a, int rc) {
+    if (rc == -ECANCELED)
+        log_warn("another node failed after this node's workers finished; leaving anyway");
+    else if (rc)
+        log_warn("exit barrier: not every node finished in time (%s); leaving anyway",
+                 strerror(-rc));
+    finish(a, 0);
+}
+
+static void on_wake(uv_async_t *h) {
+    agent *a = h->data;
+    agent_event evs[MAX_EVENTS];
+    pthread_mutex_lock(&a->mu);
+    int n = a->nev;
+    memcpy(evs, a->evq, (size_t)n * sizeof evs[0]);
+    a->nev = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < n; i++) {
+        if (a->state == ST_SHUTDOWN && evs[i].kind != EV_ROUND) continue;
+        switch (evs[i].kind) {
+        case EV_ROUND:
+            if (a->state != ST_SHUTDOWN) on_round(a, &evs[i]);
+            break;
+        case EV_RESTART: on_restart(a, evs[i].why); break;
+        case EV_BARRIER: on_barrier(a, evs[i].rc); break;
+        case EV_LOST:
+            log_error("%s", evs[i].err);
+            a->state = ST_SHUTDOWN;
+            a->exit_code = 1;
+            stop_workers(a, SIGTERM);
+            if (!a->wg || a->wg->idle) finish(a, 1);
+            break;
+        }
+    }
+}
+
+static void on_worker_exit(worker_group *g, worker *w) {
+    agent *a = g->data;
+    int failed = w->term_signal != 0 || w->exit_status != 0;
+    if (!failed || a->state != ST_RUNNING) return;
+    failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
+    failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
+                      w->term_signal, w->exit_time, w->error_file, a->cur.round);
+    log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
+              w->global_rank, w->pid, f->message);
+    a->state = ST_STOPPING;
+    stop_workers(a, SIGTERM);
+    char *json = failure_to_json(f);
+    int rc = json ? rdzv_record_failure(a->rd, 0, json) : -ENOMEM;
+    free(json);
+    if (rc == 0) rc = rdzv_end_round(a->rd, 0, RDZV_EV_FAILURE);
+    if (rc) log_error("cannot tell the other nodes about the failure: %s", strerror(-rc));
+}
+
+static void on_group_idle(worker_group *g) {
+    agent *a = g->data;
+    if (a->state == ST_SHUTDOWN) {
+        finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
+        return;
+    }
+    if (a->state == ST_RUNNING) { /* every worker exited 0 */
+        if (a->cur.group_world_size > 1)
+            log_info("all %d local workers finished; waiting for the other nodes", g->n);
+        a->state = ST_BARRIER;
+        pthread_mutex_lock(&a->mu);
+        a->cmd_barrier = 1;
+        pthread_mutex_unlock(&a->mu);
+        rdzv_poke(a->rd, 0);
+        return;
+    }
+    if (a->state != ST_STOPPING) return;
+    worker_group_free(a->wg);
+    a->wg = NULL;
+    a->state = ST_RDZV;
+    if (a->have_pending) {
+        a->have_pending = 0;
+        a->cur = a->pending;
+        if (start_workers(a) != 0) finish(a, 1);
+    }
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+    agent *a = s->data;
+    if (a->state == ST_SHUTDOWN && a->shutdown_signal) {
+        log_warn("%s again: killing the workers now", strsignal(signum));
+        stop_workers(a, SIGKILL);
+        return;
+    }
+    log_info("%s received: forwarding it to the workers (SIGKILL after %.0f s)",
+             strsignal(signum), a->cfg->shutdown_timeout);
+    a->state = ST_SHUTDOWN;
+    a->shutdown_signal = signum;
+    if (!a->wg || a->wg->idle) {
+        finish(a, 128 + signum);
+        return;
+    }
+    stop_workers(a, signum);
+}
+
+/* ---- the store ------------------------------------------------------------------ */
+
+static int is_local_address(const char *host) {
+    char me[256];
+    if (gethostname(me, sizeof me) == 0 && strcmp(me, host) == 0) return 1;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    struct ifaddrs *ifs = NULL;
+    getifaddrs(&ifs);
+    int local = 0;
+    for (struct addrinfo *ai = res; ai && !local; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            struct in_addr in = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+            local = (ntohl(in.s_addr) >> 24) == 127;
+        } else if (ai->ai_family == AF_INET6) {
+            local = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+        }
+        for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != ai->ai_family) continue;
+            if (ai->ai_family == AF_INET)
+                local = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                        ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr;
+            else
+                local = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                               &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, 16) == 0;
+        }
+    }
+    freeifaddrs(ifs);
+    freeaddrinfo(res);
+    return local;
+}
+
+/* Whether host:port answers as a ddprun store (and not as some other
+ * program that happens to hold the port). */
+static int probe_store(const char *host, int port) {
+    store_client_opts o = {.host = host, .port = port, .connect_timeout_ms = 2000,
+                           .timeout_ms = 2000};
+    store_client *c = NULL;
+    if (store_client_connect(&o, &c) != 0) return 0;
+    int ok = store_set_owned(c, "/ddprun/probe", "1", 1, 0) == 0;
+    store_client_close(c);
+    return ok;
+}
+
+/* Decides who hosts the store and where the workers find it. */
+static int setup_store(agent *a) {
+    const ddprun_config *c = a->cfg;
+    int host_it, port;
+    const char *addr;
+    if (c->standalone) {
+        addr = "127.0.0.1", port = 0, host_it = 1;
+    } else if (strcmp(c->rdzv_backend, "static") == 0) {
+        addr = c->master_addr ? c->master_addr : c->rdzv_host ? c->rdzv_host : "127.0.0.1";
+        port = c->master_port > 0 ? c->master_port : c->rdzv_host ? c->rdzv_port : 29500;
+        host_it = c->node_rank <= 0;
+    } else {
+        if (!c->rdzv_host) {
+            log_error("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (or use "
+                      "--standalone on a single node)");
+            return -EINVAL;
+        }
+        addr = c->rdzv_host, port = c->rdzv_port;
+        host_it = c->rdzv.is_host >= 0 ? c->rdzv.is_host : is_local_address(addr);
+    }
+    snprintf(a->store_addr, sizeof a->store_addr, "%s", addr);
+    a->store_port = port;
+    if (!host_it) return 0;
+    int bound = 0;
+    int rc = store_host_start(c->standalone ? addr : NULL, port, &a->host, &bound);
+    if (rc == 0) {
+        a->store_port = bound;
+        log_debug("hosting the rendezvous store on port %d", bound);
+        return 0;
+    }
+    if (rc == UV_EADDRINUSE && !c->standalone && probe_store(addr, port)) {
+        log_debug("another agent on this host already serves the store on port %d", port);
+        return 0;
+    }
+    if (rc == UV_EADDRINUSE)
+        log_error("port %d on this host is in use by another program (not a ddprun store); "
+                  "choose another %s port",
+                  port, strcmp(c->rdzv_backend, "static") == 0 ? "--master-port" : "--rdzv-endpoint");
+    else
+        log_error("cannot host the rendezvous store on port %d: %s", port, uv_strerror(rc));
+    return rc;
+}
+
+/* After success the store's host lingers until the other agents have left
+ * their exit barrier, so none of them loses the store mid-call. */
+static void wait_for_others(agent *a) {
+    if (!a->host) return;
+    store_client_opts o = {.host = "127.0.0.1", .port = a->store_port, .timeout_ms = 2000,
+                           .connect_timeout_ms = 2000};
+    store_client *c = NULL;
+    if (store_client_connect(&o, &c) != 0) return;
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "/ddprun/%s/alive/", a->cfg->rdzv_id);
+    for (int i = 0; i < 100; i++) {
+        char **keys = NULL;
+        size_t n = 0, others = 0;
+        if (store_list_keys(c, &keys, &n) != 0) break;
+        for (size_t k = 0; k < n; k++)
+            others += strncmp(keys[k], prefix, strlen(prefix)) == 0 &&
+                      !strstr(keys[k], rdzv_agent_id(a->rd));
+        store_free_keys(keys, n);
+        if (others == 0) break;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    store_client_close(c);
+}
+
+/* ---- run ------------------------------------------------------------------------- */
+
+static int make_log_root(agent *a) {
+    const ddprun_config *c = a->cfg;
+    if (c->log_dir) {
+        snprintf(a->log_root, sizeof a->log_root, "%s/%s", c->log_dir, c->rdzv_id);
+    } else {
+        char tmpl[256];
+        snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());
+        if (!mkdtemp(tmpl)) return -errno;
+        snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
+    }
+    int rc = mkdirs(a->log_root);
+    if (rc) log_error("cannot create the log directory %s: %s", a->log_root, strerror(-rc));
+    return rc;
+}
+
+static int open_rendezvous(agent *a) {
+    const ddprun_config *c = a->cfg;
+    int fixed = strcmp(c->rdzv_backend, "static") == 0;
+    rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
+                   .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
+                   .node_rank = fixed ? (c->node_rank < 0 ? 0 : c->node_rank) : -1,
+                   .nproc = c->nproc_per_node, .hostname = a->hostname,
+                   .join_timeout = c->rdzv.join_timeout,
+                   .last_call_timeout = c->rdzv.last_call_timeout,
+                   .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts};
+    char err[512];
+    int rc = rdzv_open(&o, &a->rd, err, sizeof err);
+    if (rc) log_error("%s", err);
+    return rc;
+}
+
+int agent_run(const ddprun_config *cfg, const char *self_exe) {
+    agent *a = calloc(1, sizeof *a);
+    if (!a) return 1;
+    a->cfg = cfg;
+    a->exe = self_exe;
+    a->loop = uv_default_loop();
+    pthread_mutex_init(&a->mu, NULL);
+    gethostname(a->hostname, sizeof a->hostname);
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < 4; i++) {
+        uv_signal_init(a->loop, &a->sigs[i]);
+        a->sigs[i].data = a;
+        uv_signal_start(&a->sigs[i], on_signal, forwarded_signals[i]);
+    }
+    uv_async_init(a->loop, &a->wake, on_wake);
+    a->wake.data = a;
+    int code = 1;
+    if (make_log_root(a) || setup_store(a) || open_rendezvous(a)) goto out;
+    if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
+        log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
+    a->state = ST_RDZV;
+    pthread_create(&a->rthread, NULL, rdzv_thread, a);
+    a->rthread_started = 1;
+    uv_run(a->loop, UV_RUN_DEFAULT);
+    code = a->exit_code;
+    if (code == 0) wait_for_others(a);
+out:
+    fflush(stdout);
+    /* The rendezvous thread may be blocked in the store: the process exit
+     * ends it. The embedded store goes with the process. */
+    return code;
+}

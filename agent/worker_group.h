@@ -1,0 +1,73 @@
+/* The local worker group: spawning nproc_per_node processes, forwarding
+ * their output, learning of each exit the moment it happens (libuv's exit
+ * callback, no polling), and stopping them (SIGTERM to each process group,
+ * SIGKILL after the grace period). Knows nothing of rendezvous or ranks
+ * beyond what the agent hands it. */
+#ifndef DDPRUN_AGENT_WORKER_GROUP_H
+#define DDPRUN_AGENT_WORKER_GROUP_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "agent/worker_output.h"
+
+typedef struct worker_group worker_group;
+
+typedef struct {
+    worker_group *group;
+    int local_rank;
+    int global_rank;
+    uv_process_t proc;
+    int pid;
+    int running;
+    int64_t exit_status; /* valid once !running */
+    int term_signal;     /* 0 if it exited normally */
+    double exit_time;    /* wall clock, seconds */
+    char error_file[PATH_MAX];
+    worker_output out, err;
+} worker;
+
+/* What one worker is started with. */
+typedef struct {
+    char **argv;      /* program and arguments */
+    char **env;       /* complete environment */
+    int global_rank;
+    char error_file[PATH_MAX];
+    worker_output_opts out, err;
+} worker_spec;
+
+struct worker_group {
+    uv_loop_t *loop;
+    const char *exec_helper; /* our own binary: runs the program with PR_SET_PDEATHSIG */
+    int n;
+    worker *w;
+    int nrunning;      /* processes not yet exited */
+    int noutputs;      /* output pipes not yet at EOF */
+    int stopping;
+    int idle;          /* on_idle has run */
+    uv_timer_t kill_timer;  /* SIGKILL after the grace period */
+    uv_timer_t drain_timer; /* stop waiting for output a while after the last exit */
+    int nhandles;      /* handles still to close in worker_group_free */
+    void (*on_exit)(worker_group *, worker *); /* every exit, as it happens */
+    void (*on_idle)(worker_group *); /* once: every worker exited and its output is written */
+    void *data;
+};
+
+/* Allocates a group; set on_exit, on_idle and data, then start it. */
+worker_group *worker_group_new(uv_loop_t *loop, const char *exec_helper);
+/* Starts n workers. On a spawn failure the ones already started are
+ * stopped and a negative errno returned with a message in err. */
+int worker_group_start(worker_group *g, int n, const worker_spec *specs, char *err,
+                       size_t errlen);
+/* Sends `sig` to every running worker's process group, then SIGKILL after
+ * timeout_s; on_idle follows once all have exited. */
+void worker_group_stop(worker_group *g, int sig, double timeout_s);
+/* Closes the group's handles and frees it (after on_idle). */
+void worker_group_free(worker_group *g);
+
+/* The `__exec-worker` entry of our binary: set the parent-death signal,
+ * then exec argv[0]. Returns only on failure (with the exit code to use). */
+int worker_exec_helper(char **argv);
+
+#endif

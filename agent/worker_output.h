@@ -1,0 +1,38 @@
+/* A worker's stdout or stderr as the agent forwards it: read from a pipe,
+ * cut into whole lines, and written to the worker's log file, to the
+ * console, or both (torchrun's --redirects / --tee). Each console line is
+ * one write(2), so lines of different workers never mix mid-line. */
+#ifndef DDPRUN_AGENT_WORKER_OUTPUT_H
+#define DDPRUN_AGENT_WORKER_OUTPUT_H
+
+#include <uv.h>
+
+#include "common/buf.h"
+
+typedef struct {
+    const char *file;   /* log file to append to, or NULL */
+    int console_fd;     /* 1 or 2, or -1 for none */
+    const char *prefix; /* put before each console line, or NULL */
+} worker_output_opts;
+
+typedef struct worker_output {
+    uv_pipe_t pipe;
+    int open;       /* the pipe handle is initialised and not yet closed */
+    int file_fd;
+    int console_fd;
+    char prefix[64];
+    buf_t partial; /* the start of a line not yet ended */
+    int eof;
+    void (*on_eof)(struct worker_output *); /* the pipe has ended (all output written) */
+    void *owner;
+} worker_output;
+
+/* Prepares the pipe (before spawning) and opens the log file. */
+int worker_output_init(worker_output *o, uv_loop_t *loop, const worker_output_opts *opts);
+/* Starts reading once the process runs. */
+int worker_output_start(worker_output *o);
+/* Closes the pipe and file; returns 1 if `on_closed` will run (when
+ * libuv lets go of the pipe), 0 if there was no pipe to close. */
+int worker_output_close(worker_output *o, uv_close_cb on_closed);
+
+#endif

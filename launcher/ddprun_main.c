@@ -1,0 +1,43 @@
+/* ddprun: torchrun's command line in front of ddprun's elastic agent.
+ *
+ *   ddprun [options] PROGRAM [ARGS...]      (see --help)
+ *
+ * Exit status: 0 when every worker succeeded, 1 when the job failed
+ * (restarts spent, rendezvous error), 2 for a bad command line, 128+N when
+ * stopped by signal N. The binary has one hidden entry, `__exec-worker`,
+ * through which the agent starts each worker (see worker_group.c). */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/worker_group.h"
+#include "common/log.h"
+#include "launcher/config.h"
+
+extern char **environ;
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "__exec-worker") == 0) return worker_exec_helper(argv + 2);
+    log_init("ddprun");
+    ddprun_config cfg;
+    char err[1024];
+    int rc = config_parse(argc, argv, environ, &cfg, err, sizeof err);
+    if (rc == 1) return 0; /* --help */
+    if (rc) {
+        fprintf(stderr, "ddprun: %s\n", err);
+        return 2;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "ddprun: cannot find its own executable (/proc/self/exe)\n");
+        config_free(&cfg);
+        return 1;
+    }
+    exe[n] = 0;
+    int code = agent_run(&cfg, exe);
+    config_free(&cfg);
+    return code;
+}
