@@ -441,12 +441,12 @@ static void on_group_idle(worker_group *g) {
 static void on_signal(uv_signal_t *s, int signum) {
     agent *a = s->data;
     if (a->state == ST_SHUTDOWN && a->shutdown_signal) {
-        log_warn("%s again: killing the workers now", strsignal(signum));
+        log_warn("SIG%s again: killing the workers now", sigabbrev_np(signum));
         stop_workers(a, SIGKILL);
         return;
     }
-    log_info("%s received: forwarding it to the workers (SIGKILL after %.0f s)",
-             strsignal(signum), a->cfg->shutdown_timeout);
+    log_info("SIG%s received: forwarding it to the workers (SIGKILL after %g s)",
+             sigabbrev_np(signum), a->cfg->shutdown_timeout);
     a->state = ST_SHUTDOWN;
     a->shutdown_signal = signum;
     if (!a->wg || a->wg->idle) {

@@ -62,7 +62,7 @@ static void on_closed(uv_handle_t *h) { (void)h; }
 
 static void on_signal(uv_signal_t *sig, int signum) {
     store_main *m = sig->data;
-    log_info("%s received; shutting down", strsignal(signum));
+    log_info("SIG%s received; shutting down", sigabbrev_np(signum));
     store_server_close(&m->srv, NULL);
     uv_close((uv_handle_t *)&m->sigint, on_closed);
     uv_close((uv_handle_t *)&m->sigterm, on_closed);

@@ -387,7 +387,7 @@ static void on_lease_timer(uv_timer_t *t) {
     for (store_lease *l = srv->leases, *next; l; l = next) {
         next = l->next;
         if (l->deadline <= now) {
-            log_info("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
+            log_debug("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
                      "its keys", l->id, l->ttl_ms);
             lease_free(srv, l);
         }
