@@ -590,7 +590,8 @@ static int open_rendezvous(agent *a) {
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
     rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
                    .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
-                   .node_rank = fixed ? (c->node_rank < 0 ? 0 : c->node_rank) : -1,
+                   .node_rank = fixed && c->node_rank < 0 ? 0 : c->node_rank,
+                   .strict_ranks = fixed,
                    .nproc = c->nproc_per_node, .hostname = a->hostname,
                    .join_timeout = c->rdzv.join_timeout,
                    .last_call_timeout = c->rdzv.last_call_timeout,

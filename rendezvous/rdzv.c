@@ -260,10 +260,14 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
     return rc;
 }
 
-/* Natural order of host names (node2 before node10), then agent ids. */
+/* Nodes that asked for a rank (--node-rank) first, by that rank; then the
+ * rest in natural order of host names (node2 before node10), then by
+ * agent id. A total order, so every agent computes the same ranks. */
 static int node_cmp(const void *a, const void *b) {
     const rdzv_node *x = a, *y = b;
-    if (x->node_rank_hint >= 0 && y->node_rank_hint >= 0)
+    int hx = x->node_rank_hint >= 0, hy = y->node_rank_hint >= 0;
+    if (hx != hy) return hy - hx;
+    if (hx && x->node_rank_hint != y->node_rank_hint)
         return (x->node_rank_hint > y->node_rank_hint) - (x->node_rank_hint < y->node_rank_hint);
     int c = strverscmp(x->host, y->host);
     return c ? c : strcmp(x->agent_id, y->agent_id);
@@ -302,7 +306,7 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     }
     r->nnodes = (int)n;
     qsort(r->nodes, (size_t)n, sizeof r->nodes[0], node_cmp);
-    for (long i = 0; r->o.node_rank >= 0 && i < n; i++) {
+    for (long i = 0; r->o.strict_ranks && i < n; i++) {
         if (r->nodes[i].node_rank_hint != i) {
             snprintf(err, errlen,
                      "static rendezvous '%s': node ranks must be 0..%ld, each once; got %d on %s",

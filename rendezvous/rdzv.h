@@ -33,7 +33,8 @@ typedef struct {
     int port;
     const char *run_id;
     int min_nodes, max_nodes;
-    int node_rank;            /* >= 0: fixed (static backend); -1: by host name order */
+    int node_rank;            /* >= 0: this node's rank if it can have it; -1: by host name */
+    int strict_ranks;         /* static backend: node ranks must be exactly 0..n-1 */
     int nproc;                /* this node's workers */
     const char *hostname;     /* this node's name, for ranks and messages */
     double join_timeout;      /* s */

@@ -83,10 +83,45 @@ TEST(rdzv_static_ranks_follow_node_rank) {
     agent_init(&a[1], &f, "bbb", 2, 2);
     a[0].o.node_rank = 1;
     a[1].o.node_rank = 0;
+    a[0].o.strict_ranks = a[1].o.strict_ranks = 1;
     join_all(a, 2);
     CHECK_EQ(a[0].res.group_rank, 1);
     CHECK_EQ(a[1].res.group_rank, 0);
     close_all(a, 2);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_static_refuses_a_duplicate_node_rank) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2];
+    agent_init(&a[0], &f, "aaa", 2, 2);
+    agent_init(&a[1], &f, "bbb", 2, 2);
+    for (int i = 0; i < 2; i++) a[i].o.node_rank = 1, a[i].o.strict_ranks = 1;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, agent_join, &a[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(a[i].rc, -EINVAL);
+        CHECK(strstr(a[i].err, "node ranks must be 0..1") != NULL);
+    }
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_requested_ranks_come_first_then_host_order) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agent_init(&a[0], &f, "a", 3, 3);
+    agent_init(&a[1], &f, "b", 3, 3);
+    agent_init(&a[2], &f, "z", 3, 3);
+    a[2].o.node_rank = 0; /* z asks for rank 0 under c10d */
+    join_all(a, 3);
+    CHECK_EQ(a[2].res.group_rank, 0);
+    CHECK_EQ(a[0].res.group_rank, 1);
+    CHECK_EQ(a[1].res.group_rank, 2);
+    close_all(a, 3);
     fixture_stop(&f);
 }
 
