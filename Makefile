@@ -18,6 +18,12 @@ LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c) launcher/co
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
+# ddp-train's runtime (everything but its main) is a second library.
+WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c worker/cpu/*.c))
+WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o)
+WORKER_ASAN_OBJ := $(WORKER_SRC:%.c=$(B)/asan/%.o)
+WORKER_LIBS := -ldnnl -fopenmp
+
 BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load
@@ -32,13 +38,26 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The trainer's kernels: OpenMP across cores, and -O3 for the loops.
+$(B)/obj/worker/%.o: worker/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fopenmp -c $< -o $@
+
 $(B)/asan/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
+$(B)/asan/worker/%.o: worker/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fopenmp -c $< -o $@
+
 $(B)/libddprun.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
+
+$(B)/libddptrain.a: $(WORKER_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/libddprun.a
 	@mkdir -p $(@D)
@@ -52,14 +71,14 @@ $(B)/bin/ddprun-store-cli: $(B)/obj/launcher/store_cli.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/libddprun.a
+$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # The same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(LIB_ASAN_OBJ)
+$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # Load generator for the store's scale tests and benchmark.
 $(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a

@@ -1,0 +1,127 @@
+/* The compute backend interface: everything the model runs, as operations
+ * on device memory. The CPU backend (worker/cpu/) implements it with oneDNN
+ * for convolution and plain C (OpenMP) for the rest, and offers the plain-C
+ * reference convolution as a second backend for tests; the CUDA backend
+ * (worker/cuda/, a later milestone) implements it with cuDNN and cuBLAS.
+ *
+ * Layout: activations are NHWC (channels last: the fast layout for oneDNN on
+ * CPUs and for tensor cores on GPUs); convolution weights are OIHW and the
+ * linear layer's weight is [out][in], as in PyTorch, so parameters map one to
+ * one onto a PyTorch state_dict. Batch norm is split into statistics and
+ * application so SyncBatchNorm can all-reduce between the two. */
+#ifndef DDPRUN_WORKER_BACKEND_H
+#define DDPRUN_WORKER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend;
+
+/* One convolution's shape. */
+typedef struct {
+    int n, h, w, c; /* input NHWC */
+    int k, r, s;    /* output channels, kernel height and width */
+    int stride, pad;
+    int p, q;       /* output height and width */
+} conv_shape;
+
+static inline void conv_shape_init(conv_shape *cs, int n, int h, int w, int c, int k, int r,
+                                   int stride, int pad) {
+    cs->n = n, cs->h = h, cs->w = w, cs->c = c, cs->k = k, cs->r = r, cs->s = r;
+    cs->stride = stride, cs->pad = pad;
+    cs->p = (h + 2 * pad - r) / stride + 1;
+    cs->q = (w + 2 * pad - r) / stride + 1;
+}
+
+/* Max pooling window (ImageNet stem: 3x3, stride 2, pad 1). */
+typedef struct {
+    int n, h, w, c;
+    int r, stride, pad;
+    int p, q;
+} pool_shape;
+
+typedef struct {
+    const char *name;
+    /* memory */
+    void *(*alloc)(backend *b, size_t bytes); /* zeroed, 64-byte aligned */
+    void (*free)(backend *b, void *p);
+    void (*upload)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*download)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*zero)(backend *b, void *p, size_t bytes);
+    /* waits for queued work (a no-op on the CPU) */
+    int (*sync)(backend *b);
+
+    /* y = conv(x, w) */
+    int (*conv_fwd)(backend *b, const conv_shape *s, const float *x, const float *w, float *y);
+    /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */
+    int (*conv_bwd)(backend *b, const conv_shape *s, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw);
+
+    /* Batch norm over rows = n*h*w, channels c (NHWC).
+     * stats: sum[c] and sumsq[c] of x. */
+    int (*bn_stats)(backend *b, int rows, int c, const float *x, float *sum, float *sumsq);
+    /* y = (x - mean) * invstd * gamma + beta, optionally followed by ReLU. */
+    int (*bn_apply)(backend *b, int rows, int c, const float *x, const float *mean,
+                    const float *invstd, const float *gamma, const float *beta, int relu,
+                    float *y);
+    /* With y the forward output (for the ReLU mask when relu is set), dy
+     * becomes the gradient at the batch norm's output in place, and the
+     * per-channel sums sum_dy[c], sum_dy_xhat[c] are computed. */
+    int (*bn_bwd_reduce)(backend *b, int rows, int c, const float *x, const float *y,
+                         const float *mean, const float *invstd, int relu, float *dy,
+                         float *sum_dy, float *sum_dy_xhat);
+    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the global
+     * row count (with SyncBatchNorm, all ranks' rows); add_to: dx += instead. */
+    int (*bn_bwd_apply)(backend *b, int rows, int c, const float *x, const float *dy,
+                        const float *mean, const float *invstd, const float *gamma,
+                        const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
+                        float *dx);
+
+    /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */
+    int (*relu_fwd)(backend *b, size_t n, const float *x, float *y);
+    int (*relu_bwd)(backend *b, size_t n, const float *y, const float *dy, float *dx);
+    /* y = a + b, then ReLU if relu */
+    int (*add_fwd)(backend *b, size_t n, const float *a, const float *x2, int relu, float *y);
+    /* dst += src */
+    int (*accumulate)(backend *b, size_t n, const float *src, float *dst);
+    int (*scale)(backend *b, size_t n, float alpha, float *x);
+
+    int (*maxpool_fwd)(backend *b, const pool_shape *s, const float *x, float *y, int32_t *argmax);
+    int (*maxpool_bwd)(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
+                       float *dx);
+    /* global average pooling NHWC -> NC, and back */
+    int (*avgpool_fwd)(backend *b, int n, int hw, int c, const float *x, float *y);
+    int (*avgpool_bwd)(backend *b, int n, int hw, int c, const float *dy, float *dx);
+
+    /* y[n][out] = x[n][in] . W[out][in] + bias[out] */
+    int (*linear_fwd)(backend *b, int n, int in, int out, const float *x, const float *w,
+                      const float *bias, float *y);
+    /* dx (skipped if NULL), dw and dbias (overwritten) */
+    int (*linear_bwd)(backend *b, int n, int in, int out, const float *x, const float *w,
+                      const float *dy, float *dx, float *dw, float *dbias);
+
+    /* Softmax cross-entropy with label smoothing, averaged over n: writes
+     * dlogits (already divided by n) and, on the host, the summed loss and
+     * the count of correct argmax predictions. */
+    int (*xent)(backend *b, int n, int classes, const float *logits, const int32_t *labels,
+                float smoothing, float *dlogits, double *loss_sum, int *correct);
+
+    /* One SGD step over a whole parameter buffer: decay (a per-element
+     * 0/1 mask selects which elements get weight decay), momentum, Nesterov. */
+    int (*sgd)(backend *b, size_t n, float *param, const float *grad, float *mom,
+               const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+               int nesterov, int first_step);
+    void (*destroy)(backend *b);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    int threads;
+    void *impl;
+};
+
+/* The CPU backend: convolution through oneDNN (reference = 0) or the
+ * plain-C reference kernels (reference = 1, for tests). */
+int cpu_backend_create(int reference, int threads, backend **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,48 @@
+/* Collectives for data-parallel training, behind one interface that the
+ * CPU backend ("tcp": a ring over TCP between hosts, shared memory between
+ * ranks on one host) and the GPU backend (NCCL, a later milestone)
+ * implement. Ranks find each other through the job's store: each publishes
+ * its address under a per-attempt key prefix.
+ *
+ * Reductions happen in the same order on every run, so results are
+ * deterministic: a given world size and data give bit-identical sums. */
+#ifndef DDPRUN_WORKER_COMM_H
+#define DDPRUN_WORKER_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct comm comm;
+typedef struct comm_req comm_req;
+
+typedef struct {
+    const char *store_host; /* the job's store (MASTER_ADDR) */
+    int store_port;         /* (MASTER_PORT) */
+    const char *prefix;     /* key prefix unique to this attempt, e.g. "/ddp/attempt_3/" */
+    int rank, world;
+    int local_rank, local_world; /* ranks on this host (shared memory among them) */
+    int timeout_ms;         /* any collective that takes longer fails with -ETIMEDOUT */
+    int no_shm;             /* 1: TCP even between ranks on one host (tests) */
+} comm_opts;
+
+/* Connects all ranks. 0 or -errno with a message. */
+int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen);
+void comm_destroy(comm *c);
+int comm_rank(const comm *c);
+int comm_world(const comm *c);
+
+/* In-place sum over all ranks. */
+int comm_allreduce_sum(comm *c, float *buf, size_t count);
+/* Copies root's bytes to every rank. */
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
+/* recv (world x bytes) gets every rank's send, in rank order. */
+int comm_allgather(comm *c, const void *send, void *recv, size_t bytes);
+int comm_barrier(comm *c);
+
+/* Asynchronous all-reduce for overlapping gradient buckets with the
+ * backward pass: requests run in the order issued, on the communicator's
+ * own thread; the buffer must stay untouched until comm_wait returns. */
+int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **req);
+int comm_wait(comm_req *req);
+
+#endif

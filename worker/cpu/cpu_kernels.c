@@ -1,0 +1,411 @@
+/* The CPU backend's kernels in plain C (OpenMP across cores): batch norm,
+ * ReLU, residual add, pooling, the linear layer, the loss and SGD, plus the
+ * reference convolution that tests hold oneDNN's against.
+ *
+ * Reductions (batch-norm sums, weight gradients) are summed in fixed-size
+ * blocks and then across blocks in order, so results do not depend on the
+ * number of threads: a run is bit-for-bit reproducible. */
+#include "worker/cpu/cpu_kernels.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROW_BLOCK 256
+
+/* ---- batch norm ----------------------------------------------------------- */
+
+int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq) {
+    (void)b;
+    int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
+    double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
+    if (!part) return -ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
+        int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
+        for (int i = blk * ROW_BLOCK; i < end; i++) {
+            const float *row = x + (size_t)i * c;
+            for (int j = 0; j < c; j++) {
+                s[j] += row[j];
+                s2[j] += (double)row[j] * row[j];
+            }
+        }
+    }
+    for (int j = 0; j < c; j++) {
+        double s = 0, s2 = 0;
+        for (int blk = 0; blk < nblk; blk++) {
+            s += part[(size_t)blk * 2 * c + j];
+            s2 += part[(size_t)blk * 2 * c + c + j];
+        }
+        sum[j] = (float)s;
+        sumsq[j] = (float)s2;
+    }
+    free(part);
+    return 0;
+}
+
+int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
+                 const float *invstd, const float *gamma, const float *beta, int relu, float *y) {
+    (void)b;
+    float *scale = malloc(2 * (size_t)c * sizeof *scale);
+    if (!scale) return -ENOMEM;
+    float *shift = scale + c;
+    for (int j = 0; j < c; j++) {
+        scale[j] = invstd[j] * gamma[j];
+        shift[j] = beta[j] - mean[j] * scale[j];
+    }
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        const float *xr = x + (size_t)i * c;
+        float *yr = y + (size_t)i * c;
+        for (int j = 0; j < c; j++) {
+            float v = xr[j] * scale[j] + shift[j];
+            yr[j] = relu && v < 0 ? 0 : v;
+        }
+    }
+    free(scale);
+    return 0;
+}
+
+int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *y,
+                      const float *mean, const float *invstd, int relu, float *dy,
+                      float *sum_dy, float *sum_dy_xhat) {
+    (void)b;
+    int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
+    double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
+    if (!part) return -ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
+        int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
+        for (int i = blk * ROW_BLOCK; i < end; i++) {
+            const float *xr = x + (size_t)i * c, *yr = y + (size_t)i * c;
+            float *dr = dy + (size_t)i * c;
+            for (int j = 0; j < c; j++) {
+                if (relu && yr[j] <= 0) dr[j] = 0;
+                s[j] += dr[j];
+                s2[j] += (double)dr[j] * ((xr[j] - mean[j]) * invstd[j]);
+            }
+        }
+    }
+    for (int j = 0; j < c; j++) {
+        double s = 0, s2 = 0;
+        for (int blk = 0; blk < nblk; blk++) {
+            s += part[(size_t)blk * 2 * c + j];
+            s2 += part[(size_t)blk * 2 * c + c + j];
+        }
+        sum_dy[j] = (float)s;
+        sum_dy_xhat[j] = (float)s2;
+    }
+    free(part);
+    return 0;
+}
+
+int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *dy,
+                     const float *mean, const float *invstd, const float *gamma,
+                     const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
+                     float *dx) {
+    (void)b;
+    float *k = malloc(3 * (size_t)c * sizeof *k);
+    if (!k) return -ENOMEM;
+    float *mdy = k + c, *mxh = k + 2 * c;
+    for (int j = 0; j < c; j++) {
+        k[j] = gamma[j] * invstd[j];
+        mdy[j] = sum_dy[j] / m;
+        mxh[j] = sum_dy_xhat[j] / m;
+    }
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        const float *xr = x + (size_t)i * c, *dr = dy + (size_t)i * c;
+        float *out = dx + (size_t)i * c;
+        for (int j = 0; j < c; j++) {
+            float xhat = (xr[j] - mean[j]) * invstd[j];
+            float v = k[j] * (dr[j] - mdy[j] - xhat * mxh[j]);
+            out[j] = add_to ? out[j] + v : v;
+        }
+    }
+    free(k);
+    return 0;
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+int cpu_relu_fwd(backend *b, size_t n, const float *x, float *y) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+    return 0;
+}
+
+int cpu_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+    return 0;
+}
+
+int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = a[i] + x2[i];
+        y[i] = relu && v < 0 ? 0 : v;
+    }
+    return 0;
+}
+
+int cpu_accumulate(backend *b, size_t n, const float *src, float *dst) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    return 0;
+}
+
+int cpu_scale(backend *b, size_t n, float alpha, float *x) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+    return 0;
+}
+
+/* ---- pooling ------------------------------------------------------------------ */
+
+int cpu_maxpool_fwd(backend *b, const pool_shape *s, const float *x, float *y, int32_t *argmax) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++) {
+        for (int p = 0; p < s->p; p++) {
+            for (int q = 0; q < s->q; q++) {
+                float *yo = y + (((size_t)n * s->p + p) * s->q + q) * s->c;
+                int32_t *ao = argmax + (((size_t)n * s->p + p) * s->q + q) * s->c;
+                for (int c = 0; c < s->c; c++) yo[c] = -FLT_MAX, ao[c] = -1;
+                for (int r = 0; r < s->r; r++) {
+                    int ih = p * s->stride - s->pad + r;
+                    if (ih < 0 || ih >= s->h) continue;
+                    for (int t = 0; t < s->r; t++) {
+                        int iw = q * s->stride - s->pad + t;
+                        if (iw < 0 || iw >= s->w) continue;
+                        size_t base = (((size_t)n * s->h + ih) * s->w + iw) * s->c;
+                        for (int c = 0; c < s->c; c++) {
+                            if (x[base + c] > yo[c]) {
+                                yo[c] = x[base + c];
+                                ao[c] = (int32_t)(base + c);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+int cpu_maxpool_bwd(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
+                    float *dx) {
+    (void)b;
+    memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);
+    size_t per_n = (size_t)s->p * s->q * s->c;
+    /* Windows overlap, but only within one image: split by image. */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++)
+        for (size_t i = n * per_n; i < (n + 1) * per_n; i++)
+            if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
+    return 0;
+}
+
+int cpu_avgpool_fwd(backend *b, int n, int hw, int c, const float *x, float *y) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *yo = y + (size_t)i * c;
+        for (int j = 0; j < c; j++) yo[j] = 0;
+        for (int k = 0; k < hw; k++) {
+            const float *xr = x + ((size_t)i * hw + k) * c;
+            for (int j = 0; j < c; j++) yo[j] += xr[j];
+        }
+        for (int j = 0; j < c; j++) yo[j] /= (float)hw;
+    }
+    return 0;
+}
+
+int cpu_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *dx) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < hw; k++)
+            for (int j = 0; j < c; j++)
+                dx[((size_t)i * hw + k) * c + j] = dy[(size_t)i * c + j] / (float)hw;
+    return 0;
+}
+
+/* ---- linear ------------------------------------------------------------------- */
+
+int cpu_linear_fwd_ref(backend *b, int n, int in, int out, const float *x, const float *w,
+                       const float *bias, float *y) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int o = 0; o < out; o++) {
+            float acc = bias ? bias[o] : 0;
+            for (int k = 0; k < in; k++) acc += x[(size_t)i * in + k] * w[(size_t)o * in + k];
+            y[(size_t)i * out + o] = acc;
+        }
+    }
+    return 0;
+}
+
+int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *dbias) {
+    (void)b;
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < in; k++) {
+                float acc = 0;
+                for (int o = 0; o < out; o++) acc += dy[(size_t)i * out + o] * w[(size_t)o * in + k];
+                dx[(size_t)i * in + k] = acc;
+            }
+    }
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < out; o++) {
+        for (int k = 0; k < in; k++) {
+            float acc = 0;
+            for (int i = 0; i < n; i++) acc += dy[(size_t)i * out + o] * x[(size_t)i * in + k];
+            dw[(size_t)o * in + k] = acc;
+        }
+        float acc = 0;
+        for (int i = 0; i < n; i++) acc += dy[(size_t)i * out + o];
+        if (dbias) dbias[o] = acc;
+    }
+    return 0;
+}
+
+/* ---- loss ----------------------------------------------------------------------- */
+
+int cpu_xent(backend *b, int n, int classes, const float *logits, const int32_t *labels,
+             float smoothing, float *dlogits, double *loss_sum, int *correct) {
+    (void)b;
+    double total = 0;
+    int right = 0;
+    float off = smoothing / classes, on = 1.0f - smoothing + off;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * classes;
+        float *dz = dlogits + (size_t)i * classes;
+        int best = 0;
+        float mx = z[0];
+        for (int k = 1; k < classes; k++)
+            if (z[k] > mx) mx = z[k], best = k;
+        double se = 0;
+        for (int k = 0; k < classes; k++) se += exp((double)z[k] - mx);
+        double lse = mx + log(se);
+        double li = 0;
+        for (int k = 0; k < classes; k++) {
+            float t = k == labels[i] ? on : off;
+            double logp = z[k] - lse;
+            li -= t * logp;
+            dz[k] = (float)((exp(logp) - t) / n);
+        }
+        total += li;
+        right += best == labels[i];
+    }
+    *loss_sum = total;
+    *correct = right;
+    return 0;
+}
+
+/* ---- SGD -------------------------------------------------------------------------- */
+
+/* PyTorch's SGD: g = grad + wd*p; buf = g on the first step, else
+ * momentum*buf + g; the step is buf, or g + momentum*buf with Nesterov. */
+int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
+            const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+            int nesterov, int first_step) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        if (weight_decay != 0 && (!decay_mask || decay_mask[i])) g += weight_decay * param[i];
+        if (momentum != 0) {
+            float buf = first_step ? g : momentum * mom[i] + g;
+            mom[i] = buf;
+            g = nesterov ? g + momentum * buf : buf;
+        }
+        param[i] -= lr * g;
+    }
+    return 0;
+}
+
+/* ---- reference convolution (NHWC x, OIHW w) ----------------------------------------- */
+
+int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const float *x, const float *w, float *y) {
+    (void)b;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++)
+                for (int k = 0; k < s->k; k++) {
+                    float acc = 0;
+                    for (int r = 0; r < s->r; r++) {
+                        int ih = p * s->stride - s->pad + r;
+                        if (ih < 0 || ih >= s->h) continue;
+                        for (int t = 0; t < s->s; t++) {
+                            int iw = q * s->stride - s->pad + t;
+                            if (iw < 0 || iw >= s->w) continue;
+                            const float *xr = x + (((size_t)n * s->h + ih) * s->w + iw) * s->c;
+                            for (int c = 0; c < s->c; c++)
+                                acc += xr[c] * w[(((size_t)k * s->c + c) * s->r + r) * s->s + t];
+                        }
+                    }
+                    y[(((size_t)n * s->p + p) * s->q + q) * s->k + k] = acc;
+                }
+    return 0;
+}
+
+int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw) {
+    (void)b;
+    if (dx) {
+        memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < s->n; n++)
+            for (int p = 0; p < s->p; p++)
+                for (int q = 0; q < s->q; q++)
+                    for (int k = 0; k < s->k; k++) {
+                        float g = dy[(((size_t)n * s->p + p) * s->q + q) * s->k + k];
+                        for (int r = 0; r < s->r; r++) {
+                            int ih = p * s->stride - s->pad + r;
+                            if (ih < 0 || ih >= s->h) continue;
+                            for (int t = 0; t < s->s; t++) {
+                                int iw = q * s->stride - s->pad + t;
+                                if (iw < 0 || iw >= s->w) continue;
+                                float *xr = dx + (((size_t)n * s->h + ih) * s->w + iw) * s->c;
+                                for (int c = 0; c < s->c; c++)
+                                    xr[c] += g * w[(((size_t)k * s->c + c) * s->r + r) * s->s + t];
+                            }
+                        }
+                    }
+    }
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < s->k; k++)
+        for (int c = 0; c < s->c; c++)
+            for (int r = 0; r < s->r; r++)
+                for (int t = 0; t < s->s; t++) {
+                    float acc = 0;
+                    for (int n = 0; n < s->n; n++)
+                        for (int p = 0; p < s->p; p++) {
+                            int ih = p * s->stride - s->pad + r;
+                            if (ih < 0 || ih >= s->h) continue;
+                            for (int q = 0; q < s->q; q++) {
+                                int iw = q * s->stride - s->pad + t;
+                                if (iw < 0 || iw >= s->w) continue;
+                                acc += dy[(((size_t)n * s->p + p) * s->q + q) * s->k + k] *
+                                       x[(((size_t)n * s->h + ih) * s->w + iw) * s->c + c];
+                            }
+                        }
+                    dw[(((size_t)k * s->c + c) * s->r + r) * s->s + t] = acc;
+                }
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* ddp-train's data: the data sets (Fashion-MNIST and MNIST IDX files,
+ * CIFAR-10 binary batches, deterministic synthetic data), normalisation and
+ * augmentation, and the distributed sampler.
+ *
+ * Everything random is a pure function of (seed, epoch, sample index), never
+ * of the rank or the world size, so that the same global batch is the same
+ * data however many ranks share it: 2 ranks x batch B see exactly what
+ * 1 rank x batch 2B sees, and a job resumed at another world size continues
+ * the same epoch. */
+#ifndef DDPRUN_WORKER_DATA_H
+#define DDPRUN_WORKER_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dataset dataset;
+
+typedef struct {
+    const char *name;   /* "fashion-mnist", "mnist", "cifar10" or "synthetic" */
+    const char *dir;    /* NULL: /usr/share/datasets/fashion-mnist for fashion-mnist */
+    int train;          /* 1: the training split, 0: the test split */
+    /* synthetic only */
+    int c, h, w;        /* --input-shape CxHxW */
+    int classes;        /* default 10 */
+    int64_t size;       /* samples; default 60000 for train, 10000 for test */
+    uint64_t seed;
+} dataset_opts;
+
+/* Opens a data set (reading it fully into memory; a few hundred MB at
+ * most). -ENOENT / -EINVAL with a message naming the file and the problem
+ * (missing, truncated, wrong magic, wrong shape). */
+int dataset_open(const dataset_opts *o, dataset **out, char *err, size_t errlen);
+void dataset_close(dataset *d);
+int64_t dataset_size(const dataset *d);
+void dataset_shape(const dataset *d, int *c, int *h, int *w);
+int dataset_classes(const dataset *d);
+
+/* Fills x (n x C x H x W floats, normalised with the data set's mean and
+ * std) and y (n labels) with samples idx[0..n). With augment: random crop
+ * with 4 pixels of zero padding (2 for 28x28 images) and a horizontal flip
+ * with probability 1/2, drawn from a generator seeded by (seed, epoch,
+ * idx[i]). */
+void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
+                   int epoch, float *x, int32_t *y);
+
+/* The sampler (torch's DistributedSampler semantics, rank-independent
+ * order): an epoch's order is a permutation of 0..n-1 seeded by (seed,
+ * epoch) (identity without shuffle); the global batch at position pos is
+ * order[pos .. pos + world*batch), and rank r takes order[pos + r + world*j]
+ * for j < batch; positions past n wrap around to the start, like
+ * DistributedSampler's padding. */
+void sampler_epoch_order(int64_t n, uint64_t seed, int epoch, int shuffle, int64_t *order);
+void sampler_rank_batch(const int64_t *order, int64_t n, int64_t pos, int world, int rank,
+                        int batch, int64_t *idx);
+/* Global steps in an epoch of n samples: ceil(n / (world*batch)) (with
+ * drop_last: floor). */
+int64_t sampler_steps(int64_t n, int world, int batch, int drop_last);
+
+/* A small, fast, splittable generator (splitmix64 seeding xoshiro256**). */
+typedef struct {
+    uint64_t s[4];
+} rng_t;
+void rng_seed(rng_t *r, uint64_t a, uint64_t b, uint64_t c);
+uint64_t rng_next(rng_t *r);
+/* Uniform in [0, n). */
+uint64_t rng_below(rng_t *r, uint64_t n);
+/* Uniform float in [0, 1). */
+float rng_float(rng_t *r);
+/* Standard normal (Box-Muller). */
+float rng_normal(rng_t *r);
+
+#endif
