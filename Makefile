@@ -19,14 +19,15 @@ LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
 # ddp-train's runtime (everything but its main) is a second library.
-WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c worker/cpu/*.c))
+WORKER_MAINS := worker/main.c worker/allreduce_bench.c
+WORKER_SRC := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c))
 WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o)
 WORKER_ASAN_OBJ := $(WORKER_SRC:%.c=$(B)/asan/%.o)
 WORKER_LIBS := -ldnnl -fopenmp
 
 BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
 UNIT_SRC := $(wildcard tests/unit/*.c)
-TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load
+TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump
 
 .PHONY: all deps check check-quick demo fuzz bench-store clean
 all: $(BINS) $(TEST_BINS)
@@ -63,6 +64,14 @@ $(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+$(B)/bin/ddp-train: $(B)/obj/worker/main.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+$(B)/bin/ddp-allreduce-bench: $(B)/obj/worker/allreduce_bench.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
 $(B)/bin/ddprun-store: $(B)/obj/launcher/store_main.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -84,6 +93,11 @@ $(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(WORKER_ASAN_OBJ) $(L
 $(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# One training step's weights, batch and gradients, for the PyTorch comparison.
+$(B)/tests/model-dump: $(B)/obj/tests/tools/model_dump.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # libFuzzer target for the request parser (clang only).
 $(B)/fuzz/fuzz-store-parse: tests/fuzz/fuzz_store_parse.c proto/store_proto.c common/buf.c

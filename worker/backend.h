@@ -48,6 +48,7 @@ typedef struct {
     void (*upload)(backend *b, void *dst, const void *src, size_t bytes);
     void (*download)(backend *b, void *dst, const void *src, size_t bytes);
     void (*zero)(backend *b, void *p, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes); /* device to device */
     /* waits for queued work (a no-op on the CPU) */
     int (*sync)(backend *b);
 

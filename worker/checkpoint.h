@@ -12,6 +12,9 @@
 
 typedef enum { CKPT_F32 = 1, CKPT_BYTES = 2 } ckpt_dtype;
 
+/* One tensor to save. data is host memory (a GPU run copies to the host
+ * first); names are unique, 1..65535 bytes; an f32 tensor's nbytes is a
+ * multiple of 4; data may be NULL only when nbytes is 0. */
 typedef struct {
     const char *name;   /* "params", "grads_momentum", "bn_running", "rng", ... */
     ckpt_dtype dtype;
@@ -19,7 +22,8 @@ typedef struct {
     uint64_t nbytes;
 } ckpt_tensor;
 
-/* A checkpoint read back: header JSON text and tensors (all malloc'd). */
+/* A checkpoint read back: header JSON text and tensors (all malloc'd; a
+ * 0-byte tensor still has a non-NULL data pointer). Zeroed on failure. */
 typedef struct {
     char *header;       /* NUL-terminated JSON */
     int n;
@@ -31,28 +35,42 @@ typedef struct {
     } *t;
 } ckpt_data;
 
-/* Writes dir/ckpt-<step, 10 digits>.ddpt atomically and then deletes all
- * but the newest `keep` checkpoints in dir (keep <= 0: keep all). The path
- * written goes to path_out if not NULL. 0 or -errno with a message. */
+/* Writes dir/ckpt-<step, 10 digits>.ddpt atomically (creating dir and its
+ * parents if missing) and then deletes older checkpoints (smaller step) so
+ * that `keep` remain counting this one (keep <= 0: keep all); the one just
+ * written and any with a larger step are never deleted. header_json must
+ * be a JSON object (NULL: "{}"). The path written goes to path_out if not
+ * NULL. 0 or -errno with a message (-EINVAL for input that could not be
+ * read back as given); on failure no temporary file is left and existing
+ * checkpoints are untouched. */
 int ckpt_write(const char *dir, uint64_t step, const char *header_json, const ckpt_tensor *ts,
                int n, int keep, char *path_out, size_t path_len, char *err, size_t errlen);
 
-/* Reads and verifies one checkpoint (magic, lengths, every CRC). */
+/* Reads and verifies one checkpoint (magic, lengths, every CRC, trailer).
+ * -EBADMSG for a truncated or corrupt file, -errno if it cannot be opened;
+ * the message names the file and the problem. */
 int ckpt_read(const char *path, ckpt_data *out, char *err, size_t errlen);
 void ckpt_data_free(ckpt_data *d);
 /* The tensor named `name`, or NULL. */
 const void *ckpt_find(const ckpt_data *d, const char *name, uint64_t *nbytes);
 
-/* The newest checkpoint in dir that verifies. Newer ones that do not are
- * reported through `warn` (one line each, naming the file and the problem)
- * and skipped. -ENOENT if there is none. */
+/* The newest checkpoint (largest step) in dir that verifies; its path goes
+ * to path if not NULL. Newer ones that do not are reported through `warn`
+ * (one line each, naming the file and the problem; warn may be NULL),
+ * skipped and left in place. -ENOENT if dir is missing or holds no
+ * checkpoint (start from scratch); -EBADMSG if it holds checkpoints but
+ * none verifies (do not silently start over); other -errno if dir cannot
+ * be listed. */
 int ckpt_latest(const char *dir, char *path, size_t path_len, ckpt_data *out,
                 void (*warn)(const char *line), char *err, size_t errlen);
 
 /* `ddp-train inspect PATH`: prints the header of PATH (or of the newest
- * valid checkpoint in directory PATH) as JSON, with "path", "tensors"
- * (name, dtype, bytes, crc32) and "weights_digest" (a hash over every
- * tensor's bytes in file order) added. 0 or -errno with a message. */
+ * valid checkpoint in directory PATH, with warnings about newer bad ones on
+ * stderr) as JSON indented by 2, with "path", "file_bytes",
+ * "format_version", "tensors" (name, dtype, bytes, crc32) and
+ * "weights_digest" ("fnv1a64:<16 hex>" over every tensor's name, length and
+ * bytes in file order; docs/checkpoint.md) added. Prints nothing on
+ * failure. 0 or -errno with a message. */
 int ckpt_inspect(const char *path, FILE *out, char *err, size_t errlen);
 
 /* CRC-32 (zlib's polynomial). */

@@ -42,7 +42,7 @@ static void cpu_destroy(backend *b) {
 }
 
 #define COMMON_OPS                                                                        \
-    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,       \
+    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy, .copy = cpu_copy,       \
     .zero = cpu_zero, .sync = cpu_sync, .bn_stats = cpu_bn_stats, .bn_apply = cpu_bn_apply, \
     .bn_bwd_reduce = cpu_bn_bwd_reduce, .bn_bwd_apply = cpu_bn_bwd_apply,                  \
     .relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, .add_fwd = cpu_add_fwd,           \

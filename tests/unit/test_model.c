@@ -1,0 +1,171 @@
+/* Model tests: the ResNets' structure (parameter counts as torchvision's),
+ * the whole network's gradient against finite differences of its loss,
+ * and the oneDNN backend against the reference on a full step. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "tests/unit/test.h"
+#include "worker/backend.h"
+#include "worker/model.h"
+
+static backend *mk(int reference) {
+    backend *b = NULL;
+    char err[256];
+    if (cpu_backend_create(reference, 2, &b, err, sizeof err) != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    return b;
+}
+
+static model *build(backend *b, const char *arch, int c, int h, int classes) {
+    model *m = NULL;
+    char err[256];
+    int rc = model_create(b, arch, c, h, h, classes, 42, &m, err, sizeof err);
+    if (rc) test_fail(__FILE__, __LINE__, "%s", err);
+    return m;
+}
+
+TEST(model_parameter_counts_match_torchvision) {
+    backend *b = mk(0);
+    /* resnet18 for 1000 classes has 11,689,512 parameters in torchvision. */
+    model *m = build(b, "resnet18", 3, 64, 1000);
+    CHECK_EQ(m->nparam, 11689512);
+    CHECK_STR(m->params[0].name, "conv1.weight");
+    CHECK_STR(m->params[m->nparams - 1].name, "fc.bias");
+    model_destroy(m);
+    /* resnet50: 25,557,032. */
+    m = build(b, "resnet50", 3, 64, 1000);
+    CHECK_EQ(m->nparam, 25557032);
+    model_destroy(m);
+    /* resnet20 (option B shortcuts) for 10 classes. */
+    m = build(b, "resnet20", 3, 32, 10);
+    CHECK_EQ(m->nparam, 272474);
+    model_destroy(m);
+    b->ops->destroy(b);
+}
+
+TEST(model_refuses_unknown_names_and_tiny_inputs) {
+    backend *b = mk(0);
+    model *m = NULL;
+    char err[256];
+    CHECK_EQ(model_create(b, "resnet7", 1, 28, 28, 10, 1, &m, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "unknown model 'resnet7'") != NULL);
+    CHECK_EQ(model_create(b, "resnet20", 0, 28, 28, 10, 1, &m, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "input shape") != NULL);
+    CHECK_EQ(model_create(b, "resnet20", 1, 28, 28, 1, 1, &m, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "classes") != NULL);
+    b->ops->destroy(b);
+}
+
+static float *input(int n, int h, int c, unsigned seed) {
+    float *x = malloc((size_t)n * h * h * c * sizeof *x);
+    for (int i = 0; i < n * h * h * c; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = ((seed >> 9) & 0xFFFF) / 32768.0f - 1.0f;
+    }
+    return x;
+}
+
+static double loss_of(model *m, const float *x, int n, const int32_t *y) {
+    float *logits;
+    double loss;
+    int correct;
+    if (model_forward(m, x, n, 1, &logits) != 0) test_fail(__FILE__, __LINE__, "forward failed");
+    model_loss(m, y, n, &loss, &correct);
+    return loss / n;
+}
+
+TEST(model_gradient_matches_finite_differences) {
+    backend *b = mk(0);
+    model *m = build(b, "resnet20", 2, 8, 5);
+    int n = 4;
+    float *x = input(n, 8, 2, 3);
+    int32_t y[4] = {0, 1, 2, 4};
+    float *logits;
+    double loss;
+    int correct;
+    CHECK_EQ(model_forward(m, x, n, 1, &logits), 0);
+    CHECK_EQ(model_backward(m, y, n, 0, &loss, &correct), 0);
+    float *g = malloc(m->nparam * sizeof *g);
+    memcpy(g, m->grad, m->nparam * sizeof *g);
+    /* A few elements of several tensors: stem, a shortcut, a BN, the head.
+     * ReLU kinks make finite differences noisy, more so far from the loss:
+     * an element passes if the central difference at any of three step
+     * sizes agrees within 3% (or 2e-3 absolute); a wrong gradient (a lost
+     * residual path, a missing factor) is far outside that. */
+    const char *names[] = {"conv1.weight", "layer2.0.downsample.0.weight", "layer3.2.bn2.weight",
+                           "layer1.1.conv2.weight", "fc.weight", "fc.bias"};
+    const double steps[] = {3e-3, 1e-3, 3e-4};
+    int checked = 0;
+    for (int k = 0; k < m->nparams; k++) {
+        for (size_t t = 0; t < sizeof names / sizeof names[0]; t++) {
+            if (strcmp(m->params[k].name, names[t]) != 0) continue;
+            for (size_t j = 0; j < m->params[k].count; j += m->params[k].count / 3 + 1) {
+                float *p = m->param + m->params[k].offset + j;
+                double an = g[m->params[k].offset + j], best = 1e9, fd = 0;
+                for (int e = 0; e < 3; e++) {
+                    float keep = *p;
+                    *p = keep + (float)steps[e];
+                    double up = loss_of(m, x, n, y);
+                    *p = keep - (float)steps[e];
+                    double down = loss_of(m, x, n, y);
+                    *p = keep;
+                    double d = (up - down) / (2 * steps[e]);
+                    if (fabs(d - an) < best) best = fabs(d - an), fd = d;
+                }
+                if (best > fmax(3e-2 * fabs(an), 2e-3))
+                    test_fail(__FILE__, __LINE__, "%s[%zu]: finite difference %g, backward %g",
+                              m->params[k].name, j, fd, an);
+                checked++;
+            }
+        }
+    }
+    CHECK(checked >= 12);
+    free(g), free(x);
+    model_destroy(m);
+    b->ops->destroy(b);
+}
+
+TEST(model_onednn_step_matches_reference) {
+    backend *ref = mk(1), *dn = mk(0);
+    model *a = build(ref, "resnet20", 1, 12, 10), *c = build(dn, "resnet20", 1, 12, 10);
+    CHECK_MEM(a->param, a->nparam * 4, c->param, c->nparam * 4); /* same seed, same init */
+    int n = 8;
+    float *x = input(n, 12, 1, 7);
+    int32_t y[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    float *la, *lc;
+    double l1, l2;
+    int c1, c2;
+    CHECK_EQ(model_forward(a, x, n, 1, &la), 0);
+    CHECK_EQ(model_forward(c, x, n, 1, &lc), 0);
+    CHECK_EQ(model_backward(a, y, n, 0.1f, &l1, &c1), 0);
+    CHECK_EQ(model_backward(c, y, n, 0.1f, &l2, &c2), 0);
+    CHECK(fabs(l1 - l2) < 1e-5 * fabs(l1));
+    double worst = 0, scale = 1e-3;
+    for (size_t i = 0; i < a->nparam; i++) scale = fmax(scale, fabs(a->grad[i]));
+    for (size_t i = 0; i < a->nparam; i++) worst = fmax(worst, fabs(a->grad[i] - c->grad[i]) / scale);
+    CHECK(worst < 1e-4);
+    free(x);
+    model_destroy(a), model_destroy(c);
+    ref->ops->destroy(ref), dn->ops->destroy(dn);
+}
+
+TEST(model_eval_uses_running_statistics) {
+    backend *b = mk(0);
+    model *m = build(b, "resnet20", 1, 8, 3);
+    int n = 4;
+    float *x = input(n, 8, 1, 11), *l;
+    float first[12], second[12];
+    CHECK_EQ(model_forward(m, x, n, 0, &l), 0);
+    memcpy(first, l, sizeof first);
+    /* Training forward moves the running statistics, so eval output moves. */
+    CHECK_EQ(model_forward(m, x, n, 1, &l), 0);
+    CHECK_EQ(model_forward(m, x, n, 0, &l), 0);
+    memcpy(second, l, sizeof second);
+    CHECK(memcmp(first, second, sizeof first) != 0);
+    /* Eval is a pure function of the input: twice gives the same bits. */
+    CHECK_EQ(model_forward(m, x, n, 0, &l), 0);
+    CHECK_MEM(l, sizeof second, second, sizeof second);
+    free(x);
+    model_destroy(m);
+    b->ops->destroy(b);
+}

@@ -1,0 +1,421 @@
+/* The model runner (see model.h): building blocks for resnet.c, memory,
+ * and the forward and backward passes over the operation list. */
+#include "worker/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/data.h"
+
+#define GROW(arr, n, cap)                                                       \
+    do {                                                                        \
+        if ((n) == (cap)) {                                                     \
+            int nc_ = (cap) ? 2 * (cap) : 16;                                   \
+            void *p_ = realloc((arr), (size_t)nc_ * sizeof *(arr));             \
+            if (!p_) return -ENOMEM;                                            \
+            (arr) = p_;                                                         \
+            (cap) = nc_;                                                        \
+        }                                                                       \
+    } while (0)
+
+int model_add_act(model *m, int h, int w, int c) {
+    GROW(m->acts, m->nacts, m->cap_acts);
+    m->acts[m->nacts] = (model_act){.h = h, .w = w, .c = c};
+    return m->nacts++;
+}
+
+int model_add_op(model *m, const model_op *op) {
+    GROW(m->ops, m->nops, m->cap_ops);
+    m->ops[m->nops] = *op;
+    m->acts[op->in].consumers++;
+    if (op->kind == OP_ADD) m->acts[op->in2].consumers++;
+    return m->nops++;
+}
+
+int model_add_param(model *m, const char *name, int ndim, const int *shape, int decay,
+                    size_t *offset) {
+    GROW(m->params, m->nparams, m->cap_params);
+    model_param *p = &m->params[m->nparams++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->count = 1;
+    for (int i = 0; i < ndim; i++) p->shape[i] = shape[i], p->count *= (size_t)shape[i];
+    p->offset = m->nparam;
+    p->decay = decay;
+    m->nparam += p->count;
+    *offset = p->offset;
+    return 0;
+}
+
+int model_add_buffer(model *m, const char *name, size_t count, size_t *offset) {
+    GROW(m->buffers, m->nbuffers, m->cap_buffers);
+    model_buffer *b = &m->buffers[m->nbuffers++];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->offset = m->nbuf;
+    b->count = count;
+    m->nbuf += count;
+    *offset = b->offset;
+    return 0;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static void free_batch_memory(model *m) {
+    backend *be = m->be;
+    for (int i = 0; i < m->nacts; i++) {
+        if (i > 0) be->ops->free(be, m->acts[i].data); /* act 0 is the caller's input */
+        be->ops->free(be, m->acts[i].grad);
+        m->acts[i].data = m->acts[i].grad = NULL;
+    }
+    for (int i = 0; i < m->nops; i++) {
+        free(m->ops[i].stats);
+        be->ops->free(be, m->ops[i].argmax);
+        m->ops[i].stats = NULL;
+        m->ops[i].argmax = NULL;
+    }
+    be->ops->free(be, m->scratch);
+    m->scratch = NULL;
+    be->ops->free(be, m->labels);
+    m->labels = NULL;
+}
+
+static void op_shapes(model *m, model_op *op, int n) {
+    const model_act *x = &m->acts[op->in];
+    if (op->kind == OP_CONV) conv_shape_init(&op->cs, n, x->h, x->w, x->c, op->k, op->r, op->stride, op->pad);
+    if (op->kind == OP_MAXPOOL) {
+        op->ps = (pool_shape){.n = n, .h = x->h, .w = x->w, .c = x->c, .r = op->r,
+                              .stride = op->stride, .pad = op->pad};
+        op->ps.p = (x->h + 2 * op->pad - op->r) / op->stride + 1;
+        op->ps.q = (x->w + 2 * op->pad - op->r) / op->stride + 1;
+    }
+    op->rows = n * x->h * x->w;
+    op->c = x->c;
+}
+
+int model_set_batch(model *m, int n) {
+    if (n == m->batch) return 0;
+    free_batch_memory(m);
+    backend *be = m->be;
+    size_t largest = 0;
+    for (int i = 0; i < m->nacts; i++) {
+        model_act *a = &m->acts[i];
+        size_t bytes = (size_t)n * a->h * a->w * a->c * sizeof(float);
+        if (bytes > largest) largest = bytes;
+        if (i > 0 && !(a->data = be->ops->alloc(be, bytes))) return -ENOMEM;
+        if (i > 0 && !(a->grad = be->ops->alloc(be, bytes))) return -ENOMEM;
+    }
+    for (int i = 0; i < m->nops; i++) {
+        model_op *op = &m->ops[i];
+        op_shapes(m, op, n);
+        if (op->kind == OP_BN && !(op->stats = calloc(6 * (size_t)op->c, sizeof(float))))
+            return -ENOMEM;
+        if (op->kind == OP_MAXPOOL) {
+            size_t outn = (size_t)n * op->ps.p * op->ps.q * op->ps.c;
+            if (!(op->argmax = be->ops->alloc(be, outn * sizeof(int32_t)))) return -ENOMEM;
+        }
+    }
+    m->scratch = be->ops->alloc(be, largest);
+    m->scratch_len = largest / sizeof(float);
+    m->labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t));
+    if (!m->scratch || !m->labels) return -ENOMEM;
+    m->batch = n;
+    return 0;
+}
+
+/* Weights: Kaiming normal (fan_out, ReLU gain) for convolutions as
+ * torchvision does; BN gamma 1, beta 0; linear U(-1/sqrt(in), 1/sqrt(in))
+ * for weight and bias, PyTorch's default. */
+static void init_weights(model *m, uint64_t seed, float *host) {
+    rng_t r;
+    for (int i = 0; i < m->nparams; i++) {
+        const model_param *p = &m->params[i];
+        float *w = host + p->offset;
+        rng_seed(&r, seed, 0x1417, (uint64_t)i);
+        const char *leaf = strrchr(p->name, '.') ? strrchr(p->name, '.') + 1 : p->name;
+        int is_bn = strstr(p->name, "bn") != NULL || strstr(p->name, "shortcut.1") != NULL ||
+                    strstr(p->name, "downsample.1") != NULL;
+        if (p->ndim == 4) {
+            float std = sqrtf(2.0f / (float)(p->shape[0] * p->shape[2] * p->shape[3]));
+            for (size_t k = 0; k < p->count; k++) w[k] = std * rng_normal(&r);
+        } else if (is_bn) {
+            for (size_t k = 0; k < p->count; k++) w[k] = strcmp(leaf, "weight") == 0 ? 1.0f : 0.0f;
+        } else {
+            int fan_in = m->params[i].ndim == 2 ? p->shape[1] : m->params[i - 1].shape[1];
+            float bound = 1.0f / sqrtf((float)fan_in);
+            for (size_t k = 0; k < p->count; k++) w[k] = bound * (2 * rng_float(&r) - 1);
+        }
+    }
+}
+
+int resnet_build(model *m, const char *arch, char *err, size_t errlen);
+
+int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, int classes,
+                 uint64_t seed, model **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (in_c < 1 || in_h < 1 || in_w < 1) {
+        snprintf(err, errlen, "--model %s: bad input shape %dx%dx%d", arch, in_c, in_h, in_w);
+        return -EINVAL;
+    }
+    if (classes < 2) {
+        snprintf(err, errlen, "--model %s: needs at least 2 classes, got %d", arch, classes);
+        return -EINVAL;
+    }
+    model *m = calloc(1, sizeof *m);
+    if (!m) return -ENOMEM;
+    m->be = be;
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    m->in_c = in_c, m->in_h = in_h, m->in_w = in_w, m->classes = classes;
+    m->bn_momentum = 0.1f;
+    m->bn_eps = 1e-5f;
+    int rc = resnet_build(m, arch, err, errlen);
+    float *host = NULL;
+    if (rc == 0) {
+        m->param = be->ops->alloc(be, m->nparam * sizeof(float));
+        m->grad = be->ops->alloc(be, m->nparam * sizeof(float));
+        m->mom = be->ops->alloc(be, m->nparam * sizeof(float));
+        m->buf = be->ops->alloc(be, (m->nbuf ? m->nbuf : 1) * sizeof(float));
+        m->decay_mask = be->ops->alloc(be, m->nparam);
+        host = calloc(m->nparam > m->nbuf ? m->nparam : m->nbuf, sizeof(float));
+        if (!m->param || !m->grad || !m->mom || !m->buf || !m->decay_mask || !host) rc = -ENOMEM;
+    }
+    if (rc == 0) {
+        init_weights(m, seed, host);
+        be->ops->upload(be, m->param, host, m->nparam * sizeof(float));
+        /* Running statistics start at mean 0, variance 1. */
+        for (int i = 0; i < m->nbuffers; i++)
+            for (size_t k = 0; k < m->buffers[i].count; k++)
+                host[m->buffers[i].offset + k] = strstr(m->buffers[i].name, "running_var") ? 1.0f : 0.0f;
+        be->ops->upload(be, m->buf, host, m->nbuf * sizeof(float));
+        uint8_t *mask = (uint8_t *)host;
+        for (int i = 0; i < m->nparams; i++)
+            memset(mask + m->params[i].offset, m->params[i].decay, m->params[i].count);
+        be->ops->upload(be, m->decay_mask, mask, m->nparam);
+    }
+    free(host);
+    if (rc) {
+        model_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void model_destroy(model *m) {
+    if (!m) return;
+    backend *be = m->be;
+    free_batch_memory(m);
+    be->ops->free(be, m->param);
+    be->ops->free(be, m->grad);
+    be->ops->free(be, m->mom);
+    be->ops->free(be, m->buf);
+    be->ops->free(be, m->decay_mask);
+    free(m->ops);
+    free(m->acts);
+    free(m->params);
+    free(m->buffers);
+    free(m);
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Batch statistics (all-reduced across ranks with SyncBatchNorm), and the
+ * running statistics updated as PyTorch does (unbiased variance). */
+static int bn_train_stats(model *m, model_op *op) {
+    backend *be = m->be;
+    int c = op->c;
+    float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
+    const float *x = m->acts[op->in].data;
+    int rc = be->ops->bn_stats(be, op->rows, c, x, sums, sums + c);
+    double rows = op->rows;
+    if (rc == 0 && m->hooks.allreduce) {
+        rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c);
+        rows *= m->hooks.world;
+    }
+    if (rc) return rc;
+    float *run = sums + 2 * c; /* host copy of running mean and var */
+    be->ops->download(be, run, m->buf + op->buf, 2 * (size_t)c * sizeof(float));
+    for (int j = 0; j < c; j++) {
+        double mu = sums[j] / rows, var = sums[c + j] / rows - mu * mu;
+        if (var < 0) var = 0;
+        mean[j] = (float)mu;
+        invstd[j] = (float)(1.0 / sqrt(var + m->bn_eps));
+        double unbiased = rows > 1 ? var * rows / (rows - 1) : var;
+        run[j] = (1 - m->bn_momentum) * run[j] + m->bn_momentum * (float)mu;
+        run[c + j] = (1 - m->bn_momentum) * run[c + j] + m->bn_momentum * (float)unbiased;
+    }
+    be->ops->upload(be, m->buf + op->buf, run, 2 * (size_t)c * sizeof(float));
+    return 0;
+}
+
+static void bn_eval_stats(model *m, model_op *op) {
+    int c = op->c;
+    float *mean = op->stats, *invstd = mean + c, *run = invstd + c;
+    m->be->ops->download(m->be, run, m->buf + op->buf, 2 * (size_t)c * sizeof(float));
+    for (int j = 0; j < c; j++) {
+        mean[j] = run[j];
+        invstd[j] = 1.0f / sqrtf(run[c + j] + m->bn_eps);
+    }
+}
+
+static int forward_op(model *m, model_op *op, int n, int train) {
+    backend *be = m->be;
+    const backend_ops *o = be->ops;
+    model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
+    size_t ny = (size_t)n * y->h * y->w * y->c;
+    int rc;
+    switch (op->kind) {
+    case OP_CONV: return o->conv_fwd(be, &op->cs, x->data, m->param + op->w, y->data);
+    case OP_BN:
+        if (train) {
+            if ((rc = bn_train_stats(m, op))) return rc;
+        } else {
+            bn_eval_stats(m, op);
+        }
+        return o->bn_apply(be, op->rows, op->c, x->data, op->stats, op->stats + op->c,
+                           m->param + op->w, m->param + op->b, op->relu, y->data);
+    case OP_RELU: return o->relu_fwd(be, ny, x->data, y->data);
+    case OP_ADD: return o->add_fwd(be, ny, x->data, m->acts[op->in2].data, op->relu, y->data);
+    case OP_MAXPOOL: return o->maxpool_fwd(be, &op->ps, x->data, y->data, op->argmax);
+    case OP_AVGPOOL: return o->avgpool_fwd(be, n, x->h * x->w, x->c, x->data, y->data);
+    case OP_LINEAR:
+        return o->linear_fwd(be, n, x->h * x->w * x->c, op->features, x->data,
+                             m->param + op->w, m->param + op->b, y->data);
+    }
+    return -EINVAL;
+}
+
+int model_forward(model *m, const float *x, int n, int train, float **logits) {
+    int rc = model_set_batch(m, n);
+    if (rc) return rc;
+    m->acts[0].data = (float *)x;
+    for (int i = 0; i < m->nops; i++)
+        if ((rc = forward_op(m, &m->ops[i], n, train))) return rc;
+    *logits = m->acts[m->nacts - 1].data;
+    return 0;
+}
+
+/* ---- backward ----------------------------------------------------------------- */
+
+/* Where an op writes the gradient of its input: straight into the input's
+ * gradient if nothing has yet, else into scratch to be added (a tensor
+ * read by two ops, like a residual block's input, sums both gradients).
+ * NULL for the model's input, which needs none. */
+static float *dx_target(model *m, int act) {
+    if (act == 0) return NULL;
+    return m->acts[act].grad_set ? m->scratch : m->acts[act].grad;
+}
+
+static int dx_done(model *m, int act, size_t count) {
+    if (act == 0) return 0;
+    model_act *a = &m->acts[act];
+    if (!a->grad_set) {
+        a->grad_set = 1;
+        return 0;
+    }
+    return m->be->ops->accumulate(m->be, count, m->scratch, a->grad);
+}
+
+static int backward_bn(model *m, model_op *op) {
+    backend *be = m->be;
+    int c = op->c, rc;
+    model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
+    float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
+    float *dgamma = m->grad + op->w, *dbeta = m->grad + op->b;
+    rc = be->ops->bn_bwd_reduce(be, op->rows, c, x->data, y->data, mean, invstd, op->relu,
+                                y->grad, sums, sums + c);
+    if (rc) return rc;
+    /* The parameters' gradients are this rank's (DDP averages them); the
+     * input's gradient needs the sums over every rank under SyncBatchNorm. */
+    be->ops->upload(be, dbeta, sums, (size_t)c * sizeof(float));
+    be->ops->upload(be, dgamma, sums + c, (size_t)c * sizeof(float));
+    float rows = (float)op->rows;
+    if (m->hooks.allreduce) {
+        if ((rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c))) return rc;
+        rows *= (float)m->hooks.world;
+    }
+    if (op->in == 0) return 0;
+    int add = x->grad_set;
+    rc = be->ops->bn_bwd_apply(be, op->rows, c, x->data, y->grad, mean, invstd, m->param + op->w,
+                               sums, sums + c, rows, add, x->grad);
+    x->grad_set = 1;
+    return rc;
+}
+
+static int backward_op(model *m, model_op *op, int n) {
+    backend *be = m->be;
+    const backend_ops *o = be->ops;
+    model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
+    size_t nx = (size_t)n * x->h * x->w * x->c, ny = (size_t)n * y->h * y->w * y->c;
+    float *dx;
+    int rc;
+    switch (op->kind) {
+    case OP_CONV:
+        dx = dx_target(m, op->in);
+        rc = o->conv_bwd(be, &op->cs, x->data, m->param + op->w, y->grad, dx, m->grad + op->w);
+        return rc ? rc : dx_done(m, op->in, nx);
+    case OP_BN: return backward_bn(m, op);
+    case OP_RELU:
+        dx = dx_target(m, op->in);
+        rc = o->relu_bwd(be, ny, y->data, y->grad, dx);
+        return rc ? rc : dx_done(m, op->in, nx);
+    case OP_ADD:
+        if (op->relu && (rc = o->relu_bwd(be, ny, y->data, y->grad, y->grad))) return rc;
+        for (int k = 0; k < 2; k++) {
+            int in = k ? op->in2 : op->in;
+            if (in == 0) continue;
+            if (!(dx = dx_target(m, in))) continue;
+            o->copy(be, dx, y->grad, ny * sizeof(float));
+            if ((rc = dx_done(m, in, ny))) return rc;
+        }
+        return 0;
+    case OP_MAXPOOL:
+        dx = dx_target(m, op->in);
+        rc = dx ? o->maxpool_bwd(be, &op->ps, y->grad, op->argmax, dx) : 0;
+        return rc ? rc : dx_done(m, op->in, nx);
+    case OP_AVGPOOL:
+        dx = dx_target(m, op->in);
+        rc = dx ? o->avgpool_bwd(be, n, x->h * x->w, x->c, y->grad, dx) : 0;
+        return rc ? rc : dx_done(m, op->in, nx);
+    case OP_LINEAR:
+        dx = dx_target(m, op->in);
+        rc = o->linear_bwd(be, n, x->h * x->w * x->c, op->features, x->data, m->param + op->w,
+                           y->grad, dx, m->grad + op->w, m->grad + op->b);
+        return rc ? rc : dx_done(m, op->in, nx);
+    }
+    return -EINVAL;
+}
+
+static int has_params(const model_op *op) {
+    return op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_LINEAR;
+}
+
+int model_backward(model *m, const int32_t *labels, int n, float smoothing, double *loss_sum,
+                   int *correct) {
+    backend *be = m->be;
+    model_act *out = &m->acts[m->nacts - 1];
+    be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
+    int rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad,
+                           loss_sum, correct);
+    if (rc) return rc;
+    for (int i = 0; i < m->nacts; i++) m->acts[i].grad_set = 0;
+    out->grad_set = 1;
+    for (int i = m->nops - 1; i >= 0; i--) {
+        model_op *op = &m->ops[i];
+        if ((rc = backward_op(m, op, n))) return rc;
+        if (has_params(op) && m->hooks.grads_ready &&
+            (rc = m->hooks.grads_ready(m->hooks.ctx, op->w)))
+            return rc;
+    }
+    return 0;
+}
+
+int model_loss(model *m, const int32_t *labels, int n, double *loss_sum, int *correct) {
+    backend *be = m->be;
+    model_act *out = &m->acts[m->nacts - 1];
+    be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
+    return be->ops->xent(be, n, m->classes, out->data, m->labels, 0, out->grad, loss_sum, correct);
+}

@@ -1,0 +1,122 @@
+/* A model as ddp-train runs it: a list of operations (convolution, batch
+ * norm, ReLU, residual add, pooling, linear) over numbered activation
+ * tensors, executed forward in order and backward in reverse on a compute
+ * backend. Parameters, their gradients and the optimizer's momentum live in
+ * one allocation each, with every layer's tensors as views into it (in
+ * PyTorch's state_dict order), which is what makes bucketed all-reduce and
+ * checkpoints a matter of byte ranges. resnet.c builds the ResNets. */
+#ifndef DDPRUN_WORKER_MODEL_H
+#define DDPRUN_WORKER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/backend.h"
+
+typedef enum { OP_CONV, OP_BN, OP_RELU, OP_ADD, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR } op_kind;
+
+typedef struct {
+    op_kind kind;
+    int in, in2, out; /* activation ids (in2: ADD's second input) */
+    int relu;         /* BN and ADD: ReLU fused after */
+    int k, r, stride, pad; /* CONV: out channels, kernel, stride, pad; MAXPOOL: window */
+    int features;     /* LINEAR: out features */
+    size_t w, b;      /* parameter offsets: CONV weight; BN gamma, beta; LINEAR weight, bias */
+    size_t buf;       /* BN: running mean at buf, running var at buf + c */
+    /* set by model_set_batch */
+    conv_shape cs;
+    pool_shape ps;
+    int rows, c;      /* BN: rows = n*h*w; channels */
+    float *stats;     /* BN: mean, invstd, then scratch sums (4c floats) */
+    int32_t *argmax;  /* MAXPOOL */
+} model_op;
+
+typedef struct {
+    int h, w, c;      /* per-sample shape (NHWC) */
+    float *data;      /* n*h*w*c */
+    float *grad;
+    int consumers;    /* ops reading it (their gradients add up) */
+    int grad_set;     /* during backward: grad holds a first contribution */
+} model_act;
+
+/* One named parameter tensor (PyTorch's name and shape). */
+typedef struct {
+    char name[64];
+    size_t offset, count;
+    int ndim;
+    int shape[4];
+    int decay; /* gets weight decay (conv and linear weights) */
+} model_param;
+
+typedef struct {
+    char name[64];
+    size_t offset, count;
+} model_buffer;
+
+typedef struct model model;
+
+/* SyncBatchNorm and DDP plug in here (the model itself knows nothing of
+ * other ranks). */
+typedef struct {
+    void *ctx;
+    /* sum a small buffer over all ranks (SyncBatchNorm); NULL: local BN */
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+    int world; /* ranks whose batches SyncBatchNorm spans */
+    /* called in backward once the gradients of every parameter at offset
+     * >= `offset` are final (DDP launches its buckets from here) */
+    int (*grads_ready)(void *ctx, size_t offset);
+} model_hooks;
+
+struct model {
+    backend *be;
+    char arch[32];
+    int in_c, in_h, in_w, classes;
+    int batch; /* activations are sized for this many samples */
+    model_op *ops;
+    int nops, cap_ops;
+    model_act *acts;
+    int nacts, cap_acts;
+    model_param *params;
+    int nparams, cap_params;
+    model_buffer *buffers;
+    int nbuffers, cap_buffers;
+    size_t nparam, nbuf; /* floats */
+    float *param, *grad, *mom; /* device memory */
+    float *buf;                /* BN running statistics */
+    uint8_t *decay_mask;       /* host + device (the CPU shares it) */
+    float *scratch;            /* a gradient being added into an activation */
+    size_t scratch_len;
+    float bn_momentum, bn_eps;
+    model_hooks hooks;
+    int32_t *labels;           /* device copy of the batch's labels */
+};
+
+/* Builds a model by name ("resnet20", "resnet18", ...) for inputs of
+ * in_c x in_h x in_w and `classes` outputs, with weights initialised from
+ * `seed` (Kaiming normal for convolutions, PyTorch's defaults elsewhere).
+ * -EINVAL with a message for an unknown name or an input too small. */
+int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, int classes,
+                 uint64_t seed, model **out, char *err, size_t errlen);
+void model_destroy(model *m);
+/* (Re)allocates activations for batches of n. */
+int model_set_batch(model *m, int n);
+/* Runs forward on x (n x H x W x C, device memory); returns the logits
+ * (n x classes, device memory). train: batch statistics (and running
+ * statistics updated); else running statistics. */
+int model_forward(model *m, const float *x, int n, int train, float **logits);
+/* Loss and backward for the last forward: gradients land in m->grad (for
+ * one rank's batch, averaged over its n samples). loss_sum and correct
+ * count come back on the host. */
+int model_backward(model *m, const int32_t *labels, int n, float smoothing, double *loss_sum,
+                   int *correct);
+/* Loss and accuracy only (evaluation). */
+int model_loss(model *m, const int32_t *labels, int n, double *loss_sum, int *correct);
+
+/* Helpers for resnet.c. */
+int model_add_act(model *m, int h, int w, int c);
+int model_add_op(model *m, const model_op *op);
+int model_add_param(model *m, const char *name, int ndim, const int *shape, int decay,
+                    size_t *offset);
+int model_add_buffer(model *m, const char *name, size_t count, size_t *offset);
+
+#endif
