@@ -25,11 +25,12 @@ WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o)
 WORKER_ASAN_OBJ := $(WORKER_SRC:%.c=$(B)/asan/%.o)
 WORKER_LIBS := -ldnnl -fopenmp
 
-BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
+BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin/ddp-train \
+	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump
 
-.PHONY: all deps check check-quick demo fuzz bench-store clean
+.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -119,6 +120,14 @@ fuzz: $(B)/fuzz/fuzz-store-parse
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo
+
+demo-store: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo-store
+
+bench-train: deps
+	@$(MAKE) --no-print-directory all
+	@bench/train_bench.sh
 
 bench-store: deps
 	@$(MAKE) --no-print-directory all

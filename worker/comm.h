@@ -25,11 +25,26 @@ typedef struct {
     int no_shm;             /* 1: TCP even between ranks on one host (tests) */
 } comm_opts;
 
-/* Connects all ranks. 0 or -errno with a message. */
+/* Connects all ranks. 0 or -errno with a message. Ranks with the same
+ * host identity (host name, boot id, IPC/PID namespaces; overridable with
+ * $DDPRUN_COMM_HOST_ID) share memory; local_rank/local_world are not used
+ * for that grouping. timeout_ms <= 0 means 300 s; it bounds comm_init too.
+ * Needs ddprun-store (or a torch >= 2 TCPStore: MULTI_GET) at store_host. */
 int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen);
+/* Every asynchronous request must have been waited for (comm_wait) before;
+ * one still queued is cancelled. */
 void comm_destroy(comm *c);
 int comm_rank(const comm *c);
 int comm_world(const comm *c);
+/* After a call failed: what went wrong, naming the peer where known
+ * ("rank 2: all-reduce failed: local rank 1 (pid 4242) on this host
+ * exited during the collective"); "" while the communicator is healthy.
+ *
+ * Errors: every call returns 0 or -errno. -ETIMEDOUT: the call took longer
+ * than timeout_ms. -ECONNRESET: a peer's process or connection went away.
+ * -ECONNABORTED: a peer on this host failed first. After any error the
+ * communicator is unusable: every later call returns the same error. */
+const char *comm_error(const comm *c);
 
 /* In-place sum over all ranks. */
 int comm_allreduce_sum(comm *c, float *buf, size_t count);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# timeout: 180
+# Bad input to ddp-train gets a clear error naming the problem, and nothing
+# is overwritten: a missing data set, a wrong --input-shape, an unknown
+# model, a checkpoint from another model, a truncated checkpoint.
+source "$(dirname "$0")/../lib/train.bash"
+fails() { # expected exit status, text the error must contain, args...
+    local want=$1 text=$2 rc=0; shift 2
+    ddp-train "$@" > "$SCRATCH/out" 2>&1 || rc=$?
+    if [ "$rc" -ne "$want" ] || ! grep -qF -- "$text" "$SCRATCH/out"; then
+        echo "ddp-train $* exited $rc (wanted $want) without '$text':"; cat "$SCRATCH/out"; exit 1
+    fi
+}
+quick=(--threads 1 --no-eval --log-every 1000 --batch-size 8)
+fails 1 "cannot open $SCRATCH/nowhere/train-images-idx3-ubyte" "${quick[@]}" --data-dir "$SCRATCH/nowhere"
+fails 2 "--input-shape: '3x32' is not CxHxW" --data synthetic --input-shape 3x32
+fails 2 "--input-shape: '0x8x8' is not CxHxW" --data synthetic --input-shape 0x8x8
+fails 1 "unknown model 'resnet7'" "${quick[@]}" --model resnet7
+fails 2 "unknown option '--bogus'" --bogus 3
+fails 2 "--batch-size: 'many' is not a number" --batch-size many
+
+# A checkpoint of another model: refused, and left as it was.
+synth=(--data synthetic --input-shape 3x16x16 --synthetic-size 256 "${quick[@]}")
+ddp-train "${synth[@]}" --model resnet20 --max-steps 2 --ckpt-dir "$SCRATCH/ck" > "$SCRATCH/out" 2>&1
+before=$(sha256sum "$SCRATCH"/ck/*.ddpt)
+fails 1 "is for resnet20 on 3x16x16 inputs" "${synth[@]}" --model resnet32 --max-steps 3 --ckpt-dir "$SCRATCH/ck"
+[ "$before" = "$(sha256sum "$SCRATCH"/ck/*.ddpt)" ] || { echo "the checkpoint changed"; exit 1; }
+
+# A truncated newest checkpoint: reported, and the previous one is used.
+ddp-train "${synth[@]}" --model resnet20 --max-steps 4 --ckpt-every 2 --ckpt-dir "$SCRATCH/tr" > "$SCRATCH/out" 2>&1
+newest=$SCRATCH/tr/ckpt-0000000004.ddpt
+[ -e "$newest" ] || { echo "no checkpoint at step 4"; ls "$SCRATCH/tr"; exit 1; }
+truncate -s 1000 "$newest"
+ddp-train "${synth[@]}" --model resnet20 --max-steps 5 --ckpt-dir "$SCRATCH/tr" > "$SCRATCH/out" 2>&1 \
+    || { cat "$SCRATCH/out"; exit 1; }
+grep -q "ckpt-0000000004.ddpt" "$SCRATCH/out" && grep -q "resuming from .*ckpt-0000000002.ddpt" "$SCRATCH/out" \
+    || { echo "the truncated checkpoint was not reported and skipped:"; cat "$SCRATCH/out"; exit 1; }
+
+# Only a truncated checkpoint: an error, and it stays (nothing overwritten).
+mkdir "$SCRATCH/only"
+cp "$newest" "$SCRATCH/only/"
+fails 1 "ckpt-0000000004.ddpt" "${synth[@]}" --model resnet20 --max-steps 5 --ckpt-dir "$SCRATCH/only"
+[ "$(stat -c %s "$SCRATCH/only/ckpt-0000000004.ddpt")" = 1000 ] || { echo "the truncated file changed"; exit 1; }
+[ "$(ls "$SCRATCH/only" | wc -l)" = 1 ] || { echo "a checkpoint was written over a corrupt one"; ls "$SCRATCH/only"; exit 1; }
+echo "all refused clearly"

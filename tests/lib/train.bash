@@ -1,0 +1,18 @@
+# Shared by the ddp-train scenarios: paths, a scratch directory removed on
+# exit, and skipping when the trainer is not built.
+set -euo pipefail
+ROOT=${DDPRUN_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+BIN=$ROOT/build/bin
+export PATH=$BIN:$PATH
+[ -x "$BIN/ddp-train" ] || { echo "skipped: ddp-train is not built"; exit 77; }
+SCRATCH=$(mktemp -d /tmp/ddp-train-test.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+# Small, quick runs: Fashion-MNIST, ResNet-20, one thread per rank.
+TRAIN_ARGS=(--model resnet20 --data fashion-mnist --threads 1 --no-eval --log-every 1000)
+compare() { /usr/bin/python3 "$ROOT/tests/tools/ckpt_compare.py" "$@"; }
+have_numpy() { /usr/bin/python3 -c 'import numpy' 2>/dev/null; }

@@ -1,0 +1,227 @@
+/* ddp-allreduce-bench: the CPU communicator's all-reduce, measured the way
+ * nccl-tests' all_reduce_perf measures NCCL's. Run one per rank under a
+ * launcher that sets torchrun's environment:
+ *
+ *   ddprun --standalone --nproc-per-node=4 --no-python build/bin/ddp-allreduce-bench
+ *
+ * For each size from --min-bytes to --max-bytes (doubling), every rank
+ * first fills its buffer with known small integers and checks the sum
+ * exactly (a wrong sum on any rank makes every rank exit 1), then runs
+ * --warmup untimed and --iters timed all-reduces. Rank 0 prints one row per
+ * size: the time of one all-reduce (the mean over ranks of each rank's
+ * mean), the algorithm bandwidth (bytes / time) and the bus bandwidth
+ * (algbw * 2(n-1)/n, the traffic a ring moves per link, as nccl-tests
+ * reports it, so that figures compare across world sizes). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/comm.h"
+
+typedef struct {
+    size_t min_bytes, max_bytes;
+    int iters, warmup, no_shm, timeout_ms;
+} bench_opts;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (end == s || *end || v < 0) return -EINVAL;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ddp-allreduce-bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
+            "                           [--no-shm] [--timeout-ms N]\n"
+            "Measures all-reduce (sum of floats) across the ranks a launcher started\n"
+            "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), e.g.\n"
+            "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n"
+            "  --min-bytes N   smallest size, with K, M or G (default 4K)\n"
+            "  --max-bytes N   largest size (default 128M); sizes double in between\n"
+            "  --iters N       timed all-reduces per size (default 0: as many as fit\n"
+            "                  in about 0.25 s, 5 to 2000)\n"
+            "  --warmup N      untimed all-reduces per size first (default 5)\n"
+            "  --no-shm        TCP between every pair of ranks, even on one host\n"
+            "  --timeout-ms N  a collective taking longer fails (default 120000)\n");
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--no-shm")) {
+            o->no_shm = 1;
+            continue;
+        } else if (!v) {
+            bad = 1;
+        } else if (!strcmp(a, "--min-bytes")) {
+            bad = parse_size(v, &o->min_bytes);
+        } else if (!strcmp(a, "--max-bytes")) {
+            bad = parse_size(v, &o->max_bytes);
+        } else if (!strcmp(a, "--iters")) {
+            o->iters = atoi(v), bad = o->iters < 0;
+        } else if (!strcmp(a, "--warmup")) {
+            o->warmup = atoi(v), bad = o->warmup < 0;
+        } else if (!strcmp(a, "--timeout-ms")) {
+            o->timeout_ms = atoi(v), bad = o->timeout_ms <= 0;
+        } else {
+            fprintf(stderr, "ddp-allreduce-bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "ddp-allreduce-bench: %s needs a valid value, got '%s'\n", a,
+                    v ? v : "nothing");
+            return -1;
+        }
+        i++;
+    }
+    if (o->min_bytes < 4 || o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "ddp-allreduce-bench: need 4 <= --min-bytes <= --max-bytes\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
+
+/* Fills known values, all-reduces once and checks the exact sum; returns
+ * the number of wrong elements over all ranks (or -errno). */
+static long verify(comm *c, float *buf, size_t count) {
+    int rank = comm_rank(c), n = comm_world(c);
+    for (size_t i = 0; i < count; i++) buf[i] = (float)((rank + 1) * (int)(i % 13 + 1));
+    int rc = comm_allreduce_sum(c, buf, count);
+    if (rc) return rc;
+    long bad = 0;
+    float tri = (float)(n * (n + 1) / 2);
+    for (size_t i = 0; i < count; i++) {
+        float want = tri * (float)(i % 13 + 1);
+        if (buf[i] != want && bad++ == 0)
+            fprintf(stderr,
+                    "ddp-allreduce-bench: rank %d: wrong sum at element %zu of %zu: got %g, "
+                    "expected %g\n",
+                    rank, i, count, (double)buf[i], (double)want);
+    }
+    float total = (float)bad;
+    rc = comm_allreduce_sum(c, &total, 1);
+    return rc ? rc : (long)total;
+}
+
+/* Times iters all-reduces; returns this rank's mean seconds per call. */
+static int timed(comm *c, float *buf, size_t count, int iters, double *secs) {
+    int rc = comm_barrier(c);
+    double t0 = now_s();
+    for (int i = 0; i < iters && !rc; i++) rc = comm_allreduce_sum(c, buf, count);
+    *secs = (now_s() - t0) / iters;
+    return rc;
+}
+
+static int bench_size(comm *c, const bench_opts *o, float *buf, size_t bytes) {
+    size_t count = bytes / sizeof(float);
+    int n = comm_world(c), rc;
+    long bad = verify(c, buf, count);
+    if (bad < 0) return (int)bad;
+    if (bad > 0) {
+        if (comm_rank(c) == 0)
+            fprintf(stderr, "ddp-allreduce-bench: %ld wrong elements at %zu bytes\n", bad, bytes);
+        return -EILSEQ;
+    }
+    /* Zeros while timing: repeated in-place sums of anything else grow
+     * without bound. */
+    memset(buf, 0, count * sizeof(float));
+    double warm = 0;
+    if (o->warmup && (rc = timed(c, buf, count, o->warmup, &warm))) return rc;
+    int iters = o->iters;
+    if (!iters) {
+        /* Rank 0 decides so that every rank runs the same number. */
+        double t = warm > 0 ? warm : 1e-3;
+        iters = t * 2000 < 0.25 ? 2000 : (int)(0.25 / t);
+        if (iters < 5) iters = 5;
+        if ((rc = comm_broadcast(c, &iters, sizeof iters, 0))) return rc;
+    }
+    double secs;
+    if ((rc = timed(c, buf, count, iters, &secs))) return rc;
+    float mean = (float)(secs * 1e6);
+    if ((rc = comm_allreduce_sum(c, &mean, 1))) return rc;
+    mean /= (float)n;
+    if (comm_rank(c) == 0) {
+        double algbw = (double)bytes / ((double)mean * 1e-6) / 1e9;
+        printf("%12zu %12.2f %12.3f %12.3f\n", bytes, (double)mean, algbw,
+               algbw * 2.0 * (n - 1) / n);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bench_opts o;
+    if (parse_args(argc, argv, &o)) return 2;
+    const char *master = getenv("MASTER_ADDR");
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "/ddp-allreduce-bench/attempt_%d/",
+             env_int("TORCHELASTIC_RESTART_COUNT", 0));
+    comm_opts co = {.store_host = master ? master : "127.0.0.1",
+                    .store_port = env_int("MASTER_PORT", 0),
+                    .prefix = prefix,
+                    .rank = env_int("RANK", 0),
+                    .world = env_int("WORLD_SIZE", 1),
+                    .local_rank = env_int("LOCAL_RANK", 0),
+                    .local_world = env_int("LOCAL_WORLD_SIZE", 1),
+                    .timeout_ms = o.timeout_ms,
+                    .no_shm = o.no_shm};
+    char err[512];
+    comm *c = NULL;
+    int rc = comm_init(&co, &c, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank, err);
+        return 1;
+    }
+    float *buf = malloc(o.max_bytes / sizeof(float) * sizeof(float) + sizeof(float));
+    if (!buf) {
+        fprintf(stderr, "ddp-allreduce-bench: cannot allocate %zu bytes\n", o.max_bytes);
+        comm_destroy(c);
+        return 1;
+    }
+    if (co.rank == 0) {
+        fprintf(stderr, "# ddp-allreduce-bench: %d ranks, %s, sizes %zu to %zu bytes\n", co.world,
+                o.no_shm ? "TCP only (--no-shm)" : "shared memory within a host, TCP between",
+                o.min_bytes, o.max_bytes);
+        printf("%12s %12s %12s %12s\n", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps");
+        fflush(stdout);
+    }
+    for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && !rc; bytes *= 2) {
+        rc = bench_size(c, &o, buf, bytes);
+        if (rc == -EILSEQ) break;
+        if (rc)
+            fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank,
+                    comm_error(c)[0] ? comm_error(c) : strerror(-rc));
+    }
+    free(buf);
+    comm_destroy(c);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,587 @@
+/* Collectives among the ranks of one host through shared memory; see
+ * comm_shm.h.
+ *
+ * The segment is a header (barrier counters and the abort word, each on its
+ * own cache line, and the local ranks' pids) followed by two sets of slots,
+ * one slot per local rank. Every step of a collective writes into one set,
+ * meets the others at the barrier, then reads; the next step uses the
+ * other set. A rank can only start writing a set again after passing the
+ * barrier of the step in between, which every rank reaches only once it
+ * has finished reading that set, so one barrier per step is enough.
+ *
+ * The barrier is a generation counter: the last rank to arrive resets the
+ * arrival count and bumps the generation; the others spin briefly on it,
+ * then sleep on it with a futex in short slices, checking between slices
+ * that no peer has died, that nobody has aborted and that the deadline has
+ * not passed. When the host has fewer CPUs than local ranks, spinning would
+ * starve the very ranks being waited for, so waiters yield instead. */
+#include "worker/comm_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x53504444u /* "DDPS" */
+#define SHM_VERSION 1
+/* Bytes per rank per set: the unit of one step. 256 KiB keeps a step's
+ * working set (a slot from every rank) inside the L2 caches. */
+#define SHM_SLOT_BYTES ((size_t)256 << 10)
+/* All-reduces up to this size take one step: every rank sums every slot.
+ * Larger ones are split so that each rank sums only its share. */
+#define SHM_ONESHOT_BYTES ((size_t)32 << 10)
+/* How long a waiter sleeps before it looks at its peers again. */
+#define SHM_SLICE_NS 10000000
+/* Spins before sleeping: with a CPU per rank, the wait for a barrier is
+ * usually a few microseconds, far below a futex round trip. */
+#define SHM_SPINS 4000
+#define SHM_YIELDS 16
+/* Sets of slots in the pipelined all-reduce: how many rounds a rank may
+ * run ahead of the slowest. With more ranks than CPUs, ranks run in turns,
+ * and each turn can then do several rounds' work instead of one step. */
+#define SHM_PIPE_SETS 8
+
+/* One rank's progress through the pipelined all-reduce, in rounds counted
+ * since the segment was made (so they only grow): rounds whose input it
+ * has published, whose share it has summed, whose result it has read. Only
+ * that rank writes the line; everyone reads it. */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t copied;
+    _Atomic uint64_t reduced;
+    _Atomic uint64_t consumed;
+} shm_progress;
+
+typedef struct {
+    uint32_t magic, version;
+    int32_t nlocal, pad;
+    uint64_t slot_bytes, map_bytes;
+    int32_t pids[COMM_SHM_MAX_LOCAL];
+    _Alignas(64) _Atomic uint32_t arrived;
+    _Alignas(64) _Atomic uint32_t gen;     /* the futex word */
+    _Alignas(64) _Atomic uint32_t waiters; /* sleepers on gen, so wakes are skipped when none */
+    _Alignas(64) _Atomic int32_t abort_err;
+    _Atomic int32_t abort_by;
+    /* The pipelined all-reduce: every publication of progress bumps epoch
+     * (the futex word its waiters sleep on). */
+    _Alignas(64) _Atomic uint32_t epoch;
+    _Alignas(64) _Atomic uint32_t epoch_waiters;
+    shm_progress prog[COMM_SHM_MAX_LOCAL];
+} shm_hdr;
+
+/* Data starts on the first page after the header. */
+#define SHM_HDR_BYTES ((sizeof(shm_hdr) + 4095) & ~(size_t)4095)
+
+struct comm_shm {
+    shm_hdr *h;
+    uint8_t *data;    /* the slots: set s, rank i at data + (s * nlocal + i) * slot_bytes */
+    uint8_t *pipe;    /* the pipeline's SHM_PIPE_SETS sets of slots, after the two above */
+    uint64_t round;   /* the pipeline's next round */
+    size_t map_bytes, slot_bytes;
+    int nlocal, index;
+    unsigned seq;     /* steps taken: the set a step uses is seq & 1 */
+    int oversub;      /* more local ranks than CPUs: yield rather than spin */
+    int64_t next_peer_check_ns;
+    int unlinked;     /* the name is gone (or was never ours to remove) */
+    char name[128];
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static uint8_t *slot(const comm_shm *s, unsigned set, int i) {
+    return s->data + ((size_t)(set & 1) * (size_t)s->nlocal + (size_t)i) * s->slot_bytes;
+}
+
+/* 1 if the process is gone or a zombie (its parent has not reaped it yet). */
+static int pid_dead(pid_t pid) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    ssize_t n = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    stat[n] = 0;
+    const char *p = strrchr(stat, ')'); /* the command name may hold spaces */
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+void comm_shm_abort(comm_shm *s, int err) {
+    if (!s) return;
+    int32_t zero = 0;
+    if (atomic_compare_exchange_strong(&s->h->abort_err, &zero, err ? err : -ECONNABORTED))
+        atomic_store(&s->h->abort_by, s->index);
+    /* Waking on a changed generation releases every waiter at once; they
+     * look at abort_err before trusting a barrier. */
+    atomic_fetch_add(&s->h->gen, 1);
+    futex_wake_all(&s->h->gen);
+    atomic_fetch_add(&s->h->epoch, 1);
+    futex_wake_all(&s->h->epoch);
+}
+
+static uint8_t *pipe_slot(const comm_shm *s, uint64_t round, int i) {
+    return s->pipe + ((size_t)(round % SHM_PIPE_SETS) * (size_t)s->nlocal + (size_t)i) * s->slot_bytes;
+}
+
+static int aborted(comm_shm *s, comm_call *k) {
+    int err = atomic_load(&s->h->abort_err);
+    return comm_call_fail(k, -ECONNABORTED,
+                          "%s failed: local rank %d on this host gave up first (%s)", k->op,
+                          atomic_load(&s->h->abort_by), strerror(-err));
+}
+
+/* Between sleeps: is any reason to stop waiting? */
+static int wait_check(comm_shm *s, comm_call *k) {
+    if (atomic_load(&s->h->abort_err)) return aborted(s, k);
+    int rc = comm_call_check(k);
+    if (rc) {
+        comm_shm_abort(s, rc);
+        return rc;
+    }
+    int64_t now = comm_now_ns();
+    if (now < s->next_peer_check_ns) return 0;
+    s->next_peer_check_ns = now + SHM_SLICE_NS;
+    for (int i = 0; i < s->nlocal; i++) {
+        if (i == s->index || !pid_dead(s->h->pids[i])) continue;
+        comm_shm_abort(s, -ECONNRESET);
+        return comm_call_fail(k, -ECONNRESET,
+                              "%s failed: local rank %d (pid %d) on this host exited during "
+                              "the collective",
+                              k->op, i, (int)s->h->pids[i]);
+    }
+    return 0;
+}
+
+static int wait_gen(comm_shm *s, uint32_t g, comm_call *k) {
+    shm_hdr *h = s->h;
+    int spins = s->oversub ? SHM_YIELDS : SHM_SPINS;
+    for (int i = 0; i < spins; i++) {
+        if (atomic_load_explicit(&h->gen, memory_order_acquire) != g) goto passed;
+        if (s->oversub)
+            sched_yield();
+        else
+            cpu_relax();
+    }
+    for (;;) {
+        int rc = wait_check(s, k);
+        if (rc) return rc;
+        atomic_fetch_add(&h->waiters, 1);
+        if (atomic_load(&h->gen) == g) {
+            int64_t left = comm_call_left_ns(k);
+            futex_wait(&h->gen, g, left < SHM_SLICE_NS ? (left > 0 ? left : 1) : SHM_SLICE_NS);
+        }
+        atomic_fetch_sub(&h->waiters, 1);
+        if (atomic_load(&h->gen) != g) goto passed;
+    }
+passed:
+    if (atomic_load(&h->abort_err)) return aborted(s, k);
+    return 0;
+}
+
+/* Waits until every local rank has arrived. */
+static int barrier(comm_shm *s, comm_call *k) {
+    shm_hdr *h = s->h;
+    if (atomic_load(&h->abort_err)) return aborted(s, k);
+    /* The generation cannot move before this rank arrives, so this is the
+     * one the barrier is in. */
+    uint32_t g = atomic_load(&h->gen);
+    if (atomic_fetch_add(&h->arrived, 1) + 1 == (uint32_t)s->nlocal) {
+        atomic_store(&h->arrived, 0);
+        atomic_store(&h->gen, g + 1);
+        if (atomic_load(&h->waiters)) futex_wake_all(&h->gen);
+        return 0;
+    }
+    return wait_gen(s, g, k);
+}
+
+/* --- kernels ------------------------------------------------------------- */
+
+typedef float v4f __attribute__((vector_size(16))); /* SSE: every x86-64 has it */
+
+static inline v4f ld4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+/* dst[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ... : the same order on
+ * every rank and every run, written to dst and, if not NULL, dst2. The
+ * destinations may be among the sources: each block is summed into a
+ * local buffer first. n >= 2. */
+static void sum_ordered(float *dst, float *dst2, const float *const *src, int n, size_t count) {
+    enum { BLK = 1024 };
+    float acc[BLK] __attribute__((aligned(32)));
+    for (size_t off = 0; off < count; off += BLK) {
+        size_t m = count - off < BLK ? count - off : BLK, i = 0;
+        const float *a = src[0] + off, *b = src[1] + off;
+        for (; i + 4 <= m; i += 4) st4(acc + i, ld4(a + i) + ld4(b + i));
+        for (; i < m; i++) acc[i] = a[i] + b[i];
+        for (int r = 2; r < n; r++) {
+            const float *c = src[r] + off;
+            for (i = 0; i + 4 <= m; i += 4) st4(acc + i, ld4(acc + i) + ld4(c + i));
+            for (; i < m; i++) acc[i] += c[i];
+        }
+        memcpy(dst + off, acc, m * sizeof(float));
+        if (dst2) memcpy(dst2 + off, acc, m * sizeof(float));
+    }
+}
+
+/* --- collectives --------------------------------------------------------- */
+
+/* Small: one step. Every rank publishes its whole buffer and sums all of
+ * them itself, so it needs a single barrier. */
+static int allreduce_oneshot(comm_shm *s, float *buf, size_t count, comm_call *k) {
+    size_t per_round = s->slot_bytes / sizeof(float);
+    for (size_t off = 0; off < count; off += per_round) {
+        size_t n = count - off < per_round ? count - off : per_round;
+        unsigned set = s->seq++;
+        memcpy(slot(s, set, s->index), buf + off, n * sizeof(float));
+        int rc = barrier(s, k);
+        if (rc) return rc;
+        const float *src[COMM_SHM_MAX_LOCAL];
+        for (int i = 0; i < s->nlocal; i++) src[i] = (const float *)slot(s, set, i);
+        sum_ordered(buf + off, NULL, src, s->nlocal, n);
+    }
+    return 0;
+}
+
+/* Large: pipelined rounds of one slot each. In round g, rank i publishes
+ * its data but for its own share (copy-in), sums the i-th share of every
+ * rank's data into its own buffer and publishes the sum (reduce), then
+ * copies every other rank's summed share out (copy-out). A rank's own share
+ * never goes through shared memory.
+ *
+ * Instead of meeting at barriers, ranks publish how far each stage has got
+ * and do whatever work is ready: a reduce once every rank has published
+ * that round, a copy-out once every rank has summed it, a copy-in once the
+ * round's set of slots is free (every rank has finished the round that
+ * used it before), up to SHM_PIPE_SETS rounds ahead. So a rank that is
+ * descheduled holds the others up only once they have run out of rounds. */
+
+static uint64_t min_progress(const comm_shm *s, int stage) {
+    uint64_t m = UINT64_MAX;
+    for (int i = 0; i < s->nlocal; i++) {
+        const shm_progress *p = &s->h->prog[i];
+        uint64_t v = atomic_load_explicit(stage == 0   ? &p->copied
+                                          : stage == 1 ? &p->reduced
+                                                       : &p->consumed,
+                                          memory_order_acquire);
+        if (v < m) m = v;
+    }
+    return m;
+}
+
+static void publish(comm_shm *s, _Atomic uint64_t *counter, uint64_t v) {
+    atomic_store_explicit(counter, v, memory_order_release);
+    atomic_fetch_add(&s->h->epoch, 1);
+    if (atomic_load(&s->h->epoch_waiters)) futex_wake_all(&s->h->epoch);
+}
+
+/* Waits until the epoch moves past e (someone published), the call may
+ * not go on, or a peer died. */
+static int wait_epoch(comm_shm *s, uint32_t e, int *spun, comm_call *k) {
+    shm_hdr *h = s->h;
+    if (*spun < (s->oversub ? SHM_YIELDS : SHM_SPINS)) {
+        (*spun)++;
+        if (s->oversub)
+            sched_yield();
+        else
+            cpu_relax();
+        return 0;
+    }
+    int rc = wait_check(s, k);
+    if (rc) return rc;
+    atomic_fetch_add(&h->epoch_waiters, 1);
+    if (atomic_load(&h->epoch) == e) {
+        int64_t left = comm_call_left_ns(k);
+        futex_wait(&h->epoch, e, left < SHM_SLICE_NS ? (left > 0 ? left : 1) : SHM_SLICE_NS);
+    }
+    atomic_fetch_sub(&h->epoch_waiters, 1);
+    return 0;
+}
+
+typedef struct {
+    float *buf;
+    size_t count, per_round;
+    uint64_t g0; /* the op's first round */
+} pipe_op;
+
+/* Round g's share bounds for rank i: [*a, *b) of the round's n floats. */
+static size_t round_len(const pipe_op *op, uint64_t g) {
+    size_t off = (size_t)(g - op->g0) * op->per_round;
+    return op->count - off < op->per_round ? op->count - off : op->per_round;
+}
+
+static void share_of(int L, int i, size_t n, size_t *a, size_t *b) {
+    /* Shares start on cache lines so that no two ranks write one line. */
+    size_t share = ((n + (size_t)L - 1) / (size_t)L + 15) & ~(size_t)15;
+    *a = (size_t)i * share < n ? (size_t)i * share : n;
+    *b = *a + share < n ? *a + share : n;
+}
+
+static void copy_in(comm_shm *s, const pipe_op *op, uint64_t g) {
+    size_t n = round_len(op, g), a, b;
+    share_of(s->nlocal, s->index, n, &a, &b);
+    float *mine = (float *)pipe_slot(s, g, s->index), *data = op->buf + (g - op->g0) * op->per_round;
+    memcpy(mine, data, a * sizeof(float));
+    memcpy(mine + b, data + b, (n - b) * sizeof(float));
+}
+
+static void reduce(comm_shm *s, const pipe_op *op, uint64_t g) {
+    size_t n = round_len(op, g), a, b;
+    share_of(s->nlocal, s->index, n, &a, &b);
+    if (b == a) return;
+    float *data = op->buf + (g - op->g0) * op->per_round;
+    const float *src[COMM_SHM_MAX_LOCAL];
+    for (int i = 0; i < s->nlocal; i++)
+        src[i] = (i == s->index ? data : (const float *)pipe_slot(s, g, i)) + a;
+    sum_ordered(data + a, (float *)pipe_slot(s, g, s->index) + a, src, s->nlocal, b - a);
+}
+
+static void copy_out(comm_shm *s, const pipe_op *op, uint64_t g) {
+    size_t n = round_len(op, g);
+    float *data = op->buf + (g - op->g0) * op->per_round;
+    for (int i = 0; i < s->nlocal; i++) {
+        size_t a, b;
+        share_of(s->nlocal, i, n, &a, &b);
+        if (i != s->index)
+            memcpy(data + a, (const float *)pipe_slot(s, g, i) + a, (b - a) * sizeof(float));
+    }
+}
+
+static int allreduce_pipelined(comm_shm *s, float *buf, size_t count, comm_call *k) {
+    pipe_op op = {buf, count, s->slot_bytes / sizeof(float), s->round};
+    uint64_t end = op.g0 + (count + op.per_round - 1) / op.per_round;
+    uint64_t next_in = op.g0, next_red = op.g0, next_out = op.g0;
+    shm_progress *me = &s->h->prog[s->index];
+    int spun = 0, rc = 0;
+    s->round = end;
+    while (next_out < end) {
+        uint32_t e = atomic_load(&s->h->epoch);
+        if (atomic_load(&s->h->abort_err)) return aborted(s, k);
+        /* Others wait on a reduce (to copy out) before a copy-in (to reduce). */
+        if (next_red < next_in && min_progress(s, 0) > next_red) {
+            reduce(s, &op, next_red);
+            publish(s, &me->reduced, ++next_red);
+        } else if (next_in < end && min_progress(s, 2) + SHM_PIPE_SETS > next_in) {
+            copy_in(s, &op, next_in);
+            publish(s, &me->copied, ++next_in);
+        } else if (next_out < next_red && min_progress(s, 1) > next_out) {
+            copy_out(s, &op, next_out);
+            publish(s, &me->consumed, ++next_out);
+        } else {
+            if ((rc = wait_epoch(s, e, &spun, k))) return rc;
+            continue;
+        }
+        spun = 0;
+    }
+    return 0;
+}
+
+int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, comm_call *k) {
+    if (count * sizeof(float) <= SHM_ONESHOT_BYTES) return allreduce_oneshot(s, buf, count, k);
+    return allreduce_pipelined(s, buf, count, k);
+}
+
+int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, comm_call *k) {
+    /* Only the root writes, so a whole set of slots is one step. */
+    size_t step = s->slot_bytes * (size_t)s->nlocal;
+    for (size_t off = 0; off < bytes; off += step) {
+        size_t n = bytes - off < step ? bytes - off : step;
+        unsigned set = s->seq++;
+        if (s->index == root) memcpy(slot(s, set, 0), (uint8_t *)buf + off, n);
+        int rc = barrier(s, k);
+        if (rc) return rc;
+        if (s->index != root) memcpy((uint8_t *)buf + off, slot(s, set, 0), n);
+    }
+    return 0;
+}
+
+int comm_shm_allgather(comm_shm *s, const void *send, void *recv, size_t bytes, comm_call *k) {
+    for (size_t off = 0; off < bytes; off += s->slot_bytes) {
+        size_t n = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
+        unsigned set = s->seq++;
+        memcpy(slot(s, set, s->index), (const uint8_t *)send + off, n);
+        int rc = barrier(s, k);
+        if (rc) return rc;
+        for (int i = 0; i < s->nlocal; i++)
+            memcpy((uint8_t *)recv + (size_t)i * bytes + off, slot(s, set, i), n);
+    }
+    return 0;
+}
+
+int comm_shm_barrier(comm_shm *s, comm_call *k) { return barrier(s, k); }
+
+/* --- setup --------------------------------------------------------------- */
+
+static int cpus_available(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static size_t map_size(int nlocal) {
+    return SHM_HDR_BYTES + (2 + SHM_PIPE_SETS) * (size_t)nlocal * SHM_SLOT_BYTES;
+}
+
+static comm_shm *shm_new(int nlocal, int index, void *map, size_t map_bytes) {
+    comm_shm *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->h = map;
+    s->data = (uint8_t *)map + SHM_HDR_BYTES;
+    s->pipe = s->data + 2 * (size_t)nlocal * SHM_SLOT_BYTES;
+    s->map_bytes = map_bytes;
+    s->slot_bytes = SHM_SLOT_BYTES;
+    s->nlocal = nlocal;
+    s->index = index;
+    s->oversub = nlocal > cpus_available();
+    return s;
+}
+
+/* "/ddp-<hint>-<pid>-<random>": readable in /dev/shm while it briefly
+ * exists, and unique even when two jobs share a key prefix. */
+static void make_name(char *name, size_t len, const char *hint) {
+    char clean[64];
+    size_t j = 0;
+    for (const char *p = hint; *p && j < sizeof clean - 1; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '-' || ch == '.';
+        if (!ok) ch = '_';
+        if (ch == '_' && (j == 0 || clean[j - 1] == '_')) continue;
+        clean[j++] = ch;
+    }
+    while (j > 0 && clean[j - 1] == '_') j--;
+    clean[j] = 0;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint64_t)comm_now_ns();
+    snprintf(name, len, "/ddp-%s-%d-%016llx", clean, (int)getpid(), (unsigned long long)r);
+}
+
+int comm_shm_create(const char *name_hint, int nlocal, const pid_t *pids, comm_shm **out,
+                    char *name, size_t namelen, comm_call *k) {
+    *out = NULL;
+    if (nlocal < 2 || nlocal > COMM_SHM_MAX_LOCAL)
+        return comm_call_fail(k, -EINVAL, "%d ranks on one host: shared memory takes 2 to %d",
+                              nlocal, COMM_SHM_MAX_LOCAL);
+    char nm[128];
+    make_name(nm, sizeof nm, name_hint);
+    size_t bytes = map_size(nlocal);
+    int fd = shm_open(nm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return comm_call_fail(k, -errno, "cannot create shared memory %s: %s", nm, strerror(errno));
+    /* Allocating now turns a full /dev/shm into an error here rather than
+     * a SIGBUS in the middle of a collective. */
+    int rc = posix_fallocate(fd, 0, (off_t)bytes);
+    void *map = MAP_FAILED;
+    if (rc == 0) map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    else errno = rc;
+    int saved = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        shm_unlink(nm);
+        return comm_call_fail(k, -saved,
+                              "cannot allocate %zu bytes of shared memory (%s) for %d ranks: %s "
+                              "(is /dev/shm full or too small?)",
+                              bytes, nm, nlocal, strerror(saved));
+    }
+    shm_hdr *h = map;
+    h->magic = SHM_MAGIC;
+    h->version = SHM_VERSION;
+    h->nlocal = nlocal;
+    h->slot_bytes = SHM_SLOT_BYTES;
+    h->map_bytes = bytes;
+    for (int i = 0; i < nlocal; i++) h->pids[i] = (int32_t)pids[i];
+    comm_shm *s = shm_new(nlocal, 0, map, bytes);
+    if (!s) {
+        munmap(map, bytes);
+        shm_unlink(nm);
+        return comm_call_fail(k, -ENOMEM, "out of memory");
+    }
+    snprintf(s->name, sizeof s->name, "%s", nm);
+    snprintf(name, namelen, "%s", nm);
+    *out = s;
+    return 0;
+}
+
+int comm_shm_attach(const char *name, int nlocal, int index, comm_shm **out, comm_call *k) {
+    *out = NULL;
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return comm_call_fail(k, -errno,
+                              "cannot open shared memory %s made by the first rank on this host: "
+                              "%s (do the ranks share /dev/shm?)",
+                              name, strerror(errno));
+    struct stat st;
+    size_t bytes = map_size(nlocal);
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size == bytes)
+        map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    int saved = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return comm_call_fail(k, -EPROTO, "shared memory %s has %lld bytes, expected %zu: %s",
+                              name, (long long)st.st_size, bytes, strerror(saved));
+    shm_hdr *h = map;
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->nlocal != nlocal) {
+        munmap(map, bytes);
+        return comm_call_fail(k, -EPROTO,
+                              "shared memory %s is not this job's (magic %08x, %d ranks; "
+                              "expected %d ranks)",
+                              name, h->magic, h->nlocal, nlocal);
+    }
+    comm_shm *s = shm_new(nlocal, index, map, bytes);
+    if (!s) {
+        munmap(map, bytes);
+        return comm_call_fail(k, -ENOMEM, "out of memory");
+    }
+    s->unlinked = 1;
+    *out = s;
+    return 0;
+}
+
+int comm_shm_ready(comm_shm *s, comm_call *k) {
+    int rc = barrier(s, k);
+    if (s->index == 0 && !s->unlinked) {
+        shm_unlink(s->name);
+        s->unlinked = 1;
+    }
+    return rc;
+}
+
+void comm_shm_destroy(comm_shm *s) {
+    if (!s) return;
+    if (!s->unlinked) shm_unlink(s->name);
+    munmap(s->h, s->map_bytes);
+    free(s);
+}

@@ -1,0 +1,132 @@
+/* See ddp.h. Buckets are byte ranges of the one gradient buffer: since the
+ * parameters are laid out in forward order, "reverse layer order" is
+ * simply from the end of the buffer backwards, and a bucket is ready once
+ * backward has reached the first parameter in it. */
+#include "worker/ddp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define DEFAULT_FIRST_BUCKET (1u << 20)
+#define DEFAULT_BUCKET (25u << 20)
+
+typedef struct {
+    size_t lo, hi; /* floats [lo, hi) of the gradient buffer */
+    comm_req *req;
+    int launched;
+} bucket;
+
+struct ddp {
+    model *m;
+    comm *c;
+    bucket *b;
+    int nb;
+    int next; /* the next bucket to launch (in launch order) */
+    int sync_bn;
+    int failed;
+};
+
+/* Bucket boundaries fall between parameter tensors, walking from the last
+ * parameter backwards. */
+static int plan_buckets(ddp *d, size_t first, size_t rest) {
+    model *m = d->m;
+    d->b = calloc((size_t)m->nparams, sizeof *d->b);
+    if (!d->b) return -ENOMEM;
+    size_t cap = first / sizeof(float), hi = m->nparam;
+    for (int i = m->nparams - 1; i >= 0; i--) {
+        size_t lo = m->params[i].offset;
+        if (hi - lo >= cap || i == 0) {
+            d->b[d->nb++] = (bucket){.lo = lo, .hi = hi};
+            hi = lo;
+            cap = rest / sizeof(float);
+        }
+    }
+    return 0;
+}
+
+static int launch(ddp *d, bucket *b) {
+    b->launched = 1;
+    return comm_allreduce_sum_async(d->c, d->m->grad + b->lo, b->hi - b->lo, &b->req);
+}
+
+static int on_grads_ready(void *ctx, size_t offset) {
+    ddp *d = ctx;
+    while (d->next < d->nb && d->b[d->next].lo >= offset) {
+        int rc = launch(d, &d->b[d->next++]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* SyncBatchNorm's statistics go through the same ordered queue as the
+ * buckets, so every rank issues its collectives in one order. */
+static int bn_allreduce(void *ctx, float *buf, size_t n) {
+    ddp *d = ctx;
+    comm_req *req = NULL;
+    int rc = comm_allreduce_sum_async(d->c, buf, n, &req);
+    return rc ? rc : comm_wait(req);
+}
+
+int ddp_create(model *m, comm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
+               ddp **out) {
+    ddp *d = calloc(1, sizeof *d);
+    if (!d) return -ENOMEM;
+    d->m = m;
+    d->c = c;
+    d->sync_bn = sync_bn;
+    int rc = plan_buckets(d, first_bucket_bytes ? first_bucket_bytes : DEFAULT_FIRST_BUCKET,
+                          bucket_bytes ? bucket_bytes : DEFAULT_BUCKET);
+    if (rc) {
+        free(d);
+        return rc;
+    }
+    if (comm_world(c) > 1) {
+        m->hooks.ctx = d;
+        m->hooks.grads_ready = on_grads_ready;
+        m->hooks.world = comm_world(c);
+        if (sync_bn) m->hooks.allreduce = bn_allreduce;
+    }
+    *out = d;
+    return 0;
+}
+
+void ddp_destroy(ddp *d) {
+    if (!d) return;
+    d->m->hooks = (model_hooks){0};
+    free(d->b);
+    free(d);
+}
+
+int ddp_broadcast_model(ddp *d) {
+    if (comm_world(d->c) == 1) return 0;
+    int rc = comm_broadcast(d->c, d->m->param, d->m->nparam * sizeof(float), 0);
+    if (rc == 0 && d->m->nbuf) rc = comm_broadcast(d->c, d->m->buf, d->m->nbuf * sizeof(float), 0);
+    return rc;
+}
+
+void ddp_begin(ddp *d) {
+    d->next = 0;
+    for (int i = 0; i < d->nb; i++) d->b[i].launched = 0, d->b[i].req = NULL;
+}
+
+int ddp_finish(ddp *d) {
+    int world = comm_world(d->c), rc = 0;
+    if (world == 1) return 0;
+    while (rc == 0 && d->next < d->nb) rc = launch(d, &d->b[d->next++]);
+    for (int i = 0; i < d->nb; i++)
+        if (d->b[i].req) {
+            int w = comm_wait(d->b[i].req);
+            if (rc == 0) rc = w;
+        }
+    if (rc) return rc;
+    backend *be = d->m->be;
+    return be->ops->scale(be, d->m->nparam, 1.0f / (float)world, d->m->grad);
+}
+
+int ddp_buckets(const ddp *d, size_t *largest_bytes) {
+    size_t big = 0;
+    for (int i = 0; i < d->nb; i++)
+        if (d->b[i].hi - d->b[i].lo > big) big = d->b[i].hi - d->b[i].lo;
+    if (largest_bytes) *largest_bytes = big * sizeof(float);
+    return d->nb;
+}

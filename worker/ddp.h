@@ -1,0 +1,31 @@
+/* Distributed data parallel: parameters and buffers broadcast from rank 0
+ * at the start; gradients grouped in buckets in reverse layer order (the
+ * first about 1 MiB so communication starts early, then about 25 MiB) and
+ * each bucket all-reduced as soon as backward has produced it, while
+ * backward goes on; averaged over the world size at the end. Also the
+ * SyncBatchNorm all-reduce. */
+#ifndef DDPRUN_WORKER_DDP_H
+#define DDPRUN_WORKER_DDP_H
+
+#include <stddef.h>
+
+#include "worker/comm.h"
+#include "worker/model.h"
+
+typedef struct ddp ddp;
+
+/* Plugs into the model's hooks. bucket bytes 0: the defaults. */
+int ddp_create(model *m, comm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
+               ddp **out);
+void ddp_destroy(ddp *d);
+/* Rank 0's parameters and buffers to everyone. */
+int ddp_broadcast_model(ddp *d);
+/* Called before each backward. */
+void ddp_begin(ddp *d);
+/* After backward: launches what is left, waits for every bucket, and
+ * divides by the world size. */
+int ddp_finish(ddp *d);
+/* Number of buckets and the size of the largest, for logs. */
+int ddp_buckets(const ddp *d, size_t *largest_bytes);
+
+#endif

@@ -1,0 +1,518 @@
+/* One rank's training run (see train.h): set up the job (ranks, store,
+ * communicator), resume from the newest valid checkpoint (rank 0 reads it
+ * and broadcasts, so no shared file system is needed), then train: data,
+ * forward, backward with bucketed all-reduce, SGD; evaluate at epoch ends;
+ * log all-rank means; checkpoint; stop cleanly on SIGTERM.
+ *
+ * Determinism: data order and augmentation are functions of (seed, epoch,
+ * sample), kernels reduce in a fixed order, and the collectives too, so a
+ * run resumed from a checkpoint at the same world size continues bit for
+ * bit as if it had never stopped. */
+#include "worker/train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/store_host.h"
+#include "common/log.h"
+#include "worker/backend.h"
+#include "worker/checkpoint.h"
+#include "worker/comm.h"
+#include "worker/data.h"
+#include "worker/ddp.h"
+#include "worker/dist_env.h"
+#include "worker/error_file.h"
+#include "worker/model.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigterm(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+typedef struct {
+    const train_config *cfg;
+    dist_env env;
+    store_host *store;
+    backend *be;
+    dataset *train, *test;
+    model *m;
+    comm *comm;
+    ddp *ddp;
+    int batch;          /* per rank */
+    int global_batch;
+    int64_t n;          /* training samples */
+    int64_t steps_per_epoch;
+    /* progress, saved in checkpoints */
+    int epoch;
+    int64_t pos;        /* samples of this epoch already consumed, globally */
+    int64_t global_step;
+    int64_t optimizer_steps;
+    /* buffers */
+    int64_t *order, *idx;
+    float *x_nchw, *x;
+    int32_t *y;
+    FILE *metrics;
+    char err[1024];
+    double t_start, t_measure;
+    int64_t measured_images;
+    int64_t measure_from_step;
+} trainer;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A fatal error: log it, write the error file for the agent, fail. */
+static int fail(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    log_error("rank %d: %s", t->env.rank, t->err);
+    error_file_write(t->err);
+    return 1;
+}
+
+/* ---- setup ------------------------------------------------------------------- */
+
+static int setup_job(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512];
+    if (dist_env_read(NULL, c->legacy_local_rank, &t->env, err, sizeof err))
+        return fail(t, "%s", err);
+    /* Without an agent's store, rank 0 hosts one, as PyTorch's env:// does. */
+    if (t->env.world > 1 && !t->env.agent_store && t->env.rank == 0) {
+        int port = 0;
+        int rc = store_host_start(NULL, t->env.master_port, &t->store, &port);
+        if (rc)
+            return fail(t, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
+                        t->env.master_port, strerror(-rc));
+    }
+    return 0;
+}
+
+static int setup_data(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[1024];
+    dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
+                      .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
+                      .size = c->synthetic_size, .seed = c->seed};
+    if (dataset_open(&o, &t->train, err, sizeof err)) return fail(t, "%s", err);
+    o.train = 0;
+    o.size = c->synthetic_size ? c->synthetic_size / 6 + 1 : 0;
+    if (c->eval && dataset_open(&o, &t->test, err, sizeof err)) return fail(t, "%s", err);
+    t->n = dataset_size(t->train);
+    return 0;
+}
+
+static int setup_model(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512];
+    if (cpu_backend_create(c->reference, c->threads, &t->be, err, sizeof err))
+        return fail(t, "%s", err);
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    if (model_create(t->be, c->model, ch, h, w, dataset_classes(t->train), c->seed, &t->m, err,
+                     sizeof err))
+        return fail(t, "%s", err);
+    comm_opts co = {.store_host = t->env.master_addr, .store_port = t->env.master_port,
+                    .rank = t->env.rank, .world = t->env.world, .local_rank = t->env.local_rank,
+                    .local_world = t->env.local_world, .timeout_ms = c->timeout_s * 1000,
+                    .no_shm = c->no_shm};
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "/worker/attempt_%d/ddp-train/", t->env.restart_count);
+    co.prefix = prefix;
+    if (comm_init(&co, &t->comm, err, sizeof err)) return fail(t, "%s", err);
+    if (ddp_create(t->m, t->comm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp))
+        return fail(t, "out of memory setting up DDP");
+    return 0;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+static char *checkpoint_header(trainer *t) {
+    const train_config *c = t->cfg;
+    model *m = t->m;
+    json_t *params = json_array(), *bufs = json_array();
+    for (int i = 0; i < m->nparams; i++) {
+        json_t *shape = json_array();
+        for (int k = 0; k < m->params[i].ndim; k++) json_array_append_new(shape, json_integer(m->params[i].shape[k]));
+        json_array_append_new(params, json_pack("{s:s, s:I, s:I, s:o}", "name", m->params[i].name,
+                                                "offset", (json_int_t)m->params[i].offset, "count",
+                                                (json_int_t)m->params[i].count, "shape", shape));
+    }
+    for (int i = 0; i < m->nbuffers; i++)
+        json_array_append_new(bufs, json_pack("{s:s, s:I, s:I}", "name", m->buffers[i].name, "offset",
+                                              (json_int_t)m->buffers[i].offset, "count",
+                                              (json_int_t)m->buffers[i].count));
+    json_t *h = json_pack(
+        "{s:s, s:s, s:[i,i,i], s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:o, s:o, "
+        "s:{s:f, s:f, s:f, s:b, s:f, s:i}}",
+        "format", "ddp-train/1", "model", m->arch, "input_shape", m->in_c, m->in_h, m->in_w,
+        "classes", m->classes, "data", c->data, "epoch", t->epoch, "pos", (json_int_t)t->pos,
+        "global_step", (json_int_t)t->global_step, "optimizer_steps",
+        (json_int_t)t->optimizer_steps, "world_size", t->env.world, "global_batch",
+        t->global_batch, "seed", (json_int_t)c->seed, "nparam", (json_int_t)m->nparam, "params",
+        params, "buffers", bufs, "config", "lr", c->lr.lr, "momentum", c->momentum,
+        "weight_decay", c->weight_decay, "nesterov", c->nesterov, "label_smoothing",
+        c->label_smoothing, "epochs", c->epochs);
+    char *s = h ? json_dumps(h, JSON_COMPACT) : NULL;
+    json_decref(h);
+    return s;
+}
+
+static int save_checkpoint(trainer *t) {
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0] || t->env.rank != 0) return 0;
+    model *m = t->m;
+    char *header = checkpoint_header(t);
+    if (!header) return fail(t, "out of memory writing a checkpoint");
+    ckpt_tensor ts[] = {
+        {"params", CKPT_F32, m->param, m->nparam * sizeof(float)},
+        {"buffers", CKPT_F32, m->buf, m->nbuf * sizeof(float)},
+        {"momentum", CKPT_F32, m->mom, m->nparam * sizeof(float)},
+    };
+    char path[1200], err[1024];
+    int rc = ckpt_write(c->ckpt_dir, (uint64_t)t->global_step, header, ts, 3, c->keep, path,
+                        sizeof path, err, sizeof err);
+    free(header);
+    if (rc) return fail(t, "%s", err);
+    log_info("checkpoint %s (epoch %d, step %lld)", path, t->epoch + 1, (long long)t->global_step);
+    return 0;
+}
+
+static void warn_line(const char *line) { log_warn("%s", line); }
+
+/* Checks a checkpoint belongs to this model; fills the progress fields. */
+static int adopt_header(trainer *t, const char *text, const char *path) {
+    json_error_t jerr;
+    json_t *h = json_loads(text, 0, &jerr);
+    const char *arch = "?";
+    json_int_t nparam = 0, pos = 0, gstep = 0, osteps = 0, gbatch = 0;
+    int epoch = 0, c = 0, hh = 0, w = 0, classes = 0;
+    int bad = !h || json_unpack(h, "{s:s, s:[i,i,i], s:i, s:i, s:I, s:I, s:I, s:I, s:I}", "model",
+                                &arch, "input_shape", &c, &hh, &w, "classes", &classes, "epoch",
+                                &epoch, "pos", &pos, "global_step", &gstep, "optimizer_steps",
+                                &osteps, "global_batch", &gbatch, "nparam", &nparam) != 0;
+    model *m = t->m;
+    int rc = 0;
+    if (bad)
+        rc = fail(t, "checkpoint %s has an unreadable header", path);
+    else if (strcmp(arch, m->arch) || c != m->in_c || hh != m->in_h || w != m->in_w ||
+             classes != m->classes || (size_t)nparam != m->nparam)
+        rc = fail(t,
+                  "checkpoint %s is for %s on %dx%dx%d inputs with %d classes, not %s on "
+                  "%dx%dx%d with %d classes: use another --ckpt-dir or the matching --model",
+                  path, arch, c, hh, w, classes, m->arch, m->in_c, m->in_h, m->in_w, m->classes);
+    if (rc == 0) {
+        t->epoch = epoch, t->pos = pos, t->global_step = gstep, t->optimizer_steps = osteps;
+        t->global_batch = (int)gbatch;
+    }
+    json_decref(h);
+    return rc;
+}
+
+/* Rank 0 reads the newest valid checkpoint; everyone gets it by broadcast. */
+static int resume(trainer *t) {
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0]) return 0;
+    model *m = t->m;
+    ckpt_data d = {0};
+    char path[1200] = "", err[1024] = "";
+    uint64_t header_len = 0;
+    if (t->env.rank == 0) {
+        int rc = ckpt_latest(c->ckpt_dir, path, sizeof path, &d, warn_line, err, sizeof err);
+        if (rc && rc != -ENOENT) return fail(t, "%s", err);
+        if (rc == 0) header_len = strlen(d.header) + 1;
+    }
+    if (comm_broadcast(t->comm, &header_len, sizeof header_len, 0))
+        return fail(t, "broadcasting the checkpoint failed");
+    if (header_len == 0) return 0;
+    char *header = t->env.rank == 0 ? d.header : calloc(1, header_len);
+    int rc = header ? comm_broadcast(t->comm, header, header_len, 0) : -ENOMEM;
+    if (rc == 0) rc = adopt_header(t, header, t->env.rank == 0 ? path : "from rank 0");
+    if (rc == 0 && t->env.rank == 0) {
+        uint64_t np = 0, nb = 0, nm = 0;
+        const void *p = ckpt_find(&d, "params", &np), *b = ckpt_find(&d, "buffers", &nb),
+                   *mo = ckpt_find(&d, "momentum", &nm);
+        if (!p || !b || !mo || np != m->nparam * 4 || nb != m->nbuf * 4 || nm != m->nparam * 4)
+            rc = fail(t, "checkpoint %s lacks this model's tensors", path);
+        else {
+            m->be->ops->upload(m->be, m->param, p, np);
+            m->be->ops->upload(m->be, m->buf, b, nb);
+            m->be->ops->upload(m->be, m->mom, mo, nm);
+            log_info("resuming from %s: epoch %d, step %lld", path, t->epoch + 1,
+                     (long long)t->global_step);
+        }
+    }
+    if (t->env.rank != 0) free(header);
+    ckpt_data_free(&d);
+    if (rc) return rc;
+    rc = comm_broadcast(t->comm, m->mom, m->nparam * sizeof(float), 0);
+    return rc ? fail(t, "broadcasting the checkpoint failed") : 0;
+}
+
+/* ---- the loop ---------------------------------------------------------------------- */
+
+static int all_reduce_small(trainer *t, float *v, size_t n) {
+    if (t->env.world == 1) return 0;
+    comm_req *r = NULL;
+    int rc = comm_allreduce_sum_async(t->comm, v, n, &r);
+    return rc ? rc : comm_wait(r);
+}
+
+/* Host NCHW (what the data set gives) to the model's NHWC. */
+static void to_nhwc(const float *src, float *dst, int n, int c, int h, int w) {
+    if (c == 1) {
+        memcpy(dst, src, (size_t)n * h * w * sizeof *dst);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int p = 0; p < h * w; p++)
+                dst[((size_t)i * h * w + p) * c + ch] = src[((size_t)i * c + ch) * h * w + p];
+}
+
+static double current_lr(trainer *t) {
+    double epoch = t->epoch + (double)t->pos / (double)t->n;
+    lr_opts o = t->cfg->lr;
+    o.epochs = t->cfg->epochs;
+    if (t->cfg->lr_scale_batch > 0) o.lr = lr_scaled(o.lr, t->global_batch, t->cfg->lr_scale_batch);
+    return lr_at(&o, epoch);
+}
+
+static void log_step(trainer *t, double loss, double acc, double lr, int64_t step_in_epoch) {
+    double now = now_s(), elapsed = now - t->t_measure;
+    double ips = elapsed > 0 && t->measured_images > 0 ? t->measured_images / elapsed : 0;
+    if (t->metrics)
+        fprintf(t->metrics,
+                "{\"epoch\":%d,\"step\":%lld,\"global_step\":%lld,\"loss\":%.6f,\"acc\":%.6f,"
+                "\"lr\":%.6g,\"img_per_s\":%.1f,\"time\":%.3f}\n",
+                t->epoch + 1, (long long)step_in_epoch, (long long)t->global_step, loss, acc, lr,
+                ips, now - t->t_start);
+    int every = t->cfg->log_every > 0 ? t->cfg->log_every : 50;
+    if (t->global_step % every != 0 && step_in_epoch != t->steps_per_epoch) return;
+    double left_steps = (double)(t->cfg->epochs - t->epoch - 1) * t->steps_per_epoch +
+                        (t->steps_per_epoch - step_in_epoch);
+    if (t->cfg->max_steps > 0 && left_steps > t->cfg->max_steps - t->global_step)
+        left_steps = (double)(t->cfg->max_steps - t->global_step);
+    double eta = ips > 0 ? left_steps * t->global_batch / ips : 0;
+    printf("epoch %d/%d step %lld/%lld loss %.4f acc %.2f%% lr %.4g %.0f img/s ETA %dm%02ds\n",
+           t->epoch + 1, t->cfg->epochs, (long long)step_in_epoch, (long long)t->steps_per_epoch,
+           loss, 100 * acc, lr, ips, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+}
+
+/* One global step: this rank's share of the batch, forward, backward with
+ * DDP, SGD. Returns 0, or 1 after a failure (already reported). */
+static int train_step(trainer *t, float *stats) {
+    const train_config *c = t->cfg;
+    model *m = t->m;
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    sampler_rank_batch(t->order, t->n, t->pos, t->env.world, t->env.rank, t->batch, t->idx);
+    dataset_batch(t->train, t->idx, t->batch, c->augment, c->seed, t->epoch, t->x_nchw, t->y);
+    to_nhwc(t->x_nchw, t->x, t->batch, ch, h, w);
+    float *logits;
+    double loss = 0;
+    int correct = 0;
+    int rc = model_forward(m, t->x, t->batch, 1, &logits);
+    if (rc) return fail(t, "forward pass failed: %s", strerror(-rc));
+    ddp_begin(t->ddp);
+    rc = model_backward(m, t->y, t->batch, (float)c->label_smoothing, &loss, &correct);
+    if (rc == 0) rc = ddp_finish(t->ddp);
+    if (rc)
+        return fail(t, "backward pass / gradient all-reduce failed at step %lld: %s",
+                    (long long)t->global_step, strerror(-rc));
+    float lr = (float)current_lr(t);
+    m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
+                    c->decay_all ? NULL : m->decay_mask, lr, (float)c->momentum,
+                    (float)c->weight_decay, c->nesterov, t->optimizer_steps == 0);
+    t->optimizer_steps++;
+    stats[0] = (float)loss, stats[1] = (float)correct, stats[2] = (float)t->batch;
+    stats[3] = stop_requested ? 1.0f : 0.0f;
+    return 0;
+}
+
+/* Test accuracy over the whole test set, each rank a disjoint share. */
+static int evaluate(trainer *t) {
+    if (!t->test) return 0;
+    model *m = t->m;
+    int ch, h, w;
+    dataset_shape(t->test, &ch, &h, &w);
+    int64_t nt = dataset_size(t->test);
+    float tot[3] = {0, 0, 0};
+    for (int64_t start = t->env.rank; start < nt; start += (int64_t)t->batch * t->env.world) {
+        int n = 0;
+        for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->idx[n++] = i;
+        dataset_batch(t->test, t->idx, n, 0, 0, 0, t->x_nchw, t->y);
+        to_nhwc(t->x_nchw, t->x, n, ch, h, w);
+        float *logits;
+        double loss;
+        int correct;
+        int rc = model_forward(m, t->x, n, 0, &logits);
+        if (rc == 0) rc = model_loss(m, t->y, n, &loss, &correct);
+        if (rc) return fail(t, "evaluation failed: %s", strerror(-rc));
+        tot[0] += (float)loss, tot[1] += (float)correct, tot[2] += (float)n;
+    }
+    /* Every rank takes part in the sum, even one with nothing left to test. */
+    if (all_reduce_small(t, tot, 3)) return fail(t, "all-reduce of the test results failed");
+    if (t->env.rank == 0) {
+        printf("epoch %d test: loss %.4f accuracy %.2f%% (%lld images)\n", t->epoch + 1,
+               tot[0] / tot[2], 100.0 * tot[1] / tot[2], (long long)tot[2]);
+        fflush(stdout);
+        if (t->metrics)
+            fprintf(t->metrics, "{\"epoch\":%d,\"test_loss\":%.6f,\"test_acc\":%.6f}\n",
+                    t->epoch + 1, tot[0] / tot[2], tot[1] / tot[2]);
+    }
+    return 0;
+}
+
+static int allocate_batch(trainer *t) {
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    size_t per = (size_t)ch * h * w;
+    t->order = malloc((size_t)t->n * sizeof *t->order);
+    t->idx = malloc((size_t)t->batch * sizeof *t->idx);
+    t->x_nchw = malloc((size_t)t->batch * per * sizeof(float));
+    t->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * sizeof(float));
+    t->y = malloc((size_t)t->batch * sizeof *t->y);
+    return t->order && t->idx && t->x_nchw && t->x && t->y ? 0 : fail(t, "out of memory");
+}
+
+/* The per-rank batch: --batch-size, or, when resuming a run that had
+ * another world size, whatever keeps its global batch. */
+static int choose_batch(trainer *t) {
+    int world = t->env.world;
+    if (t->global_batch == 0) t->global_batch = t->cfg->batch * world;
+    if (t->global_batch % world != 0)
+        return fail(t,
+                    "the checkpoint's global batch %d cannot be shared evenly by %d ranks; "
+                    "resume with a world size that divides it",
+                    t->global_batch, world);
+    t->batch = t->global_batch / world;
+    if (t->batch != t->cfg->batch && t->env.rank == 0)
+        log_info("world size changed: %d per rank keeps the global batch of %d", t->batch,
+                 t->global_batch);
+    t->steps_per_epoch = (t->n + t->global_batch - 1) / t->global_batch;
+    return 0;
+}
+
+static int run_epochs(trainer *t) {
+    const train_config *c = t->cfg;
+    t->t_start = t->t_measure = now_s();
+    t->measure_from_step = t->global_step + c->warmup_steps;
+    for (; t->epoch < c->epochs; t->epoch++, t->pos = 0) {
+        sampler_epoch_order(t->n, c->seed, t->epoch, 1, t->order);
+        while (t->pos < t->n) {
+            if (c->max_steps > 0 && t->global_step >= c->max_steps) {
+                int saved = c->ckpt_every > 0 && t->global_step % c->ckpt_every == 0;
+                return saved ? 0 : (save_checkpoint(t) ? 1 : 0);
+            }
+            float stats[4];
+            if (train_step(t, stats)) return 1;
+            if (all_reduce_small(t, stats, 4)) return fail(t, "all-reduce of the step's loss failed");
+            t->pos += t->global_batch;
+            t->global_step++;
+            if (t->global_step == t->measure_from_step) t->t_measure = now_s(), t->measured_images = 0;
+            else t->measured_images += t->global_batch;
+            int64_t step_in_epoch = (t->pos + t->global_batch - 1) / t->global_batch;
+            if (t->pos > t->n) step_in_epoch = t->steps_per_epoch;
+            if (t->env.rank == 0)
+                log_step(t, stats[0] / stats[2], stats[1] / stats[2], current_lr(t), step_in_epoch);
+            if (stats[3] > 0) { /* SIGTERM somewhere: every rank stops here */
+                if (t->pos >= t->n) t->epoch++, t->pos = 0;
+                log_info("rank %d: stopping on SIGTERM after step %lld", t->env.rank,
+                         (long long)t->global_step);
+                return save_checkpoint(t) ? 1 : 0;
+            }
+            if (c->ckpt_every > 0 && t->global_step % c->ckpt_every == 0 && t->pos < t->n &&
+                save_checkpoint(t))
+                return 1;
+        }
+        if (evaluate(t)) return 1;
+        int ep = t->epoch;
+        t->epoch++, t->pos = 0; /* the checkpoint records the next epoch's start */
+        int rc = save_checkpoint(t);
+        t->epoch = ep;
+        if (rc) return 1;
+    }
+    return 0;
+}
+
+static void cleanup(trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    free(t->order), free(t->idx), free(t->x_nchw), free(t->y);
+    if (t->be && t->x) t->be->ops->free(t->be, t->x);
+    ddp_destroy(t->ddp);
+    comm_destroy(t->comm);
+    model_destroy(t->m);
+    dataset_close(t->train);
+    dataset_close(t->test);
+    if (t->be) t->be->ops->destroy(t->be);
+    store_host_stop(t->store);
+}
+
+int train_run(const train_config *c) {
+    trainer t = {.cfg = c};
+    signal(SIGTERM, on_sigterm);
+    signal(SIGPIPE, SIG_IGN);
+    error_file_install_crash_handlers();
+    int rc = setup_job(&t) || setup_data(&t) || setup_model(&t) || resume(&t);
+    /* Rank 0's weights (fresh or resumed) are everyone's. */
+    if (rc == 0 && ddp_broadcast_model(t.ddp))
+        rc = fail(&t, "broadcasting the weights from rank 0 failed");
+    if (rc == 0) rc = choose_batch(&t) || allocate_batch(&t);
+    if (rc == 0 && c->metrics[0] && t.env.rank == 0 && !(t.metrics = fopen(c->metrics, "a")))
+        rc = fail(&t, "cannot open --metrics %s: %s", c->metrics, strerror(errno));
+    if (rc == 0 && t.env.rank == 0) {
+        size_t big;
+        int nb = ddp_buckets(t.ddp, &big);
+        log_info("%s: %zu parameters, %d ranks (%s), %d per rank, global batch %d, %d "
+                 "gradient buckets, %s",
+                 c->model, t.m->nparam, t.env.world, t.env.launcher, t.batch, t.global_batch,
+                 nb, t.be->ops->name);
+    }
+    if (rc == 0) rc = run_epochs(&t);
+    if (rc == 0 && t.env.rank == 0) {
+        double el = now_s() - t.t_measure;
+        printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step,
+               el > 0 && t.measured_images > 0 ? t.measured_images / el : 0.0);
+        fflush(stdout);
+    }
+    cleanup(&t);
+    return rc ? 1 : 0;
+}
+
+void train_config_defaults(train_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model, sizeof c->model, "resnet20");
+    snprintf(c->data, sizeof c->data, "fashion-mnist");
+    c->in_c = 3, c->in_h = 32, c->in_w = 32;
+    c->classes = 10;
+    c->epochs = 1;
+    c->batch = 128;
+    c->lr = (lr_opts){.lr = 0.1, .schedule = SCHED_COSINE, .gamma = 0.1};
+    c->momentum = 0.9;
+    c->weight_decay = 5e-4;
+    c->augment = 1;
+    c->keep = 3;
+    c->log_every = 50;
+    c->eval = 1;
+    c->timeout_s = 600;
+    c->warmup_steps = 5;
+    c->legacy_local_rank = -1;
+}
