@@ -125,6 +125,10 @@ demo-store: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo-store
 
+bench-agent: deps
+	@$(MAKE) --no-print-directory all
+	@bench/agent_bench.sh
+
 bench-train: deps
 	@$(MAKE) --no-print-directory all
 	@bench/train_bench.sh

@@ -226,11 +226,15 @@ static void on_group_idle(worker_group *g);
 static int start_workers(agent *a) {
     const ddprun_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
-    char dir[3072], out_file[3200], err_file[3200], prefix[64][64];
+    char dir[3072];
+    /* Per rank: the worker group opens these files when it spawns. */
+    char(*out_file)[3200] = calloc((size_t)n, sizeof *out_file);
+    char(*err_file)[3200] = calloc((size_t)n, sizeof *err_file);
+    char(*prefix)[64] = calloc((size_t)n, sizeof *prefix);
     worker_spec *specs = calloc((size_t)n, sizeof *specs);
     char(*vars)[NVARS][512] = calloc((size_t)n, sizeof *vars);
     char *(*ptrs)[NVARS] = calloc((size_t)n, sizeof *ptrs);
-    if (!specs || !vars || !ptrs) rc = -ENOMEM;
+    if (!specs || !vars || !ptrs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     for (int i = 0; rc == 0 && i < n; i++) {
         snprintf(dir, sizeof dir, "%s/attempt_%d/%d", a->log_root, a->cur.restart_count, i);
         if ((rc = mkdirs(dir))) {
@@ -239,19 +243,17 @@ static int start_workers(agent *a) {
         }
         snprintf(specs[i].error_file, sizeof specs[i].error_file, "%s/error.json", dir);
         unlink(specs[i].error_file); /* a stale one would be blamed for this attempt */
-        snprintf(out_file, sizeof out_file, "%s/stdout.log", dir);
-        snprintf(err_file, sizeof err_file, "%s/stderr.log", dir);
-        snprintf(prefix[i % 64], sizeof prefix[0], "[%s%d]:", c->role, a->cur.rank_offset + i);
-        stream_opts(a, i, STREAM_OUT, out_file, prefix[i % 64], &specs[i].out);
-        stream_opts(a, i, STREAM_ERR, err_file, prefix[i % 64], &specs[i].err);
+        snprintf(out_file[i], sizeof out_file[i], "%s/stdout.log", dir);
+        snprintf(err_file[i], sizeof err_file[i], "%s/stderr.log", dir);
+        snprintf(prefix[i], sizeof prefix[i], "[%s%d]:", c->role, a->cur.rank_offset + i);
+        stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], &specs[i].out);
+        stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], &specs[i].err);
         int nv = worker_vars(a, i, specs[i].error_file, vars[i]);
         for (int v = 0; v < nv; v++) ptrs[i][v] = vars[i][v];
         specs[i].env = build_env(ptrs[i], nv);
         specs[i].argv = c->argv;
         specs[i].global_rank = a->cur.rank_offset + i;
         if (!specs[i].env) rc = -ENOMEM;
-        /* worker_output_init copies the paths it needs, so the buffers can be reused. */
-        if (rc == 0 && i + 1 < n) continue;
     }
     if (rc == 0) {
         a->wg = worker_group_new(a->loop, a->exe);
@@ -266,6 +268,9 @@ static int start_workers(agent *a) {
     free(specs);
     free(vars);
     free(ptrs);
+    free(out_file);
+    free(err_file);
+    free(prefix);
     if (rc == 0) {
         a->state = ST_RUNNING;
         a->nfails = 0;
@@ -524,7 +529,9 @@ static int setup_store(agent *a) {
     a->store_port = port;
     if (!host_it) return 0;
     int bound = 0;
-    int rc = store_host_start(c->standalone ? addr : NULL, port, &a->host, &bound);
+    store_server_opts so = {.host = c->standalone ? addr : NULL, .port = port,
+                            .token = getenv("DDPRUN_STORE_TOKEN")};
+    int rc = store_host_start(&so, &a->host, &bound);
     if (rc == 0) {
         a->store_port = bound;
         log_debug("hosting the rendezvous store on port %d", bound);

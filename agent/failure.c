@@ -57,7 +57,7 @@ void failure_from_exit(failure *f, const char *host, int rank, int local_rank, i
 }
 
 char *failure_to_json(const failure *f) {
-    json_t *o = json_pack("{s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s?}", "time", f->time,
+    json_t *o = json_pack("{s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s*}", "time", f->time,
                           "host", f->host, "rank", f->rank, "local_rank", f->local_rank,
                           "exitcode", f->exitcode, "pid", f->pid, "round", f->round,
                           "error_file", f->error_file, "message",

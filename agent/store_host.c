@@ -41,13 +41,11 @@ static void *serve(void *arg) {
     return NULL;
 }
 
-int store_host_start(const char *host, int port, store_host **out, int *bound_port) {
+int store_host_start(const store_server_opts *opts, store_host **out, int *bound_port) {
     *out = NULL;
     store_host *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
-    h->opts.host = host;
-    h->opts.port = port;
-    h->opts.token = getenv("DDPRUN_STORE_TOKEN");
+    h->opts = *opts;
     uv_loop_init(&h->loop);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);

@@ -6,12 +6,14 @@
 
 #include <stddef.h>
 
+#include "rendezvous/store_server.h"
+
 typedef struct store_host store_host;
 
-/* Binds host:port (host NULL: every address; port 0: a free one) and
- * serves until stopped. Returns 0 and the bound port, or -EADDRINUSE (the
+/* Starts serving with `opts` (host NULL: every address; port 0: a free
+ * one) until stopped. Returns 0 and the bound port, or -EADDRINUSE (the
  * caller decides what that means) or another negative errno. */
-int store_host_start(const char *host, int port, store_host **out, int *bound_port);
+int store_host_start(const store_server_opts *opts, store_host **out, int *bound_port);
 void store_host_stop(store_host *h);
 
 #endif

@@ -900,6 +900,9 @@ static int validate(ddprun_config *cfg, parse_state *st) {
                     "as a Python module, --no-python runs it without Python");
     if (cfg->standalone && (rc = apply_standalone_mode(cfg, st))) return rc;
     if (strcmp(cfg->rdzv_backend, "static") == 0 && (rc = check_static(cfg, st))) return rc;
+    if (strcmp(cfg->rdzv_backend, "c10d") == 0 && !cfg->rdzv_host)
+        return fail(st, "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT], the store every "
+                    "node meets at (or --standalone on a single node)");
     if (cfg->node_rank >= cfg->max_nodes)
         return fail(st, "%s: %d is not below the number of nodes (%d); node ranks run from "
                     "0 to %d", st->src[O_NODE_RANK], cfg->node_rank, cfg->max_nodes,

@@ -96,7 +96,8 @@ static int setup_job(trainer *t) {
     /* Without an agent's store, rank 0 hosts one, as PyTorch's env:// does. */
     if (t->env.world > 1 && !t->env.agent_store && t->env.rank == 0) {
         int port = 0;
-        int rc = store_host_start(NULL, t->env.master_port, &t->store, &port);
+        store_server_opts so = {.port = t->env.master_port, .token = getenv("DDPRUN_STORE_TOKEN")};
+        int rc = store_host_start(&so, &t->store, &port);
         if (rc)
             return fail(t, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
                         t->env.master_port, strerror(-rc));

@@ -11,48 +11,15 @@
 
 #include "tests/unit/test.h"
 
-static void on_stop(uv_async_t *a) {
-    store_fixture *f = a->data;
-    store_server_close(&f->srv, NULL);
-    uv_close((uv_handle_t *)&f->stop, NULL);
-}
-
-static void *server_thread(void *arg) {
-    store_fixture *f = arg;
-    uv_loop_init(&f->loop);
-    int rc = store_server_init(&f->loop, &f->srv, &f->opts);
-    if (rc == 0) {
-        uv_async_init(&f->loop, &f->stop, on_stop);
-        f->stop.data = f;
-    }
-    pthread_mutex_lock(&f->mu);
-    f->state = rc ? -1 : 1;
-    f->port = rc ? 0 : store_server_port(&f->srv);
-    pthread_cond_signal(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    if (rc) return NULL;
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&f->loop);
-    return NULL;
-}
-
 void fixture_start(store_fixture *f, const store_server_opts *opts) {
+    store_server_opts o = opts ? *opts : (store_server_opts){0};
+    if (!o.host) o.host = "127.0.0.1";
     memset(f, 0, sizeof *f);
-    if (opts) f->opts = *opts;
-    if (!f->opts.host) f->opts.host = "127.0.0.1";
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
-    pthread_create(&f->thread, NULL, server_thread, f);
-    pthread_mutex_lock(&f->mu);
-    while (f->state == 0) pthread_cond_wait(&f->cv, &f->mu);
-    pthread_mutex_unlock(&f->mu);
-    if (f->state < 0) test_fail(__FILE__, __LINE__, "store server did not start");
+    int rc = store_host_start(&o, &f->host, &f->port);
+    if (rc) test_fail(__FILE__, __LINE__, "store server did not start: %s", strerror(-rc));
 }
 
-void fixture_stop(store_fixture *f) {
-    uv_async_send(&f->stop);
-    pthread_join(f->thread, NULL);
-}
+void fixture_stop(store_fixture *f) { store_host_stop(f->host); }
 
 store_client *fixture_client_opts(store_fixture *f, store_client_opts o) {
     if (!o.host) o.host = "127.0.0.1";

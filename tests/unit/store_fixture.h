@@ -1,28 +1,20 @@
-/* Test fixture: a store server running on its own thread and loop inside
- * the test process (so sanitizers see the server too), plus helpers for
- * clients and raw sockets that speak bytes directly. */
+/* Test fixture: a store server running on its own thread inside the test
+ * process (the agent's store_host, so sanitizers see the server too), plus
+ * helpers for clients and raw sockets that speak bytes directly. */
 #ifndef DDPRUN_TESTS_STORE_FIXTURE_H
 #define DDPRUN_TESTS_STORE_FIXTURE_H
 
-#include <pthread.h>
-#include <uv.h>
-
+#include "agent/store_host.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 
 typedef struct {
-    pthread_t thread;
-    uv_loop_t loop;
-    uv_async_t stop;
-    store_server srv;
-    store_server_opts opts;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int state; /* 0 starting, 1 running, -1 failed */
+    store_host *host;
     int port;
 } store_fixture;
 
-/* Starts a server on 127.0.0.1 and a free port (opts may be NULL). */
+/* Starts a server on 127.0.0.1 (unless opts says otherwise) and a free port
+ * (opts may be NULL); fails the test if it cannot. */
 void fixture_start(store_fixture *f, const store_server_opts *opts);
 void fixture_stop(store_fixture *f);
 /* A current-generation client with a 5 s timeout; fails the test if it cannot connect. */

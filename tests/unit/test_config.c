@@ -78,7 +78,7 @@ TEST(config_defaults) {
 TEST(config_accepts_hyphen_and_underscore_spellings) {
     ddprun_config c;
     CHECK_EQ(parse(ARGS("--nproc_per_node", "2", "--max_restarts=3", "--rdzv_backend",
-                        "c10d", "--rdzv-id", "j1", "x.py"), &c), 0);
+                        "c10d", "--rdzv_endpoint", "h1", "--rdzv-id", "j1", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 2);
     CHECK_EQ(c.max_restarts, 3);
     CHECK_STR(c.rdzv_backend, "c10d");
@@ -175,11 +175,12 @@ TEST(config_pet_flags_are_integers) {
 
 TEST(config_nnodes_fixed_and_range) {
     ddprun_config c;
-    CHECK_EQ(parse(ARGS("--nnodes", "1:4", "--rdzv-backend", "c10d", "x.py"), &c), 0);
+    CHECK_EQ(parse(ARGS("--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h1",
+                        "x.py"), &c), 0);
     CHECK_EQ(c.min_nodes, 1);
     CHECK_EQ(c.max_nodes, 4);
     config_free(&c);
-    CHECK_EQ(parse(ARGS("--nnodes=3", "--rdzv-backend=c10d", "x.py"), &c), 0);
+    CHECK_EQ(parse(ARGS("--nnodes=3", "--rdzv-backend=c10d", "--rdzv-endpoint=h", "x.py"), &c), 0);
     CHECK_EQ(c.min_nodes, 3);
     CHECK_EQ(c.max_nodes, 3);
     config_free(&c);
@@ -576,4 +577,13 @@ TEST(config_failure_after_allocations_leaves_nothing_to_free) {
                         "--local-ranks-filter", "0,1", "--standalone"), &c), -EINVAL);
     CHECK(c.log_dir == NULL && c.role == NULL && c.master_addr == NULL);
     CHECK(c.local_ranks_filter == NULL && c.rdzv_host == NULL && c.rdzv_id == NULL);
+}
+
+TEST(config_c10d_needs_an_endpoint) {
+    char *argv[] = {"ddprun", "--rdzv-backend=c10d", "--nnodes=2", "train.py", NULL};
+    char *env[] = {NULL};
+    ddprun_config cfg;
+    char err[512];
+    CHECK_EQ(config_parse(4, argv, env, &cfg, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "needs --rdzv-endpoint") != NULL);
 }
