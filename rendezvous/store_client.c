@@ -351,35 +351,31 @@ int store_check(store_client *c, size_t n, const char *const *keys, int *ready) 
 }
 
 /* After a wait timed out: cancel it and drain what the server says, which
- * is WAIT_CANCELED, possibly preceded by the wait's own reply if it raced
- * (then the wait succeeded after all). Returns 0 or -ETIMEDOUT. */
-static int cancel_wait(store_client *c, size_t reply_tail) {
+ * is WAIT_CANCELED, possibly preceded by the wait's own reply (and its
+ * `ntail` bytes, kept in `tail`) if the wait completed first: then the wait
+ * succeeded after all. Returns 0 or -ETIMEDOUT. */
+static int cancel_wait(store_client *c, uint8_t *tail, size_t ntail) {
     int64_t dl = deadline_of(c, 10000);
     int rc = begin(c, STORE_OP_CANCEL_WAIT);
     if (rc) return fail(c, -ETIMEDOUT); /* torch 1.13 cannot cancel: give up the connection */
     uint8_t r;
     if ((rc = send_req(c, dl)) || (rc = recv_u8(c, &r, dl))) return fail(c, rc);
     if (r == STORE_WAIT_CANCELED) return -ETIMEDOUT;
-    uint8_t tail[8];
-    if (r != STORE_WAIT_STOP_WAITING || (reply_tail && recv_exact(c, tail, reply_tail, dl)) ||
+    if (r != STORE_WAIT_STOP_WAITING || (ntail && recv_exact(c, tail, ntail, dl)) ||
         recv_u8(c, &r, dl) || r != STORE_WAIT_CANCELED)
         return fail(c, -EPROTO);
     return 0;
 }
 
-/* Sends a built wait request and reads its reply (plus `tail` bytes for
- * WAIT_ANY's index). */
+/* Sends a built wait request and reads its reply (plus `ntail` bytes into
+ * `tail`, WAIT_ANY's index). */
 static int run_wait(store_client *c, int timeout_ms, uint8_t *tail, size_t ntail) {
     int64_t dl = deadline_of(c, timeout_ms);
     int rc = send_req(c, dl);
     if (rc) return rc;
     uint8_t r;
     rc = recv_some(c, &r, 1, dl, 1);
-    if (rc == -ETIMEDOUT) {
-        rc = cancel_wait(c, ntail);
-        if (rc == 0 && ntail) return fail(c, -EPROTO); /* index lost in the race; rare */
-        return rc;
-    }
+    if (rc == -ETIMEDOUT) return cancel_wait(c, tail, ntail);
     if (rc) return rc;
     if (r != STORE_WAIT_STOP_WAITING) return fail(c, -EPROTO);
     return ntail ? recv_exact(c, tail, ntail, deadline_of(c, 10000)) : 0;

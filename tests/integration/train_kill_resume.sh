@@ -6,7 +6,7 @@
 # to an uninterrupted run's.
 source "$(dirname "$0")/../lib/train.bash"
 have_numpy || { echo "skipped: numpy (python3-numpy) is not installed"; exit 77; }
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 steps=12
 train=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 4096 --threads 1
        --no-eval --log-every 1000 --batch-size 16 --max-steps $steps --ckpt-every 3 --seed 5)
@@ -21,11 +21,11 @@ job() { # name, port: two agents on loopback, two workers each
 }
 wait_all() { local rc=0 p; for p in "$@"; do wait "$p" || rc=1; done; return $rc; }
 
-job clean "$port"
+job clean "$(free_port)"
 wait_all "${PIDS[@]}" || { tail -n 20 "$SCRATCH"/clean.*.log; exit 1; }
 PIDS=()
 
-job killed $((port + 1))
+job killed "$(free_port)"
 agent=${PIDS[1]}
 # Wait for the checkpoint at step 6, then kill one of the second agent's workers.
 for _ in $(seq 600); do

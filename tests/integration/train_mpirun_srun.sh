@@ -5,7 +5,8 @@
 # and with srun's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
 # SLURM_JOB_NODELIST) set by hand as srun would, since no Slurm runs here.
 source "$(dirname "$0")/../lib/train.bash"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
 args=(--data synthetic --input-shape 3x16x16 --synthetic-size 512 --threads 1 --no-eval
       --log-every 1000 --batch-size 8 --max-steps 3)
 if command -v mpirun > /dev/null; then
@@ -20,9 +21,10 @@ else
     echo "mpirun not installed (openmpi-bin): that part is not checked"
 fi
 pids=()
+port2=$(free_port)
 for r in 0 1; do
     env -u MASTER_ADDR SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_NTASKS_PER_NODE=2 \
-        SLURM_JOB_NODELIST="localhost" MASTER_PORT=$((port + 1)) \
+        SLURM_JOB_NODELIST="localhost" MASTER_PORT="$port2" \
         "$BIN/ddp-train" "${args[@]}" > "$SCRATCH/srun.$r.log" 2>&1 &
     pids+=($!)
     PIDS+=($!)

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tests/unit/store_fixture.h"
@@ -603,4 +605,47 @@ TEST(server_barrier_forgets_a_cancelled_arrival) {
     store_client_close(a);
     store_client_close(b);
     fixture_stop(&f);
+}
+
+/* A fake server for the race below: it answers a WAIT_ANY only after the
+ * client has timed out (and sent CANCEL_WAIT), as a real server does when
+ * the key appears at that moment. */
+static void *late_wait_server(void *arg) {
+    int lfd = *(int *)arg;
+    int c = accept(lfd, NULL, NULL);
+    uint8_t buf[256];
+    raw_recv(c, buf, 5, 2000);        /* VALIDATE */
+    raw_recv(c, buf, 1 + 8 + 1 + 8 + 1, 2000); /* WAIT_ANY of one key "k" */
+    sleep_ms(150);
+    const uint8_t stop[] = {STORE_WAIT_STOP_WAITING, 7, 0, 0, 0, 0, 0, 0, 0};
+    raw_send(c, stop, sizeof stop);
+    raw_recv(c, buf, 1, 2000);        /* CANCEL_WAIT */
+    const uint8_t canceled = STORE_WAIT_CANCELED;
+    raw_send(c, &canceled, 1);
+    sleep_ms(200);
+    close(c);
+    return NULL;
+}
+
+TEST(client_wait_any_that_completes_while_being_cancelled_succeeds) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(lfd, 1), 0);
+    getsockname(lfd, (struct sockaddr *)&a, &len);
+    pthread_t t;
+    pthread_create(&t, NULL, late_wait_server, &lfd);
+    store_client *c = NULL;
+    store_client_opts o = {.host = "127.0.0.1", .port = ntohs(a.sin_port), .timeout_ms = 2000};
+    OK(store_client_connect(&o, &c));
+    const char *keys[] = {"k"};
+    const uint8_t conds[] = {STORE_COND_EXISTS};
+    size_t idx = 0;
+    OK(store_wait_any(c, 1, conds, keys, 100, &idx));
+    CHECK_EQ(idx, 7);
+    pthread_join(t, NULL);
+    store_client_close(c);
+    close(lfd);
 }
