@@ -100,7 +100,8 @@ static int xfer(comm_ring *r, const ring_blk *snd, int nsnd, const ring_blk *rcv
     int sb = skip_empty(snd, nsnd, 0), rb = skip_empty(rcv, nrcv, 0);
     size_t soff = 0, roff = 0, rdone = 0;
     while (sb < nsnd || rb < nrcv) {
-        int progress = 0, want_out = 0;
+        int progress = 0, want_out = 0, rc = comm_call_check(k);
+        if (rc) return rc;
         if (sb < nsnd) {
             size_t limit = snd[sb].len;
             int g = sb - lag;
@@ -141,8 +142,6 @@ static int xfer(comm_ring *r, const ring_blk *snd, int nsnd, const ring_blk *rcv
             }
         }
         if (progress) continue;
-        int rc = comm_call_check(k);
-        if (rc) return rc;
         /* Watch the next member for hanging up only while it still has
          * something to get from us: once this member has sent everything,
          * the next one may finish and leave before we have received all. */

@@ -1,20 +1,26 @@
 /* Collectives among the ranks of one host through shared memory; see
  * comm_shm.h.
  *
- * The segment is a header (barrier counters and the abort word, each on its
- * own cache line, and the local ranks' pids) followed by two sets of slots,
- * one slot per local rank. Every step of a collective writes into one set,
- * meets the others at the barrier, then reads; the next step uses the
- * other set. A rank can only start writing a set again after passing the
- * barrier of the step in between, which every rank reaches only once it
- * has finished reading that set, so one barrier per step is enough.
+ * The segment is a header (barrier counters, the abort word and each
+ * rank's pipeline progress, each on its own cache line, and the local
+ * ranks' pids) followed by slots, one per local rank per set: two sets for
+ * the stepped collectives and SHM_PIPE_SETS for the pipelined all-reduce.
  *
+ * Stepped (small all-reduces, broadcast, all-gather, barrier): every step
+ * writes into one set, meets the others at a barrier, then reads; the next
+ * step uses the other set. A rank can only start writing a set again after
+ * passing the barrier of the step in between, which every rank reaches only
+ * once it has finished reading that set, so one barrier per step is enough.
  * The barrier is a generation counter: the last rank to arrive resets the
  * arrival count and bumps the generation; the others spin briefly on it,
  * then sleep on it with a futex in short slices, checking between slices
  * that no peer has died, that nobody has aborted and that the deadline has
  * not passed. When the host has fewer CPUs than local ranks, spinning would
- * starve the very ranks being waited for, so waiters yield instead. */
+ * starve the very ranks being waited for, so waiters yield instead.
+ *
+ * Pipelined (all-reduces above SHM_ONESHOT_BYTES): no barriers; each rank
+ * publishes how far it has got and works on whatever round is ready (see
+ * allreduce_pipelined). Its waits are checked the same way. */
 #include "worker/comm_shm.h"
 
 #include <errno.h>
@@ -35,11 +41,14 @@
 
 #define SHM_MAGIC 0x53504444u /* "DDPS" */
 #define SHM_VERSION 1
-/* Bytes per rank per set: the unit of one step. 256 KiB keeps a step's
- * working set (a slot from every rank) inside the L2 caches. */
-#define SHM_SLOT_BYTES ((size_t)256 << 10)
-/* All-reduces up to this size take one step: every rank sums every slot.
- * Larger ones are split so that each rank sums only its share. */
+/* Bytes per rank per set: the unit of one step or round. Measured on a
+ * 2-CPU VM with 2 and 4 ranks (25 MiB all-reduces): 128 KiB beat 256 KiB
+ * by ~10%, and 512 KiB to 4 MiB were slower still (the rounds in flight
+ * no longer fit the caches); below, barriers and wake-ups cost more. */
+#define SHM_SLOT_BYTES ((size_t)128 << 10)
+/* All-reduces up to this size take one step: every rank sums every slot
+ * (one barrier, the least latency). Larger ones are pipelined so that
+ * each rank sums only its share. */
 #define SHM_ONESHOT_BYTES ((size_t)32 << 10)
 /* How long a waiter sleeps before it looks at its peers again. */
 #define SHM_SLICE_NS 10000000
@@ -51,6 +60,10 @@
  * run ahead of the slowest. With more ranks than CPUs, ranks run in turns,
  * and each turn can then do several rounds' work instead of one step. */
 #define SHM_PIPE_SETS 8
+/* Spins before sleeping in the pipeline: a round is tens of microseconds
+ * of copying, so a peer that is not ready at once is usually descheduled,
+ * and spinning would only take CPU from it (or from other programs). */
+#define SHM_PIPE_SPINS 100
 
 /* One rank's progress through the pipelined all-reduce, in rounds counted
  * since the segment was made (so they only grow): rounds whose input it
@@ -157,26 +170,38 @@ static int aborted(comm_shm *s, comm_call *k) {
                           atomic_load(&s->h->abort_by), strerror(-err));
 }
 
-/* Between sleeps: is any reason to stop waiting? */
-static int wait_check(comm_shm *s, comm_call *k) {
-    if (atomic_load(&s->h->abort_err)) return aborted(s, k);
-    int rc = comm_call_check(k);
-    if (rc) {
-        comm_shm_abort(s, rc);
-        return rc;
-    }
+/* Between sleeps: is there a reason to stop waiting? Returns it (0 if
+ * none) without recording anything: a peer that has just left may have
+ * done everything this rank was waiting for (the last to arrive at the
+ * final barrier, say), so the caller looks at its condition once more
+ * before it calls wait_fail. *who receives a dead peer's local rank. */
+static int wait_problem(comm_shm *s, const comm_call *k, int *who) {
+    if (atomic_load(&s->h->abort_err)) return -ECONNABORTED;
+    if (k->cancel && atomic_load(k->cancel)) return -ECANCELED;
     int64_t now = comm_now_ns();
+    if (now >= k->deadline_ns) return -ETIMEDOUT;
     if (now < s->next_peer_check_ns) return 0;
     s->next_peer_check_ns = now + SHM_SLICE_NS;
     for (int i = 0; i < s->nlocal; i++) {
-        if (i == s->index || !pid_dead(s->h->pids[i])) continue;
-        comm_shm_abort(s, -ECONNRESET);
-        return comm_call_fail(k, -ECONNRESET,
-                              "%s failed: local rank %d (pid %d) on this host exited during "
-                              "the collective",
-                              k->op, i, (int)s->h->pids[i]);
+        if (i != s->index && pid_dead(s->h->pids[i])) {
+            *who = i;
+            return -ECONNRESET;
+        }
     }
     return 0;
+}
+
+/* Records a problem wait_problem found, tells the peers, returns it. */
+static int wait_fail(comm_shm *s, comm_call *k, int rc, int who) {
+    if (rc == -ECONNABORTED) return aborted(s, k);
+    comm_shm_abort(s, rc);
+    if (rc == -ECONNRESET)
+        return comm_call_fail(k, rc,
+                              "%s failed: local rank %d (pid %d) on this host exited during "
+                              "the collective",
+                              k->op, who, (int)s->h->pids[who]);
+    int checked = comm_call_check(k); /* records the timeout or cancellation */
+    return checked ? checked : rc;
 }
 
 static int wait_gen(comm_shm *s, uint32_t g, comm_call *k) {
@@ -190,8 +215,11 @@ static int wait_gen(comm_shm *s, uint32_t g, comm_call *k) {
             cpu_relax();
     }
     for (;;) {
-        int rc = wait_check(s, k);
-        if (rc) return rc;
+        int who = -1, rc = wait_problem(s, k, &who);
+        if (rc) {
+            if (atomic_load(&h->gen) != g) goto passed;
+            return wait_fail(s, k, rc, who);
+        }
         atomic_fetch_add(&h->waiters, 1);
         if (atomic_load(&h->gen) == g) {
             int64_t left = comm_call_left_ns(k);
@@ -209,6 +237,11 @@ passed:
 static int barrier(comm_shm *s, comm_call *k) {
     shm_hdr *h = s->h;
     if (atomic_load(&h->abort_err)) return aborted(s, k);
+    int rc = comm_call_check(k);
+    if (rc) {
+        comm_shm_abort(s, rc);
+        return rc;
+    }
     /* The generation cannot move before this rank arrives, so this is the
      * one the barrier is in. */
     uint32_t g = atomic_load(&h->gen);
@@ -291,26 +324,30 @@ static uint64_t min_progress(const comm_shm *s, int stage) {
     uint64_t m = UINT64_MAX;
     for (int i = 0; i < s->nlocal; i++) {
         const shm_progress *p = &s->h->prog[i];
-        uint64_t v = atomic_load_explicit(stage == 0   ? &p->copied
-                                          : stage == 1 ? &p->reduced
-                                                       : &p->consumed,
-                                          memory_order_acquire);
+        uint64_t v = atomic_load(stage == 0 ? &p->copied : stage == 1 ? &p->reduced : &p->consumed);
         if (v < m) m = v;
     }
     return m;
 }
 
-static void publish(comm_shm *s, _Atomic uint64_t *counter, uint64_t v) {
-    atomic_store_explicit(counter, v, memory_order_release);
+/* Every condition a rank waits on is "the slowest rank has got past a
+ * round", so only a publication that moves the slowest can release anyone:
+ * only then does this bump the epoch and wake sleepers. (Of ranks
+ * publishing the same round at once, at least the last to store sees all
+ * the stores, since all these operations are sequentially consistent.) */
+static void publish(comm_shm *s, int stage, uint64_t v) {
+    shm_progress *p = &s->h->prog[s->index];
+    atomic_store(stage == 0 ? &p->copied : stage == 1 ? &p->reduced : &p->consumed, v);
+    if (min_progress(s, stage) < v) return;
     atomic_fetch_add(&s->h->epoch, 1);
     if (atomic_load(&s->h->epoch_waiters)) futex_wake_all(&s->h->epoch);
 }
 
-/* Waits until the epoch moves past e (someone published), the call may
- * not go on, or a peer died. */
-static int wait_epoch(comm_shm *s, uint32_t e, int *spun, comm_call *k) {
+/* Waits until the epoch moves past e (someone published), or returns a
+ * reason to stop (unrecorded: see wait_problem). */
+static int wait_epoch(comm_shm *s, uint32_t e, int *spun, int *who, comm_call *k) {
     shm_hdr *h = s->h;
-    if (*spun < (s->oversub ? SHM_YIELDS : SHM_SPINS)) {
+    if (*spun < (s->oversub ? SHM_YIELDS : SHM_PIPE_SPINS)) {
         (*spun)++;
         if (s->oversub)
             sched_yield();
@@ -318,7 +355,7 @@ static int wait_epoch(comm_shm *s, uint32_t e, int *spun, comm_call *k) {
             cpu_relax();
         return 0;
     }
-    int rc = wait_check(s, k);
+    int rc = wait_problem(s, k, who);
     if (rc) return rc;
     atomic_fetch_add(&h->epoch_waiters, 1);
     if (atomic_load(&h->epoch) == e) {
@@ -378,29 +415,42 @@ static void copy_out(comm_shm *s, const pipe_op *op, uint64_t g) {
     }
 }
 
+typedef struct {
+    uint64_t in, red, out, end; /* the next round of each stage; the op's end */
+} pipe_pos;
+
+/* Which stage can run now (0: none). Others wait on a reduce (to copy
+ * out) more than on a copy-in (to reduce), so reduces go first. */
+static int ready_stage(const comm_shm *s, const pipe_pos *p) {
+    if (p->red < p->in && min_progress(s, 0) > p->red) return 2;
+    if (p->in < p->end && min_progress(s, 2) + SHM_PIPE_SETS > p->in) return 1;
+    if (p->out < p->red && min_progress(s, 1) > p->out) return 3;
+    return 0;
+}
+
 static int allreduce_pipelined(comm_shm *s, float *buf, size_t count, comm_call *k) {
     pipe_op op = {buf, count, s->slot_bytes / sizeof(float), s->round};
-    uint64_t end = op.g0 + (count + op.per_round - 1) / op.per_round;
-    uint64_t next_in = op.g0, next_red = op.g0, next_out = op.g0;
-    shm_progress *me = &s->h->prog[s->index];
+    pipe_pos p = {op.g0, op.g0, op.g0, op.g0 + (count + op.per_round - 1) / op.per_round};
     int spun = 0, rc = 0;
-    s->round = end;
-    while (next_out < end) {
+    s->round = p.end;
+    while (p.out < p.end) {
         uint32_t e = atomic_load(&s->h->epoch);
         if (atomic_load(&s->h->abort_err)) return aborted(s, k);
-        /* Others wait on a reduce (to copy out) before a copy-in (to reduce). */
-        if (next_red < next_in && min_progress(s, 0) > next_red) {
-            reduce(s, &op, next_red);
-            publish(s, &me->reduced, ++next_red);
-        } else if (next_in < end && min_progress(s, 2) + SHM_PIPE_SETS > next_in) {
-            copy_in(s, &op, next_in);
-            publish(s, &me->copied, ++next_in);
-        } else if (next_out < next_red && min_progress(s, 1) > next_out) {
-            copy_out(s, &op, next_out);
-            publish(s, &me->consumed, ++next_out);
-        } else {
-            if ((rc = wait_epoch(s, e, &spun, k))) return rc;
+        /* Bounded even while progressing (a clock read per round is free). */
+        if ((rc = comm_call_check(k))) {
+            comm_shm_abort(s, rc);
+            return rc;
+        }
+        switch (ready_stage(s, &p)) {
+        case 1: copy_in(s, &op, p.in); publish(s, 0, ++p.in); break;
+        case 2: reduce(s, &op, p.red); publish(s, 1, ++p.red); break;
+        case 3: copy_out(s, &op, p.out); publish(s, 2, ++p.out); break;
+        default: {
+            int who = -1;
+            rc = wait_epoch(s, e, &spun, &who, k);
+            if (rc && !ready_stage(s, &p)) return wait_fail(s, k, rc, who);
             continue;
+        }
         }
         spun = 0;
     }

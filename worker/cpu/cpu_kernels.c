@@ -14,6 +14,9 @@
 #include <string.h>
 
 #define ROW_BLOCK 256
+/* Below this many elements a kernel runs on one thread: waking the team
+ * costs more than the work (and far more when the cores are shared). */
+#define PAR_MIN 32768
 
 /* ---- batch norm ----------------------------------------------------------- */
 
@@ -22,7 +25,7 @@ int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float 
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
     if (!part) return -ENOMEM;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
         int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
@@ -57,7 +60,7 @@ int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
         scale[j] = invstd[j] * gamma[j];
         shift[j] = beta[j] - mean[j] * scale[j];
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int i = 0; i < rows; i++) {
         const float *xr = x + (size_t)i * c;
         float *yr = y + (size_t)i * c;
@@ -77,7 +80,7 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
     if (!part) return -ENOMEM;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
         int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
@@ -117,7 +120,7 @@ int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *d
         mdy[j] = sum_dy[j] / m;
         mxh[j] = sum_dy_xhat[j] / m;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int i = 0; i < rows; i++) {
         const float *xr = x + (size_t)i * c, *dr = dy + (size_t)i * c;
         float *out = dx + (size_t)i * c;
@@ -135,21 +138,21 @@ int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *d
 
 int cpu_relu_fwd(backend *b, size_t n, const float *x, float *y) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
     return 0;
 }
 
 int cpu_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
     return 0;
 }
 
 int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float v = a[i] + x2[i];
         y[i] = relu && v < 0 ? 0 : v;
@@ -159,14 +162,14 @@ int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu,
 
 int cpu_accumulate(backend *b, size_t n, const float *src, float *dst) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
     return 0;
 }
 
 int cpu_scale(backend *b, size_t n, float alpha, float *x) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
     return 0;
 }
@@ -324,7 +327,7 @@ int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
             const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
             int nesterov, int first_step) {
     (void)b;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];
         if (weight_decay != 0 && (!decay_mask || decay_mask[i])) g += weight_decay * param[i];
