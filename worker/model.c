@@ -68,9 +68,10 @@ static void free_batch_memory(model *m) {
     backend *be = m->be;
     for (int i = 0; i < m->nacts; i++) {
         if (i > 0) be->ops->free(be, m->acts[i].data); /* act 0 is the caller's input */
-        be->ops->free(be, m->acts[i].grad);
         m->acts[i].data = m->acts[i].grad = NULL;
     }
+    for (int i = 0; i < m->npool; i++) be->ops->free(be, m->pool[i].p);
+    m->npool = 0;
     for (int i = 0; i < m->nops; i++) {
         free(m->ops[i].stats);
         be->ops->free(be, m->ops[i].argmax);
@@ -106,7 +107,6 @@ int model_set_batch(model *m, int n) {
         size_t bytes = (size_t)n * a->h * a->w * a->c * sizeof(float);
         if (bytes > largest) largest = bytes;
         if (i > 0 && !(a->data = be->ops->alloc(be, bytes))) return -ENOMEM;
-        if (i > 0 && !(a->grad = be->ops->alloc(be, bytes))) return -ENOMEM;
     }
     for (int i = 0; i < m->nops; i++) {
         model_op *op = &m->ops[i];
@@ -213,6 +213,7 @@ void model_destroy(model *m) {
     be->ops->free(be, m->mom);
     be->ops->free(be, m->buf);
     be->ops->free(be, m->decay_mask);
+    free(m->pool);
     free(m->ops);
     free(m->acts);
     free(m->params);
@@ -300,6 +301,36 @@ int model_forward(model *m, const float *x, int n, int train, float **logits) {
 
 /* ---- backward ----------------------------------------------------------------- */
 
+/* Gives activation `act` a gradient buffer from the pool (a free one of
+ * its size, else a new one). */
+static int grad_get(model *m, int act) {
+    model_act *a = &m->acts[act];
+    if (a->grad) return 0;
+    size_t bytes = (size_t)m->batch * a->h * a->w * a->c * sizeof(float);
+    for (int i = 0; i < m->npool; i++) {
+        if (!m->pool[i].used && m->pool[i].bytes == bytes) {
+            m->pool[i].used = 1;
+            a->grad = m->pool[i].p;
+            return 0;
+        }
+    }
+    GROW(m->pool, m->npool, m->cap_pool);
+    float *p = m->be->ops->alloc(m->be, bytes);
+    if (!p) return -ENOMEM;
+    m->pool[m->npool].p = p;
+    m->pool[m->npool].bytes = bytes;
+    m->pool[m->npool++].used = 1;
+    a->grad = p;
+    return 0;
+}
+
+static void grad_put(model *m, int act) {
+    model_act *a = &m->acts[act];
+    for (int i = 0; i < m->npool && a->grad; i++)
+        if (m->pool[i].p == a->grad) m->pool[i].used = 0;
+    a->grad = NULL;
+}
+
 /* Where an op writes the gradient of its input: straight into the input's
  * gradient if nothing has yet, else into scratch to be added (a tensor
  * read by two ops, like a residual block's input, sums both gradients).
@@ -352,6 +383,9 @@ static int backward_op(model *m, model_op *op, int n) {
     size_t nx = (size_t)n * x->h * x->w * x->c, ny = (size_t)n * y->h * y->w * y->c;
     float *dx;
     int rc;
+    /* The inputs' gradient buffers, before anything is written into them. */
+    if (op->in != 0 && (rc = grad_get(m, op->in))) return rc;
+    if (op->kind == OP_ADD && op->in2 != 0 && (rc = grad_get(m, op->in2))) return rc;
     switch (op->kind) {
     case OP_CONV:
         dx = dx_target(m, op->in);
@@ -396,16 +430,19 @@ static int has_params(const model_op *op) {
 int model_backward(model *m, const int32_t *labels, int n, float smoothing, double *loss_sum,
                    int *correct) {
     backend *be = m->be;
+    for (int i = 0; i < m->nacts; i++) grad_put(m, i), m->acts[i].grad_set = 0;
     model_act *out = &m->acts[m->nacts - 1];
     be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
-    int rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad,
+    int rc = grad_get(m, m->nacts - 1);
+    if (rc == 0)
+        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad,
                            loss_sum, correct);
     if (rc) return rc;
-    for (int i = 0; i < m->nacts; i++) m->acts[i].grad_set = 0;
     out->grad_set = 1;
     for (int i = m->nops - 1; i >= 0; i--) {
         model_op *op = &m->ops[i];
         if ((rc = backward_op(m, op, n))) return rc;
+        grad_put(m, op->out); /* its producer is done with it */
         if (has_params(op) && m->hooks.grads_ready &&
             (rc = m->hooks.grads_ready(m->hooks.ctx, op->w)))
             return rc;
@@ -417,5 +454,9 @@ int model_loss(model *m, const int32_t *labels, int n, double *loss_sum, int *co
     backend *be = m->be;
     model_act *out = &m->acts[m->nacts - 1];
     be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
-    return be->ops->xent(be, n, m->classes, out->data, m->labels, 0, out->grad, loss_sum, correct);
+    int rc = grad_get(m, m->nacts - 1); /* xent writes dlogits; here just scratch */
+    if (rc == 0)
+        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, 0, out->grad, loss_sum, correct);
+    grad_put(m, m->nacts - 1);
+    return rc;
 }

@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
     int h, w, c;      /* per-sample shape (NHWC) */
     float *data;      /* n*h*w*c */
-    float *grad;
+    float *grad;      /* during backward only, from the model's pool */
     int consumers;    /* ops reading it (their gradients add up) */
     int grad_set;     /* during backward: grad holds a first contribution */
 } model_act;
@@ -86,6 +86,15 @@ struct model {
     uint8_t *decay_mask;       /* host + device (the CPU shares it) */
     float *scratch;            /* a gradient being added into an activation */
     size_t scratch_len;
+    /* Activation gradients live only between the backward steps of their
+     * first consumer and their producer; they come from this pool, so a
+     * ResNet holds a few of each shape instead of one per activation. */
+    struct {
+        float *p;
+        size_t bytes;
+        int used;
+    } *pool;
+    int npool, cap_pool;
     float bn_momentum, bn_eps;
     model_hooks hooks;
     int32_t *labels;           /* device copy of the batch's labels */
