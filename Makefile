@@ -30,7 +30,7 @@ BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump
 
-.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train clean
+.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-allreduce clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -128,6 +128,10 @@ demo-store: deps
 bench-agent: deps
 	@$(MAKE) --no-print-directory all
 	@bench/agent_bench.sh
+
+bench-allreduce: deps
+	@$(MAKE) --no-print-directory all
+	@bench/allreduce_bench.sh
 
 bench-train: deps
 	@$(MAKE) --no-print-directory all

@@ -13,6 +13,7 @@
  * (algbw * 2(n-1)/n, the traffic a ring moves per link, as nccl-tests
  * reports it, so that figures compare across world sizes). */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@
 
 typedef struct {
     size_t min_bytes, max_bytes;
-    int iters, warmup, no_shm, timeout_ms;
+    int iters, warmup, no_shm, timeout_ms, no_bind;
 } bench_opts;
 
 static double now_s(void) {
@@ -50,7 +51,7 @@ static int parse_size(const char *s, size_t *out) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ddp-allreduce-bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-            "                           [--no-shm] [--timeout-ms N]\n"
+            "                           [--no-shm] [--no-bind] [--timeout-ms N]\n"
             "Measures all-reduce (sum of floats) across the ranks a launcher started\n"
             "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), e.g.\n"
             "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n"
@@ -60,11 +61,13 @@ static void usage(FILE *f) {
             "                  in about 0.25 s, 5 to 2000)\n"
             "  --warmup N      untimed all-reduces per size first (default 5)\n"
             "  --no-shm        TCP between every pair of ranks, even on one host\n"
+            "  --no-bind       with more ranks on this host than CPUs, do not bind\n"
+            "                  each rank to one CPU (local rank mod CPUs)\n"
             "  --timeout-ms N  a collective taking longer fails (default 120000)\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000};
+    *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -73,6 +76,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             exit(0);
         } else if (!strcmp(a, "--no-shm")) {
             o->no_shm = 1;
+            continue;
+        } else if (!strcmp(a, "--no-bind")) {
+            o->no_bind = 1;
             continue;
         } else if (!v) {
             bad = 1;
@@ -178,6 +184,23 @@ static int bench_size(comm *c, const bench_opts *o, float *buf, size_t bytes) {
     return 0;
 }
 
+/* With more ranks on this host than CPUs to run them, binds this rank to
+ * one CPU (local rank mod CPUs), as `mpirun --bind-to core` would: ranks
+ * then share CPUs two by two instead of piling up on one while the
+ * scheduler catches up (measured: ~30% faster with 4 ranks on 2 CPUs).
+ * bench/gloo_allreduce.py applies the same policy to gloo. Returns the
+ * CPU, or -1 if not bound. */
+static int bind_if_oversubscribed(int local_rank, int local_world) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || local_world <= CPU_COUNT(&set)) return -1;
+    int want = local_rank % CPU_COUNT(&set), cpu = -1;
+    for (int i = 0, seen = 0; i < CPU_SETSIZE && cpu < 0; i++)
+        if (CPU_ISSET(i, &set) && seen++ == want) cpu = i;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? cpu : -1;
+}
+
 int main(int argc, char **argv) {
     bench_opts o;
     if (parse_args(argc, argv, &o)) return 2;
@@ -194,6 +217,7 @@ int main(int argc, char **argv) {
                     .local_world = env_int("LOCAL_WORLD_SIZE", 1),
                     .timeout_ms = o.timeout_ms,
                     .no_shm = o.no_shm};
+    int bound = o.no_bind ? -1 : bind_if_oversubscribed(co.local_rank, co.local_world);
     char err[512];
     comm *c = NULL;
     int rc = comm_init(&co, &c, err, sizeof err);
@@ -208,9 +232,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (co.rank == 0) {
-        fprintf(stderr, "# ddp-allreduce-bench: %d ranks, %s, sizes %zu to %zu bytes\n", co.world,
+        fprintf(stderr, "# ddp-allreduce-bench: %d ranks, %s, sizes %zu to %zu bytes%s\n",
+                co.world,
                 o.no_shm ? "TCP only (--no-shm)" : "shared memory within a host, TCP between",
-                o.min_bytes, o.max_bytes);
+                o.min_bytes, o.max_bytes,
+                bound >= 0 ? ", ranks bound to CPUs (more ranks than CPUs)" : "");
         printf("%12s %12s %12s %12s\n", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps");
         fflush(stdout);
     }

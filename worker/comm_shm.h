@@ -1,6 +1,8 @@
 /* Collectives among the ranks of one host through a POSIX shared-memory
- * segment: every rank copies into its own slot, meets the others at a
- * barrier, and reads what it needs from the others' slots. Sums are taken
+ * segment: every rank copies into its own slot, and reads what it needs
+ * from the others' slots once they are ready (a barrier for small
+ * collectives; published per-round progress for large all-reduces, which
+ * are pipelined: rank i sums the i-th share of each round). Sums are taken
  * in local-rank order, so every rank gets the same bits on every run.
  *
  * The segment is created by the host's first rank under a name unique to
