@@ -20,6 +20,22 @@
 
 /* ---- batch norm ----------------------------------------------------------- */
 
+/* The last step of a blocked reduction: per-block pairs of partial sums
+ * (part[blk][0..c) and part[blk][c..2c)) added block by block, in order,
+ * into a and b; frees part. */
+static void sum_blocks(double *part, int nblk, int c, float *a, float *b) {
+    for (int j = 0; j < c; j++) {
+        double s = 0, s2 = 0;
+        for (int blk = 0; blk < nblk; blk++) {
+            s += part[(size_t)blk * 2 * c + j];
+            s2 += part[(size_t)blk * 2 * c + c + j];
+        }
+        a[j] = (float)s;
+        b[j] = (float)s2;
+    }
+    free(part);
+}
+
 int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq) {
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
@@ -37,16 +53,7 @@ int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float 
             }
         }
     }
-    for (int j = 0; j < c; j++) {
-        double s = 0, s2 = 0;
-        for (int blk = 0; blk < nblk; blk++) {
-            s += part[(size_t)blk * 2 * c + j];
-            s2 += part[(size_t)blk * 2 * c + c + j];
-        }
-        sum[j] = (float)s;
-        sumsq[j] = (float)s2;
-    }
-    free(part);
+    sum_blocks(part, nblk, c, sum, sumsq);
     return 0;
 }
 
@@ -94,16 +101,7 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *
             }
         }
     }
-    for (int j = 0; j < c; j++) {
-        double s = 0, s2 = 0;
-        for (int blk = 0; blk < nblk; blk++) {
-            s += part[(size_t)blk * 2 * c + j];
-            s2 += part[(size_t)blk * 2 * c + c + j];
-        }
-        sum_dy[j] = (float)s;
-        sum_dy_xhat[j] = (float)s2;
-    }
-    free(part);
+    sum_blocks(part, nblk, c, sum_dy, sum_dy_xhat);
     return 0;
 }
 
