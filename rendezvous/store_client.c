@@ -233,6 +233,10 @@ int store_client_connect(const store_client_opts *o, store_client **out) {
     if (!c) return -ENOMEM;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 300000;
     c->gen = o->gen == STORE_GEN_V1 ? STORE_GEN_V1 : STORE_GEN_V2;
+    /* A store that speaks only torch 1.13's generation (torchrun from torch
+     * 1.13) cannot tell itself apart: the user says so. */
+    const char *proto = getenv("DDPRUN_STORE_PROTOCOL");
+    if (o->gen == STORE_GEN_UNKNOWN && proto && strcmp(proto, "1.13") == 0) c->gen = STORE_GEN_V1;
     int64_t deadline = now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 30000);
     int rc = connect_retry(o, deadline);
     if (rc < 0) goto fail;
@@ -422,6 +426,15 @@ int store_multi_get(store_client *c, size_t n, const char *const *keys, uint8_t 
                     size_t *lens) {
     int64_t dl = deadline_of(c, -1);
     int rc = begin(c, STORE_OP_MULTI_GET);
+    if (rc == -ENOTSUP) { /* torch 1.13 has no MULTI_GET: one GET per key */
+        for (size_t i = 0; i < n; i++) {
+            if ((rc = store_get(c, keys[i], &vals[i], &lens[i]))) {
+                for (size_t j = 0; j < i; j++) free(vals[j]);
+                return rc;
+            }
+        }
+        return 0;
+    }
     if (rc) return rc;
     put_keys(c, n, keys);
     if ((rc = send_req(c, dl))) return rc;
