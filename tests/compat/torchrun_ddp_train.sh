@@ -15,4 +15,4 @@ DDPRUN_STORE_PROTOCOL=1.13 /usr/bin/python3 -m torch.distributed.run --nnodes 1 
     --redirects 2 --tee 1 build/bin/ddp-train --data synthetic --input-shape 3x16x16 \
     --synthetic-size 512 --batch-size 8 --max-steps 3 --threads 1 --no-eval --log-every 1 \
     > "$log" 2>&1 || { cat "$log"; exit 1; }
-grep -q "2 ranks (torchrun)" "$log" && grep -q "done: 3 steps" "$log" || { cat "$log"; exit 1; }
+grep -q "\[default0\]:done: 3 steps" "$log" || { cat "$log"; exit 1; }
