@@ -29,6 +29,7 @@
 #include "agent/failure.h"
 #include "agent/store_host.h"
 #include "agent/worker_group.h"
+#include "common/fdlimit.h"
 #include "common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store_client.h"
@@ -528,6 +529,7 @@ static int setup_store(agent *a) {
     snprintf(a->store_addr, sizeof a->store_addr, "%s", addr);
     a->store_port = port;
     if (!host_it) return 0;
+    fdlimit_raise(); /* every agent of the job connects here, several times */
     int bound = 0;
     store_server_opts so = {.host = c->standalone ? addr : NULL, .port = port,
                             .token = getenv("DDPRUN_STORE_TOKEN")};

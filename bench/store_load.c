@@ -23,10 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fdlimit.h"
 #include "rendezvous/store_client.h"
 
 /* Everything the command line can set; each mode reads the fields it needs. */
@@ -555,16 +555,6 @@ static int parse_args(int argc, char **argv, load_opts *o) {
     return 0;
 }
 
-/* Thousands of connections need thousands of descriptors: take the hard
- * limit rather than fail at the soft one (often 1024). */
-static void raise_fd_limit(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 int main(int argc, char **argv) {
     load_opts o = {.op = "add", .gen = STORE_GEN_V2, .seconds = 3, .value_bytes = 100,
                    .timeout_ms = 60000, .keys = 100000, .hold_seconds = 10};
@@ -579,7 +569,7 @@ int main(int argc, char **argv) {
     /* A server that hangs up mid-write must show up as an error from the
      * client call, not kill the load generator. */
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit();
+    fdlimit_raise();
     if (strcmp(o.mode, "bench") == 0) return run_bench(&o);
     if (strcmp(o.mode, "scale") == 0) return run_scale(&o);
     if (strcmp(o.mode, "idle") == 0) return run_idle(&o);

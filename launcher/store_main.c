@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <uv.h>
 
+#include "common/fdlimit.h"
 #include "common/log.h"
 #include "rendezvous/store_server.h"
 
@@ -66,15 +66,6 @@ static void on_signal(uv_signal_t *sig, int signum) {
     store_server_close(&m->srv, NULL);
     uv_close((uv_handle_t *)&m->sigint, on_closed);
     uv_close((uv_handle_t *)&m->sigterm, on_closed);
-}
-
-/* Lets the server hold as many connections as the hard limit allows. */
-static void raise_fd_limit(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
 }
 
 int main(int argc, char **argv) {
@@ -129,7 +120,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.token = getenv("DDPRUN_STORE_TOKEN");
-    raise_fd_limit();
+    fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t *loop = uv_default_loop();
