@@ -36,20 +36,25 @@ static void sum_blocks(double *part, int nblk, int c, float *a, float *b) {
     free(part);
 }
 
-int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq) {
+int cpu_bn_stats(backend *b, int rows, int c, const float *restrict x, float *sum,
+                 float *sumsq) {
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
     if (!part) return -ENOMEM;
+    /* Double within a block too: the variance is sumsq/m - mean^2, where
+     * float sums would cancel. */
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
+        double *restrict s = part + (size_t)blk * 2 * c, *restrict s2 = s + c;
         int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
         for (int i = blk * ROW_BLOCK; i < end; i++) {
-            const float *row = x + (size_t)i * c;
+            const float *restrict row = x + (size_t)i * c;
+#pragma omp simd
             for (int j = 0; j < c; j++) {
-                s[j] += row[j];
-                s2[j] += (double)row[j] * row[j];
+                double v = row[j];
+                s[j] += v;
+                s2[j] += v * v;
             }
         }
     }
@@ -67,40 +72,66 @@ int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
         scale[j] = invstd[j] * gamma[j];
         shift[j] = beta[j] - mean[j] * scale[j];
     }
+    /* ReLU as a floor; -INFINITY lets every value (and NaN) through */
+    float lo = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int i = 0; i < rows; i++) {
         const float *xr = x + (size_t)i * c;
         float *yr = y + (size_t)i * c;
+#pragma omp simd
         for (int j = 0; j < c; j++) {
             float v = xr[j] * scale[j] + shift[j];
-            yr[j] = relu && v < 0 ? 0 : v;
+            yr[j] = v < lo ? lo : v;
         }
     }
     free(scale);
     return 0;
 }
 
-int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *y,
-                      const float *mean, const float *invstd, int relu, float *dy,
+/* Per block, float sums over at most ROW_BLOCK rows (well within float's
+ * precision: the terms do not cancel), then double across blocks. */
+int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *restrict x,
+                      const float *restrict y, const float *restrict mean,
+                      const float *restrict invstd, int relu, float *restrict dy,
                       float *sum_dy, float *sum_dy_xhat) {
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
-    if (!part) return -ENOMEM;
+    float *acc = malloc((size_t)nblk * 2 * (size_t)c * sizeof *acc);
+    if (!part || !acc) {
+        free(part), free(acc);
+        return -ENOMEM;
+    }
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        double *s = part + (size_t)blk * 2 * c, *s2 = s + c;
+        float *restrict s = acc + (size_t)blk * 2 * c, *restrict s2 = s + c;
+        for (int j = 0; j < c; j++) s[j] = s2[j] = 0;
         int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
         for (int i = blk * ROW_BLOCK; i < end; i++) {
-            const float *xr = x + (size_t)i * c, *yr = y + (size_t)i * c;
-            float *dr = dy + (size_t)i * c;
-            for (int j = 0; j < c; j++) {
-                if (relu && yr[j] <= 0) dr[j] = 0;
-                s[j] += dr[j];
-                s2[j] += (double)dr[j] * ((xr[j] - mean[j]) * invstd[j]);
+            const float *restrict xr = x + (size_t)i * c, *restrict yr = y + (size_t)i * c;
+            float *restrict dr = dy + (size_t)i * c;
+            if (relu) {
+#pragma omp simd
+                for (int j = 0; j < c; j++) {
+                    float d = dr[j];
+                    d = yr[j] > 0 ? d : 0;
+                    dr[j] = d;
+                    s[j] += d;
+                    s2[j] += d * ((xr[j] - mean[j]) * invstd[j]);
+                }
+            } else {
+#pragma omp simd
+                for (int j = 0; j < c; j++) {
+                    float d = dr[j];
+                    s[j] += d;
+                    s2[j] += d * ((xr[j] - mean[j]) * invstd[j]);
+                }
             }
         }
+        double *p = part + (size_t)blk * 2 * c;
+        for (int j = 0; j < 2 * c; j++) p[j] = s[j];
     }
+    free(acc);
     sum_blocks(part, nblk, c, sum_dy, sum_dy_xhat);
     return 0;
 }
@@ -122,10 +153,18 @@ int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *d
     for (int i = 0; i < rows; i++) {
         const float *xr = x + (size_t)i * c, *dr = dy + (size_t)i * c;
         float *out = dx + (size_t)i * c;
-        for (int j = 0; j < c; j++) {
-            float xhat = (xr[j] - mean[j]) * invstd[j];
-            float v = k[j] * (dr[j] - mdy[j] - xhat * mxh[j]);
-            out[j] = add_to ? out[j] + v : v;
+        if (add_to) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float xhat = (xr[j] - mean[j]) * invstd[j];
+                out[j] += k[j] * (dr[j] - mdy[j] - xhat * mxh[j]);
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float xhat = (xr[j] - mean[j]) * invstd[j];
+                out[j] = k[j] * (dr[j] - mdy[j] - xhat * mxh[j]);
+            }
         }
     }
     free(k);
@@ -134,40 +173,46 @@ int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *d
 
 /* ---- elementwise ------------------------------------------------------------ */
 
+/* `omp simd`: these may run in place (output == an input, exactly), which
+ * the compiler's overlap check would send down the scalar path. */
 int cpu_relu_fwd(backend *b, size_t n, const float *x, float *y) {
     (void)b;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
     return 0;
 }
 
 int cpu_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx) {
     (void)b;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float d = dy[i]; /* loaded unconditionally, so the select vectorises */
+        dx[i] = y[i] > 0 ? d : 0;
+    }
     return 0;
 }
 
 int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y) {
     (void)b;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    float lo = relu ? 0.0f : -INFINITY;
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float v = a[i] + x2[i];
-        y[i] = relu && v < 0 ? 0 : v;
+        y[i] = v < lo ? lo : v;
     }
     return 0;
 }
 
 int cpu_accumulate(backend *b, size_t n, const float *src, float *dst) {
     (void)b;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
     return 0;
 }
 
 int cpu_scale(backend *b, size_t n, float alpha, float *x) {
     (void)b;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
     return 0;
 }
