@@ -20,7 +20,7 @@ LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
 # ddp-train's runtime (everything but its main) is a second library.
 WORKER_MAINS := worker/main.c worker/allreduce_bench.c
-WORKER_SRC := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c))
+WORKER_SRC := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c worker/nocuda/*.c))
 WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o)
 WORKER_ASAN_OBJ := $(WORKER_SRC:%.c=$(B)/asan/%.o)
 WORKER_LIBS := -ldnnl -fopenmp

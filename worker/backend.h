@@ -1,14 +1,21 @@
 /* The compute backend interface: everything the model runs, as operations
- * on device memory. The CPU backend (worker/cpu/) implements it with oneDNN
- * for convolution and plain C (OpenMP) for the rest, and offers the plain-C
- * reference convolution as a second backend for tests; the CUDA backend
- * (worker/cuda/, a later milestone) implements it with cuDNN and cuBLAS.
+ * on the backend's memory. The CPU backend (worker/cpu/) implements it with
+ * oneDNN for convolution and plain C (OpenMP) for the rest, and offers the
+ * plain-C reference convolution as a second backend for tests; the CUDA
+ * backend (worker/cuda/) implements it with cuDNN, cuBLAS and CUDA kernels.
+ *
+ * Memory: every pointer an operation takes is backend ("device") memory from
+ * alloc, unless its comment says host; upload and download cross over. On
+ * the CPU the two are the same memory, so a missing upload goes unnoticed
+ * there: tests/gpu runs the model on both backends to catch it. Operations
+ * may run asynchronously (queued on a GPU stream); download and sync wait.
  *
  * Layout: activations are NHWC (channels last: the fast layout for oneDNN on
  * CPUs and for tensor cores on GPUs); convolution weights are OIHW and the
  * linear layer's weight is [out][in], as in PyTorch, so parameters map one to
- * one onto a PyTorch state_dict. Batch norm is split into statistics and
- * application so SyncBatchNorm can all-reduce between the two. */
+ * one onto a PyTorch state_dict. Batch norm is split into statistics,
+ * finalisation and application so SyncBatchNorm can all-reduce the sums in
+ * between. */
 #ifndef DDPRUN_WORKER_BACKEND_H
 #define DDPRUN_WORKER_BACKEND_H
 
@@ -16,6 +23,9 @@
 #include <stdint.h>
 
 typedef struct backend backend;
+
+typedef enum { BACKEND_AUTO, BACKEND_CPU, BACKEND_CPU_REFERENCE, BACKEND_CUDA } backend_kind;
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } backend_precision;
 
 /* One convolution's shape. */
 typedef struct {
@@ -61,6 +71,17 @@ typedef struct {
     /* Batch norm over rows = n*h*w, channels c (NHWC).
      * stats: sum[c] and sumsq[c] of x. */
     int (*bn_stats)(backend *b, int rows, int c, const float *x, float *sum, float *sumsq);
+    /* From the sums over `count` rows (all ranks' under SyncBatchNorm):
+     * mean and invstd = 1/sqrt(var + eps) with the biased variance, and the
+     * running statistics (running[0..c) mean, running[c..2c) variance)
+     * updated as PyTorch does: r = (1 - momentum)*r + momentum*batch, the
+     * variance unbiased (count/(count-1)). Computed in double. */
+    int (*bn_finalize)(backend *b, int c, double count, float eps, float momentum,
+                       const float *sum, const float *sumsq, float *mean, float *invstd,
+                       float *running);
+    /* Evaluation: mean and invstd from the running statistics. */
+    int (*bn_running)(backend *b, int c, float eps, const float *running, float *mean,
+                      float *invstd);
     /* y = (x - mean) * invstd * gamma + beta, optionally followed by ReLU. */
     int (*bn_apply)(backend *b, int rows, int c, const float *x, const float *mean,
                     const float *invstd, const float *gamma, const float *beta, int relu,
@@ -102,8 +123,9 @@ typedef struct {
                       const float *dy, float *dx, float *dw, float *dbias);
 
     /* Softmax cross-entropy with label smoothing, averaged over n: writes
-     * dlogits (already divided by n) and, on the host, the summed loss and
-     * the count of correct argmax predictions. */
+     * dlogits (already divided by n) and, in host memory, the summed loss
+     * and the count of correct argmax predictions (so it waits for the
+     * device). */
     int (*xent)(backend *b, int n, int classes, const float *logits, const int32_t *labels,
                 float smoothing, float *dlogits, double *loss_sum, int *correct);
 
@@ -117,12 +139,33 @@ typedef struct {
 
 struct backend {
     const backend_ops *ops;
+    backend_kind kind; /* BACKEND_CPU, BACKEND_CPU_REFERENCE or BACKEND_CUDA */
     int threads;
     void *impl;
 };
 
+/* Which backend and how (ddp-train's --device, --threads, --precision). */
+
+typedef struct {
+    backend_kind kind;
+    int threads;   /* CPU: compute threads (0: OpenMP's default) */
+    int device;    /* CUDA: device ordinal (ddp-train passes LOCAL_RANK mod the count) */
+    backend_precision precision;
+} backend_opts;
+
+/* Creates the backend o asks for; BACKEND_AUTO is CUDA when this build has
+ * it and a GPU is visible, else the CPU. 0, or -errno with a message (a
+ * CUDA request on a build or machine without it names which). */
+int backend_create(const backend_opts *o, backend **out, char *err, size_t errlen);
+
 /* The CPU backend: convolution through oneDNN (reference = 0) or the
  * plain-C reference kernels (reference = 1, for tests). */
 int cpu_backend_create(int reference, int threads, backend **out, char *err, size_t errlen);
+
+/* The CUDA backend (worker/cuda/; worker/cuda_none.c in builds without
+ * CUDA, where it fails with -ENOTSUP). cuda_device_count: GPUs visible, 0
+ * without CUDA or a driver. */
+int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen);
+int cuda_device_count(void);
 
 #endif

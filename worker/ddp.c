@@ -12,13 +12,13 @@
 
 typedef struct {
     size_t lo, hi; /* floats [lo, hi) of the gradient buffer */
-    comm_req *req;
+    void *req;
     int launched;
 } bucket;
 
 struct ddp {
     model *m;
-    comm *c;
+    devcomm *c;
     bucket *b;
     int nb;
     int next; /* the next bucket to launch (in launch order) */
@@ -46,7 +46,7 @@ static int plan_buckets(ddp *d, size_t first, size_t rest) {
 
 static int launch(ddp *d, bucket *b) {
     b->launched = 1;
-    return comm_allreduce_sum_async(d->c, d->m->grad + b->lo, b->hi - b->lo, &b->req);
+    return devcomm_allreduce_sum_async(d->c, d->m->grad + b->lo, b->hi - b->lo, &b->req);
 }
 
 static int on_grads_ready(void *ctx, size_t offset) {
@@ -62,12 +62,12 @@ static int on_grads_ready(void *ctx, size_t offset) {
  * buckets, so every rank issues its collectives in one order. */
 static int bn_allreduce(void *ctx, float *buf, size_t n) {
     ddp *d = ctx;
-    comm_req *req = NULL;
-    int rc = comm_allreduce_sum_async(d->c, buf, n, &req);
-    return rc ? rc : comm_wait(req);
+    void *req = NULL;
+    int rc = devcomm_allreduce_sum_async(d->c, buf, n, &req);
+    return rc ? rc : devcomm_wait(d->c, req);
 }
 
-int ddp_create(model *m, comm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
+int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
                ddp **out) {
     ddp *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
@@ -80,10 +80,10 @@ int ddp_create(model *m, comm *c, size_t first_bucket_bytes, size_t bucket_bytes
         free(d);
         return rc;
     }
-    if (comm_world(c) > 1) {
+    if (c->world > 1) {
         m->hooks.ctx = d;
         m->hooks.grads_ready = on_grads_ready;
-        m->hooks.world = comm_world(c);
+        m->hooks.world = c->world;
         if (sync_bn) m->hooks.allreduce = bn_allreduce;
     }
     *out = d;
@@ -98,9 +98,10 @@ void ddp_destroy(ddp *d) {
 }
 
 int ddp_broadcast_model(ddp *d) {
-    if (comm_world(d->c) == 1) return 0;
-    int rc = comm_broadcast(d->c, d->m->param, d->m->nparam * sizeof(float), 0);
-    if (rc == 0 && d->m->nbuf) rc = comm_broadcast(d->c, d->m->buf, d->m->nbuf * sizeof(float), 0);
+    if (d->c->world == 1) return 0;
+    int rc = devcomm_broadcast(d->c, d->m->param, d->m->nparam * sizeof(float), 0);
+    if (rc == 0 && d->m->nbuf)
+        rc = devcomm_broadcast(d->c, d->m->buf, d->m->nbuf * sizeof(float), 0);
     return rc;
 }
 
@@ -110,12 +111,12 @@ void ddp_begin(ddp *d) {
 }
 
 int ddp_finish(ddp *d) {
-    int world = comm_world(d->c), rc = 0;
+    int world = d->c->world, rc = 0;
     if (world == 1) return 0;
     while (rc == 0 && d->next < d->nb) rc = launch(d, &d->b[d->next++]);
     for (int i = 0; i < d->nb; i++)
         if (d->b[i].req) {
-            int w = comm_wait(d->b[i].req);
+            int w = devcomm_wait(d->c, d->b[i].req);
             if (rc == 0) rc = w;
         }
     if (rc) return rc;

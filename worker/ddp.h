@@ -9,13 +9,13 @@
 
 #include <stddef.h>
 
-#include "worker/comm.h"
+#include "worker/devcomm.h"
 #include "worker/model.h"
 
 typedef struct ddp ddp;
 
 /* Plugs into the model's hooks. bucket bytes 0: the defaults. */
-int ddp_create(model *m, comm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
+int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
                ddp **out);
 void ddp_destroy(ddp *d);
 /* Rank 0's parameters and buffers to everyone. */

@@ -56,6 +56,10 @@ static const char usage[] =
     "  --throughput-warmup N   steps left out of the final img/s (default 5)\n"
     "\n"
     "Runtime:\n"
+    "  --device D              auto (default: a GPU when this build has CUDA and one is\n"
+    "                          visible, else the CPU), cpu or cuda; on a GPU each rank\n"
+    "                          takes GPU LOCAL_RANK mod the GPUs visible\n"
+    "  --precision P           fp32 (default), tf32 or bf16 (mixed precision; GPU only)\n"
     "  --threads N             compute threads (default: OMP_NUM_THREADS, else all cores)\n"
     "  --timeout S             a collective taking longer fails the rank (default 600)\n"
     "  --bucket-mb N           gradient bucket size after the first 1 MiB (default 25)\n"
@@ -70,7 +74,7 @@ enum {
     O_BATCH, O_LR, O_LR_SCALE, O_WARMUP, O_SCHEDULE, O_MILESTONES, O_GAMMA, O_MOMENTUM,
     O_NESTEROV, O_WD, O_DECAY_ALL, O_SMOOTH, O_SYNC_BN, O_SEED, O_NO_EVAL, O_CKPT_DIR,
     O_CKPT_EVERY, O_KEEP, O_METRICS, O_LOG_EVERY, O_THREADS, O_TIMEOUT, O_BUCKET, O_NO_SHM,
-    O_REFERENCE, O_LOCAL_RANK, O_TPUT_WARMUP, O_HELP,
+    O_REFERENCE, O_LOCAL_RANK, O_TPUT_WARMUP, O_DEVICE, O_PRECISION, O_HELP,
 };
 
 static const struct option options[] = {
@@ -90,6 +94,7 @@ static const struct option options[] = {
     {"timeout", 1, 0, O_TIMEOUT}, {"bucket-mb", 1, 0, O_BUCKET}, {"no-shm", 0, 0, O_NO_SHM},
     {"reference-kernels", 0, 0, O_REFERENCE}, {"local_rank", 1, 0, O_LOCAL_RANK},
     {"local-rank", 1, 0, O_LOCAL_RANK}, {"throughput-warmup", 1, 0, O_TPUT_WARMUP},
+    {"device", 1, 0, O_DEVICE}, {"precision", 1, 0, O_PRECISION},
     {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 };
 
@@ -184,6 +189,18 @@ static int apply(train_config *c, int opt, const char *a) {
     case O_REFERENCE: c->reference = 1; break;
     case O_LOCAL_RANK: rc = num("local_rank", a, 0, 1e6, &v), c->legacy_local_rank = (int)v; break;
     case O_TPUT_WARMUP: rc = num("throughput-warmup", a, 0, 1e9, &v), c->warmup_steps = (int)v; break;
+    case O_DEVICE:
+        if (!strcmp(a, "auto")) c->device = BACKEND_AUTO;
+        else if (!strcmp(a, "cpu")) c->device = BACKEND_CPU;
+        else if (!strcmp(a, "cuda") || !strcmp(a, "gpu")) c->device = BACKEND_CUDA;
+        else return bad("device", a, "auto, cpu or cuda");
+        return 0;
+    case O_PRECISION:
+        if (!strcmp(a, "fp32")) c->precision = PRECISION_FP32;
+        else if (!strcmp(a, "tf32")) c->precision = PRECISION_TF32;
+        else if (!strcmp(a, "bf16")) c->precision = PRECISION_BF16;
+        else return bad("precision", a, "fp32, tf32 or bf16");
+        return 0;
     case O_HELP: fputs(usage, stdout); return 1;
     default: return -EINVAL;
     }

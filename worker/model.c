@@ -73,7 +73,7 @@ static void free_batch_memory(model *m) {
     for (int i = 0; i < m->npool; i++) be->ops->free(be, m->pool[i].p);
     m->npool = 0;
     for (int i = 0; i < m->nops; i++) {
-        free(m->ops[i].stats);
+        be->ops->free(be, m->ops[i].stats);
         be->ops->free(be, m->ops[i].argmax);
         m->ops[i].stats = NULL;
         m->ops[i].argmax = NULL;
@@ -111,7 +111,7 @@ int model_set_batch(model *m, int n) {
     for (int i = 0; i < m->nops; i++) {
         model_op *op = &m->ops[i];
         op_shapes(m, op, n);
-        if (op->kind == OP_BN && !(op->stats = calloc(6 * (size_t)op->c, sizeof(float))))
+        if (op->kind == OP_BN && !(op->stats = be->ops->alloc(be, 4 * (size_t)op->c * sizeof(float))))
             return -ENOMEM;
         if (op->kind == OP_MAXPOOL) {
             size_t outn = (size_t)n * op->ps.p * op->ps.q * op->ps.c;
@@ -237,29 +237,8 @@ static int bn_train_stats(model *m, model_op *op) {
         rows *= m->hooks.world;
     }
     if (rc) return rc;
-    float *run = sums + 2 * c; /* host copy of running mean and var */
-    be->ops->download(be, run, m->buf + op->buf, 2 * (size_t)c * sizeof(float));
-    for (int j = 0; j < c; j++) {
-        double mu = sums[j] / rows, var = sums[c + j] / rows - mu * mu;
-        if (var < 0) var = 0;
-        mean[j] = (float)mu;
-        invstd[j] = (float)(1.0 / sqrt(var + m->bn_eps));
-        double unbiased = rows > 1 ? var * rows / (rows - 1) : var;
-        run[j] = (1 - m->bn_momentum) * run[j] + m->bn_momentum * (float)mu;
-        run[c + j] = (1 - m->bn_momentum) * run[c + j] + m->bn_momentum * (float)unbiased;
-    }
-    be->ops->upload(be, m->buf + op->buf, run, 2 * (size_t)c * sizeof(float));
-    return 0;
-}
-
-static void bn_eval_stats(model *m, model_op *op) {
-    int c = op->c;
-    float *mean = op->stats, *invstd = mean + c, *run = invstd + c;
-    m->be->ops->download(m->be, run, m->buf + op->buf, 2 * (size_t)c * sizeof(float));
-    for (int j = 0; j < c; j++) {
-        mean[j] = run[j];
-        invstd[j] = 1.0f / sqrtf(run[c + j] + m->bn_eps);
-    }
+    return be->ops->bn_finalize(be, c, rows, m->bn_eps, m->bn_momentum, sums, sums + c, mean,
+                                invstd, m->buf + op->buf);
 }
 
 static int forward_op(model *m, model_op *op, int n, int train) {
@@ -271,11 +250,10 @@ static int forward_op(model *m, model_op *op, int n, int train) {
     switch (op->kind) {
     case OP_CONV: return o->conv_fwd(be, &op->cs, x->data, m->param + op->w, y->data);
     case OP_BN:
-        if (train) {
-            if ((rc = bn_train_stats(m, op))) return rc;
-        } else {
-            bn_eval_stats(m, op);
-        }
+        rc = train ? bn_train_stats(m, op)
+                   : o->bn_running(be, op->c, m->bn_eps, m->buf + op->buf, op->stats,
+                                   op->stats + op->c);
+        if (rc) return rc;
         return o->bn_apply(be, op->rows, op->c, x->data, op->stats, op->stats + op->c,
                            m->param + op->w, m->param + op->b, op->relu, y->data);
     case OP_RELU: return o->relu_fwd(be, ny, x->data, y->data);
@@ -361,8 +339,8 @@ static int backward_bn(model *m, model_op *op) {
     if (rc) return rc;
     /* The parameters' gradients are this rank's (DDP averages them); the
      * input's gradient needs the sums over every rank under SyncBatchNorm. */
-    be->ops->upload(be, dbeta, sums, (size_t)c * sizeof(float));
-    be->ops->upload(be, dgamma, sums + c, (size_t)c * sizeof(float));
+    be->ops->copy(be, dbeta, sums, (size_t)c * sizeof(float));
+    be->ops->copy(be, dgamma, sums + c, (size_t)c * sizeof(float));
     float rows = (float)op->rows;
     if (m->hooks.allreduce) {
         if ((rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c))) return rc;

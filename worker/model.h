@@ -27,7 +27,7 @@ typedef struct {
     conv_shape cs;
     pool_shape ps;
     int rows, c;      /* BN: rows = n*h*w; channels */
-    float *stats;     /* BN: mean, invstd, then scratch sums (4c floats) */
+    float *stats;     /* BN, device: mean, invstd, then the sums (4c floats) */
     int32_t *argmax;  /* MAXPOOL */
 } model_op;
 

@@ -26,6 +26,7 @@
 #include "worker/backend.h"
 #include "worker/checkpoint.h"
 #include "worker/comm.h"
+#include "worker/devcomm.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/dist_env.h"
@@ -46,7 +47,8 @@ typedef struct {
     backend *be;
     dataset *train, *test;
     model *m;
-    comm *comm;
+    comm *comm;       /* host data: checkpoint headers, the step's loss */
+    devcomm *dcomm;   /* backend memory: gradients, weights, SyncBN */
     ddp *ddp;
     int batch;          /* per rank */
     int global_batch;
@@ -59,7 +61,7 @@ typedef struct {
     int64_t optimizer_steps;
     /* buffers */
     int64_t *order, *idx;
-    float *x_nchw, *x;
+    float *x_nchw, *x_host, *x; /* the batch as the data set gives it, as NHWC, on the backend */
     int32_t *y;
     FILE *metrics;
     char err[1024];
@@ -122,8 +124,11 @@ static int setup_data(trainer *t) {
 static int setup_model(trainer *t) {
     const train_config *c = t->cfg;
     char err[512];
-    if (cpu_backend_create(c->reference, c->threads, &t->be, err, sizeof err))
-        return fail(t, "%s", err);
+    backend_opts bo = {.kind = c->reference ? BACKEND_CPU_REFERENCE : c->device,
+                       .threads = c->threads, .precision = c->precision};
+    int gpus = cuda_device_count();
+    bo.device = gpus > 0 ? t->env.local_rank % gpus : 0;
+    if (backend_create(&bo, &t->be, err, sizeof err)) return fail(t, "%s", err);
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
     if (model_create(t->be, c->model, ch, h, w, dataset_classes(t->train), c->seed, &t->m, err,
@@ -137,7 +142,15 @@ static int setup_model(trainer *t) {
     snprintf(prefix, sizeof prefix, "/worker/attempt_%d/ddp-train/", t->env.restart_count);
     co.prefix = prefix;
     if (comm_init(&co, &t->comm, err, sizeof err)) return fail(t, "%s", err);
-    if (ddp_create(t->m, t->comm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp))
+    if (t->be->kind == BACKEND_CUDA) {
+        devcomm_nccl_opts no = {.be = t->be, .store_host = co.store_host,
+                                .store_port = co.store_port, .prefix = prefix,
+                                .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms};
+        if (devcomm_nccl_create(&no, &t->dcomm, err, sizeof err)) return fail(t, "%s", err);
+    } else if (devcomm_host_create(t->comm, &t->dcomm)) {
+        return fail(t, "out of memory setting up the communicator");
+    }
+    if (ddp_create(t->m, t->dcomm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp))
         return fail(t, "out of memory setting up DDP");
     return 0;
 }
@@ -181,15 +194,28 @@ static int save_checkpoint(trainer *t) {
     model *m = t->m;
     char *header = checkpoint_header(t);
     if (!header) return fail(t, "out of memory writing a checkpoint");
+    /* The file holds host copies: a checkpoint written on a GPU resumes on
+     * a CPU and the other way round. */
+    size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
+    float *host = malloc(2 * np + nb + 1);
+    if (!host) {
+        free(header);
+        return fail(t, "out of memory writing a checkpoint");
+    }
+    float *hp = host, *hm = hp + m->nparam, *hb = hm + m->nparam;
+    m->be->ops->download(m->be, hp, m->param, np);
+    m->be->ops->download(m->be, hm, m->mom, np);
+    m->be->ops->download(m->be, hb, m->buf, nb);
     ckpt_tensor ts[] = {
-        {"params", CKPT_F32, m->param, m->nparam * sizeof(float)},
-        {"buffers", CKPT_F32, m->buf, m->nbuf * sizeof(float)},
-        {"momentum", CKPT_F32, m->mom, m->nparam * sizeof(float)},
+        {"params", CKPT_F32, hp, np},
+        {"buffers", CKPT_F32, hb, nb},
+        {"momentum", CKPT_F32, hm, np},
     };
     char path[1200], err[1024];
     int rc = ckpt_write(c->ckpt_dir, (uint64_t)t->global_step, header, ts, 3, c->keep, path,
                         sizeof path, err, sizeof err);
     free(header);
+    free(host);
     if (rc) return fail(t, "%s", err);
     log_info("checkpoint %s (epoch %d, step %lld)", path, t->epoch + 1, (long long)t->global_step);
     return 0;
@@ -262,7 +288,7 @@ static int resume(trainer *t) {
     if (t->env.rank != 0) free(header);
     ckpt_data_free(&d);
     if (rc) return rc;
-    rc = comm_broadcast(t->comm, m->mom, m->nparam * sizeof(float), 0);
+    rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), 0);
     return rc ? fail(t, "broadcasting the checkpoint failed") : 0;
 }
 
@@ -326,7 +352,8 @@ static int train_step(trainer *t, float *stats) {
     dataset_shape(t->train, &ch, &h, &w);
     sampler_rank_batch(t->order, t->n, t->pos, t->env.world, t->env.rank, t->batch, t->idx);
     dataset_batch(t->train, t->idx, t->batch, c->augment, c->seed, t->epoch, t->x_nchw, t->y);
-    to_nhwc(t->x_nchw, t->x, t->batch, ch, h, w);
+    to_nhwc(t->x_nchw, t->x_host, t->batch, ch, h, w);
+    m->be->ops->upload(m->be, t->x, t->x_host, (size_t)t->batch * ch * h * w * sizeof(float));
     float *logits;
     double loss = 0;
     int correct = 0;
@@ -360,7 +387,8 @@ static int evaluate(trainer *t) {
         int n = 0;
         for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->idx[n++] = i;
         dataset_batch(t->test, t->idx, n, 0, 0, 0, t->x_nchw, t->y);
-        to_nhwc(t->x_nchw, t->x, n, ch, h, w);
+        to_nhwc(t->x_nchw, t->x_host, n, ch, h, w);
+        m->be->ops->upload(m->be, t->x, t->x_host, (size_t)n * ch * h * w * sizeof(float));
         float *logits;
         double loss;
         int correct;
@@ -389,9 +417,10 @@ static int allocate_batch(trainer *t) {
     t->order = malloc((size_t)t->n * sizeof *t->order);
     t->idx = malloc((size_t)t->batch * sizeof *t->idx);
     t->x_nchw = malloc((size_t)t->batch * per * sizeof(float));
+    t->x_host = malloc((size_t)t->batch * per * sizeof(float));
     t->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * sizeof(float));
     t->y = malloc((size_t)t->batch * sizeof *t->y);
-    return t->order && t->idx && t->x_nchw && t->x && t->y ? 0 : fail(t, "out of memory");
+    return t->order && t->idx && t->x_nchw && t->x_host && t->x && t->y ? 0 : fail(t, "out of memory");
 }
 
 /* The per-rank batch: --batch-size, or, when resuming a run that had
@@ -456,9 +485,10 @@ static int run_epochs(trainer *t) {
 
 static void cleanup(trainer *t) {
     if (t->metrics) fclose(t->metrics);
-    free(t->order), free(t->idx), free(t->x_nchw), free(t->y);
+    free(t->order), free(t->idx), free(t->x_nchw), free(t->x_host), free(t->y);
     if (t->be && t->x) t->be->ops->free(t->be, t->x);
     ddp_destroy(t->ddp);
+    devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);
     model_destroy(t->m);
     dataset_close(t->train);

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "worker/backend.h"
 #include "worker/optim.h"
 
 typedef struct {
@@ -36,6 +37,8 @@ typedef struct {
     int threads;           /* --threads (0: OMP_NUM_THREADS or all cores) */
     int eval;              /* --eval / --no-eval at epoch ends */
     int reference;         /* --reference-kernels (slow; tests) */
+    backend_kind device;   /* --device (BACKEND_AUTO by default) */
+    backend_precision precision; /* --precision */
     int no_shm;            /* --no-shm */
     int64_t bucket_bytes;  /* --bucket-mb */
     int timeout_s;         /* --timeout: a collective longer than this fails */

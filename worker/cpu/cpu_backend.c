@@ -44,6 +44,7 @@ static void cpu_destroy(backend *b) {
 #define COMMON_OPS                                                                        \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy, .copy = cpu_copy,       \
     .zero = cpu_zero, .sync = cpu_sync, .bn_stats = cpu_bn_stats, .bn_apply = cpu_bn_apply, \
+    .bn_finalize = cpu_bn_finalize, .bn_running = cpu_bn_running,                         \
     .bn_bwd_reduce = cpu_bn_bwd_reduce, .bn_bwd_apply = cpu_bn_bwd_apply,                  \
     .relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, .add_fwd = cpu_add_fwd,           \
     .accumulate = cpu_accumulate, .scale = cpu_scale, .maxpool_fwd = cpu_maxpool_fwd,     \
@@ -72,6 +73,7 @@ int cpu_backend_create(int reference, int threads, backend **out, char *err, siz
     backend *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
     b->ops = reference ? &cpu_ref_ops : &cpu_dnnl_ops;
+    b->kind = reference ? BACKEND_CPU_REFERENCE : BACKEND_CPU;
     if (threads > 0) omp_set_num_threads(threads);
     b->threads = omp_get_max_threads();
     int rc = cpu_dnnl_init(b, err, errlen);

@@ -62,6 +62,32 @@ int cpu_bn_stats(backend *b, int rows, int c, const float *restrict x, float *su
     return 0;
 }
 
+int cpu_bn_finalize(backend *b, int c, double count, float eps, float momentum,
+                    const float *sum, const float *sumsq, float *mean, float *invstd,
+                    float *running) {
+    (void)b;
+    for (int j = 0; j < c; j++) {
+        double mu = sum[j] / count, var = sumsq[j] / count - mu * mu;
+        if (var < 0) var = 0;
+        mean[j] = (float)mu;
+        invstd[j] = (float)(1.0 / sqrt(var + eps));
+        double unbiased = count > 1 ? var * count / (count - 1) : var;
+        running[j] = (1 - momentum) * running[j] + momentum * (float)mu;
+        running[c + j] = (1 - momentum) * running[c + j] + momentum * (float)unbiased;
+    }
+    return 0;
+}
+
+int cpu_bn_running(backend *b, int c, float eps, const float *running, float *mean,
+                   float *invstd) {
+    (void)b;
+    for (int j = 0; j < c; j++) {
+        mean[j] = running[j];
+        invstd[j] = 1.0f / sqrtf(running[c + j] + eps);
+    }
+    return 0;
+}
+
 int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
                  const float *invstd, const float *gamma, const float *beta, int relu, float *y) {
     (void)b;

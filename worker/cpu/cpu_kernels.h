@@ -7,6 +7,11 @@
 #include "worker/backend.h"
 
 int cpu_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq);
+int cpu_bn_finalize(backend *b, int c, double count, float eps, float momentum,
+                    const float *sum, const float *sumsq, float *mean, float *invstd,
+                    float *running);
+int cpu_bn_running(backend *b, int c, float eps, const float *running, float *mean,
+                   float *invstd);
 int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
                  const float *invstd, const float *gamma, const float *beta, int relu, float *y);
 int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *y,

@@ -1,0 +1,17 @@
+/* What the CUDA backend shares with the rest of worker/cuda/: the NCCL
+ * communicator (nccl_comm.c) runs on the backend's device and orders its
+ * work against the backend's compute stream. Only worker/cuda/ includes
+ * this (it needs CUDA's headers); everyone else sees backend.h. */
+#ifndef DDPRUN_WORKER_CUDA_BACKEND_H
+#define DDPRUN_WORKER_CUDA_BACKEND_H
+
+#include <cuda_runtime.h>
+
+#include "worker/backend.h"
+
+/* The device ordinal the backend runs on. */
+int cuda_backend_device(const backend *b);
+/* The stream every backend operation is queued on. */
+cudaStream_t cuda_backend_stream(const backend *b);
+
+#endif

@@ -1,0 +1,43 @@
+/* The CPU backend's devcomm (see devcomm.h): backend memory is host
+ * memory, so the host communicator serves as it is. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "worker/devcomm.h"
+
+static int host_allreduce_async(devcomm *d, float *buf, size_t count, void **req) {
+    comm_req *r = NULL;
+    int rc = comm_allreduce_sum_async(d->impl, buf, count, &r);
+    *req = r;
+    return rc;
+}
+
+static int host_wait(devcomm *d, void *req) {
+    (void)d;
+    return comm_wait(req);
+}
+
+static int host_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
+    return comm_broadcast(d->impl, buf, bytes, root);
+}
+
+static const char *host_error(const devcomm *d) { return comm_error(d->impl); }
+
+static void host_destroy(devcomm *d) { free(d); }
+
+static const devcomm_ops host_ops = {
+    .name = "tcp",
+    .allreduce_sum_async = host_allreduce_async,
+    .wait = host_wait,
+    .broadcast = host_broadcast,
+    .error = host_error,
+    .destroy = host_destroy,
+};
+
+int devcomm_host_create(comm *c, devcomm **out) {
+    devcomm *d = calloc(1, sizeof *d);
+    if (!d) return -ENOMEM;
+    *d = (devcomm){.ops = &host_ops, .rank = comm_rank(c), .world = comm_world(c), .impl = c};
+    *out = d;
+    return 0;
+}
