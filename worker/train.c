@@ -64,6 +64,7 @@ typedef struct {
     float *x_nchw, *x_host, *x; /* the batch as the data set gives it, as NHWC, on the backend */
     int32_t *y;
     FILE *metrics;
+    int tty, bar_shown; /* rank 0's stdout is a terminal; the bar is on it */
     char err[1024];
     double t_start, t_measure;
     int64_t measured_images;
@@ -86,6 +87,26 @@ static int fail(trainer *t, const char *fmt, ...) {
     log_error("rank %d: %s", t->env.rank, t->err);
     error_file_write(t->err);
     return 1;
+}
+
+/* On a terminal, a bar redrawn in place between the progress lines. */
+static void bar_clear(trainer *t) {
+    if (!t->bar_shown) return;
+    fputs("\r\033[K", stdout);
+    t->bar_shown = 0;
+}
+
+static void bar_draw(trainer *t, int64_t step_in_epoch, double loss, double ips, double eta) {
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1];
+    int full = (int)(WIDTH * step_in_epoch / (t->steps_per_epoch > 0 ? t->steps_per_epoch : 1));
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < full ? '#' : '.';
+    bar[WIDTH] = 0;
+    printf("\r\033[Kepoch %d/%d [%s] %lld/%lld loss %.4f %.0f img/s ETA %dm%02ds", t->epoch + 1,
+           t->cfg->epochs, bar, (long long)step_in_epoch, (long long)t->steps_per_epoch, loss, ips,
+           (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+    t->bar_shown = 1;
 }
 
 /* ---- setup ------------------------------------------------------------------- */
@@ -217,6 +238,7 @@ static int save_checkpoint(trainer *t) {
     free(header);
     free(host);
     if (rc) return fail(t, "%s", err);
+    bar_clear(t);
     log_info("checkpoint %s (epoch %d, step %lld)", path, t->epoch + 1, (long long)t->global_step);
     return 0;
 }
@@ -330,13 +352,17 @@ static void log_step(trainer *t, double loss, double acc, double lr, int64_t ste
                 "\"lr\":%.6g,\"img_per_s\":%.1f,\"time\":%.3f}\n",
                 t->epoch + 1, (long long)step_in_epoch, (long long)t->global_step, loss, acc, lr,
                 ips, now - t->t_start);
-    int every = t->cfg->log_every > 0 ? t->cfg->log_every : 50;
-    if (t->global_step % every != 0 && step_in_epoch != t->steps_per_epoch) return;
     double left_steps = (double)(t->cfg->epochs - t->epoch - 1) * t->steps_per_epoch +
                         (t->steps_per_epoch - step_in_epoch);
     if (t->cfg->max_steps > 0 && left_steps > t->cfg->max_steps - t->global_step)
         left_steps = (double)(t->cfg->max_steps - t->global_step);
     double eta = ips > 0 ? left_steps * t->global_batch / ips : 0;
+    int every = t->cfg->log_every > 0 ? t->cfg->log_every : 50;
+    if (t->global_step % every != 0 && step_in_epoch != t->steps_per_epoch) {
+        if (t->tty) bar_draw(t, step_in_epoch, loss, ips, eta);
+        return;
+    }
+    bar_clear(t);
     printf("epoch %d/%d step %lld/%lld loss %.4f acc %.2f%% lr %.4g %.0f img/s ETA %dm%02ds\n",
            t->epoch + 1, t->cfg->epochs, (long long)step_in_epoch, (long long)t->steps_per_epoch,
            loss, 100 * acc, lr, ips, (int)eta / 60, (int)eta % 60);
@@ -400,6 +426,7 @@ static int evaluate(trainer *t) {
     /* Every rank takes part in the sum, even one with nothing left to test. */
     if (all_reduce_small(t, tot, 3)) return fail(t, "all-reduce of the test results failed");
     if (t->env.rank == 0) {
+        bar_clear(t);
         printf("epoch %d test: loss %.4f accuracy %.2f%% (%lld images)\n", t->epoch + 1,
                tot[0] / tot[2], 100.0 * tot[1] / tot[2], (long long)tot[2]);
         fflush(stdout);
@@ -465,6 +492,7 @@ static int run_epochs(trainer *t) {
                 log_step(t, stats[0] / stats[2], stats[1] / stats[2], current_lr(t), step_in_epoch);
             if (stats[3] > 0) { /* SIGTERM somewhere: every rank stops here */
                 if (t->pos >= t->n) t->epoch++, t->pos = 0;
+                bar_clear(t);
                 log_info("rank %d: stopping on SIGTERM after step %lld", t->env.rank,
                          (long long)t->global_step);
                 return save_checkpoint(t) ? 1 : 0;
@@ -517,7 +545,9 @@ int train_run(const train_config *c) {
                  c->model, t.m->nparam, t.env.world, t.env.launcher, t.batch, t.global_batch,
                  nb, t.be->ops->name);
     }
+    t.tty = isatty(STDOUT_FILENO);
     if (rc == 0) rc = run_epochs(&t);
+    if (t.env.rank == 0) bar_clear(&t);
     if (rc == 0 && t.env.rank == 0) {
         double el = now_s() - t.t_measure;
         printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step,
