@@ -354,6 +354,35 @@ static int backward_bn(model *m, model_op *op) {
     return rc;
 }
 
+/* A sum passes its gradient (after the ReLU mask) unchanged to both
+ * inputs: the first input without a gradient yet takes over the output's
+ * buffer itself, so only the other needs a copy (or an add). */
+static int backward_add(model *m, model_op *op, size_t ny) {
+    backend *be = m->be;
+    model_act *y = &m->acts[op->out];
+    float *g = y->grad;
+    int rc;
+    if (op->relu && (rc = be->ops->relu_bwd(be, ny, y->data, g, g))) return rc;
+    for (int k = 0; k < 2; k++) {
+        int in = k ? op->in2 : op->in;
+        if (in == 0) continue;
+        model_act *a = &m->acts[in];
+        if (!a->grad && y->grad) {
+            a->grad = g, a->grad_set = 1;
+            y->grad = NULL; /* now the input's: grad_put(out) leaves it */
+            continue;
+        }
+        if ((rc = grad_get(m, in))) return rc;
+        if (a->grad_set) {
+            if ((rc = be->ops->accumulate(be, ny, g, a->grad))) return rc;
+        } else {
+            be->ops->copy(be, a->grad, g, ny * sizeof(float));
+            a->grad_set = 1;
+        }
+    }
+    return 0;
+}
+
 static int backward_op(model *m, model_op *op, int n) {
     backend *be = m->be;
     const backend_ops *o = be->ops;
@@ -361,10 +390,11 @@ static int backward_op(model *m, model_op *op, int n) {
     size_t nx = (size_t)n * x->h * x->w * x->c, ny = (size_t)n * y->h * y->w * y->c;
     float *dx;
     int rc;
-    /* The inputs' gradient buffers, before anything is written into them. */
-    if (op->in != 0 && (rc = grad_get(m, op->in))) return rc;
-    if (op->kind == OP_ADD && op->in2 != 0 && (rc = grad_get(m, op->in2))) return rc;
+    /* The input's gradient buffer, before anything is written into it
+     * (a sum sees to its inputs' itself). */
+    if (op->kind != OP_ADD && op->in != 0 && (rc = grad_get(m, op->in))) return rc;
     switch (op->kind) {
+    case OP_ADD: return backward_add(m, op, ny);
     case OP_CONV:
         dx = dx_target(m, op->in);
         rc = o->conv_bwd(be, &op->cs, x->data, m->param + op->w, y->grad, dx, m->grad + op->w);
@@ -374,16 +404,6 @@ static int backward_op(model *m, model_op *op, int n) {
         dx = dx_target(m, op->in);
         rc = o->relu_bwd(be, ny, y->data, y->grad, dx);
         return rc ? rc : dx_done(m, op->in, nx);
-    case OP_ADD:
-        if (op->relu && (rc = o->relu_bwd(be, ny, y->data, y->grad, y->grad))) return rc;
-        for (int k = 0; k < 2; k++) {
-            int in = k ? op->in2 : op->in;
-            if (in == 0) continue;
-            if (!(dx = dx_target(m, in))) continue;
-            o->copy(be, dx, y->grad, ny * sizeof(float));
-            if ((rc = dx_done(m, in, ny))) return rc;
-        }
-        return 0;
     case OP_MAXPOOL:
         dx = dx_target(m, op->in);
         rc = dx ? o->maxpool_bwd(be, &op->ps, y->grad, op->argmax, dx) : 0;
