@@ -618,7 +618,12 @@ int agent_run(const ddprun_config *cfg, const char *self_exe) {
     a->exe = self_exe;
     a->loop = uv_default_loop();
     pthread_mutex_init(&a->mu, NULL);
-    gethostname(a->hostname, sizeof a->hostname);
+    /* --local-addr names this node as the others know it: in the
+     * rendezvous (host order, ranks) and in failure reports. */
+    if (cfg->local_addr)
+        snprintf(a->hostname, sizeof a->hostname, "%s", cfg->local_addr);
+    else
+        gethostname(a->hostname, sizeof a->hostname);
     signal(SIGPIPE, SIG_IGN);
     for (int i = 0; i < 4; i++) {
         uv_signal_init(a->loop, &a->sigs[i]);
