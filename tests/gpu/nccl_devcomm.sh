@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# timeout: 300
+# ddp-train on the GPU under ddprun: the NCCL communicator is set up (its
+# id through the job's store when there are peers), two steps of ResNet-20
+# run on the CUDA backend, and rank 0's output ends with the "img/s=" line,
+# so set-up, the step's collectives and the communicator's shutdown all
+# went through. One rank always; two as well where there are two GPUs
+# (NCCL does not put two ranks on one GPU).
+#
+# Skips (77) on a machine without a GPU and with a ddp-train built without
+# CUDA. --timeout bounds every collective well inside this test's limit, so
+# a hang shows up as the trainer's own error rather than as a kill.
+source "$(dirname "$0")/../lib/train.bash"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+[ "${gpus:-0}" -ge 1 ] || { echo "skipped: no GPU"; exit 77; }
+
+args=(--device cuda --data synthetic --input-shape 3x32x32 --model resnet20 --max-steps 2
+      --timeout 120)
+
+run() { # name, ranks
+    local name=$1 ranks=$2 rc=0
+    "$BIN/ddprun" --standalone --nproc-per-node "$ranks" --no-python "$BIN/ddp-train" "${args[@]}" \
+        > "$SCRATCH/$name.out" 2> "$SCRATCH/$name.err" || rc=$?
+    if [ $rc -ne 0 ] && grep -q "built without CUDA" "$SCRATCH/$name.err"; then
+        echo "skipped: built without CUDA"; exit 77
+    fi
+    local last
+    last=$(tail -n 1 "$SCRATCH/$name.out")
+    if [ $rc -ne 0 ] || [[ "$last" != *img/s=* ]]; then
+        echo "FAIL $name: ddprun exited $rc; the last line of stdout is '$last', not the img/s= line"
+        echo "--- stdout"; cat "$SCRATCH/$name.out"
+        echo "--- stderr"; cat "$SCRATCH/$name.err"
+        exit 1
+    fi
+    echo "$name: $last"
+}
+
+run one-rank 1
+if [ "$gpus" -ge 2 ]; then run two-ranks 2; fi
