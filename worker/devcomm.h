@@ -64,6 +64,7 @@ static inline int devcomm_wait(devcomm *d, void *req) { return d->ops->wait(d, r
 static inline int devcomm_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     return d->ops->broadcast(d, buf, bytes, root);
 }
+static inline const char *devcomm_error(const devcomm *d) { return d->ops->error(d); }
 static inline void devcomm_destroy(devcomm *d) {
     if (d) d->ops->destroy(d);
 }

@@ -388,9 +388,12 @@ static int train_step(trainer *t, float *stats) {
     ddp_begin(t->ddp);
     rc = model_backward(m, t->y, t->batch, (float)c->label_smoothing, &loss, &correct);
     if (rc == 0) rc = ddp_finish(t->ddp);
-    if (rc)
+    if (rc) {
+        /* The communicator's own account names the peer or NCCL's error. */
+        const char *why = devcomm_error(t->dcomm);
         return fail(t, "backward pass / gradient all-reduce failed at step %lld: %s",
-                    (long long)t->global_step, strerror(-rc));
+                    (long long)t->global_step, why[0] ? why : strerror(-rc));
+    }
     float lr = (float)current_lr(t);
     m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
                     c->decay_all ? NULL : m->decay_mask, lr, (float)c->momentum,
