@@ -1,0 +1,258 @@
+/* The CUDA backend: one device, one stream that every operation is queued
+ * on, cuDNN and cuBLAS handles bound to it, device memory, and the ops
+ * table that gathers the operations of cuda_conv.c, cuda_linear.c and
+ * cuda_ops.c. The NCCL communicator (nccl_comm.c) reaches the device and
+ * the stream through cuda_backend.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/cuda/cuda_internal.h"
+
+int cuda_device_count(void) {
+    int n = 0;
+    /* No driver or no GPU is an answer (zero), not an error; clear it so
+     * it does not linger as the thread's last CUDA error. */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
+
+cudaStream_t cuda_backend_stream(const backend *b) { return cuda_state_of(b)->stream; }
+
+/* ---- device buffers ----------------------------------------------------------- */
+
+int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
+    if (bytes <= buf->bytes) return 0;
+    if (buf->p) {
+        CUDA_CHECK(cudaStreamSynchronize(st->stream));
+        CUDA_CHECK(cudaFree(buf->p));
+        buf->p = NULL, buf->bytes = 0;
+    }
+    /* Half again as much, so a run of slightly growing shapes does not
+     * reallocate each time. */
+    size_t want = bytes + bytes / 2;
+    CUDA_CHECK(cudaMalloc(&buf->p, want));
+    buf->bytes = want;
+    return 0;
+}
+
+void cuda_buf_release(cuda_buf *buf) {
+    if (buf->p) cudaFree(buf->p);
+    buf->p = NULL, buf->bytes = 0;
+}
+
+/* ---- memory operations -------------------------------------------------------------- */
+
+/* The memory operations return nothing (backend.h), so their errors are
+ * logged by the check macros and kept: the next sync returns the first. */
+static void defer(cuda_state *st, int rc) {
+    if (rc && !st->deferred) st->deferred = rc;
+}
+
+static int alloc_zeroed(cuda_state *st, size_t bytes, void **out) {
+    /* cudaMalloc aligns to 256 bytes, more than the 64 backend.h promises. */
+    CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 256));
+    int rc = 0;
+    cudaError_t e = cudaMemsetAsync(*out, 0, bytes, st->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);
+    if (e != cudaSuccess) {
+        log_error("%s:%d: CUDA: zeroing %zu bytes: %s", __FILE__, __LINE__, bytes,
+                  cudaGetErrorString(e));
+        cudaFree(*out);
+        *out = NULL;
+        rc = -EIO;
+    }
+    return rc;
+}
+
+static void *cuda_alloc(backend *b, size_t bytes) {
+    void *p = NULL;
+    if (alloc_zeroed(cuda_state_of(b), bytes, &p)) return NULL;
+    return p;
+}
+
+static int free_now(cuda_state *st, void *p) {
+    /* Queued work may still use p: cudaFree must not run ahead of it. */
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    CUDA_CHECK(cudaFree(p));
+    return 0;
+}
+
+static void cuda_free(backend *b, void *p) {
+    if (p) defer(cuda_state_of(b), free_now(cuda_state_of(b), p));
+}
+
+/* Both directions return with the copy done, so the host buffer can be
+ * reused at once (the model refills its staging buffers right away). */
+static int copy_sync(cuda_state *st, void *dst, const void *src, size_t bytes,
+                     enum cudaMemcpyKind kind) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream));
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    return 0;
+}
+
+static void cuda_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_download(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static int zero_async(cuda_state *st, void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st->stream));
+    return 0;
+}
+
+static void cuda_zero(backend *b, void *p, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    defer(st, zero_async(st, p, bytes));
+}
+
+static int copy_async(cuda_state *st, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
+    return 0;
+}
+
+static void cuda_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    defer(st, copy_async(st, dst, src, bytes));
+}
+
+static int cuda_sync(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    int rc = st->deferred;
+    st->deferred = 0;
+    return rc;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+static void state_free(cuda_state *st) {
+    if (!st) return;
+    if (st->stream) cudaStreamSynchronize(st->stream);
+    cuda_conv_destroy(st);
+    cuda_buf_release(&st->workspace);
+    cuda_buf_release(&st->weights);
+    cuda_buf_release(&st->partials);
+    if (st->xent_host) cudaFreeHost(st->xent_host);
+    if (st->cublas) cublasDestroy(st->cublas);
+    if (st->cudnn) cudnnDestroy(st->cudnn);
+    if (st->stream) cudaStreamDestroy(st->stream);
+    free(st);
+}
+
+static void cuda_destroy(backend *b) {
+    state_free(cuda_state_of(b));
+    free(b);
+}
+
+/* Math modes: fp32 stays fp32 everywhere (cuBLAS's default math keeps full
+ * precision; cuDNN's is chosen per algorithm in cuda_conv.c); tf32 lets
+ * both use tensor cores on fp32 data. */
+static int state_init(cuda_state *st, const backend_opts *o) {
+    st->device = o->device;
+    st->precision = o->precision;
+    CUDA_CHECK(cudaSetDevice(o->device));
+    /* Non-blocking: nothing queued on the legacy default stream (by a
+     * library we do not control) serialises with our work. */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    CUDNN_CHECK(cudnnCreate(&st->cudnn));
+    CUDNN_CHECK(cudnnSetStream(st->cudnn, st->stream));
+    CUBLAS_CHECK(cublasCreate(&st->cublas));
+    CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+    CUBLAS_CHECK(cublasSetMathMode(st->cublas, o->precision == PRECISION_TF32
+                                                   ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                   : CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(cudaMallocHost((void **)&st->xent_host, sizeof *st->xent_host));
+    return cuda_conv_init(st);
+}
+
+static const backend_ops cuda_ops = {
+    .name = "cuda (cuDNN, cuBLAS)",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .sync = cuda_sync,
+    .conv_fwd = cuda_conv_fwd,
+    .conv_bwd = cuda_conv_bwd,
+    .bn_stats = cuda_bn_stats,
+    .bn_finalize = cuda_bn_finalize,
+    .bn_running = cuda_bn_running,
+    .bn_apply = cuda_bn_apply,
+    .bn_bwd_reduce = cuda_bn_bwd_reduce,
+    .bn_bwd_apply = cuda_bn_bwd_apply,
+    .relu_fwd = cuda_relu_fwd,
+    .relu_bwd = cuda_relu_bwd,
+    .add_fwd = cuda_add_fwd,
+    .accumulate = cuda_accumulate,
+    .scale = cuda_scale,
+    .maxpool_fwd = cuda_maxpool_fwd,
+    .maxpool_bwd = cuda_maxpool_bwd,
+    .avgpool_fwd = cuda_avgpool_fwd,
+    .avgpool_bwd = cuda_avgpool_bwd,
+    .linear_fwd = cuda_linear_fwd,
+    .linear_bwd = cuda_linear_bwd,
+    .xent = cuda_xent,
+    .sgd = cuda_sgd,
+    .destroy = cuda_destroy,
+};
+
+/* What is wrong with the request, before touching the device; 0 if fine. */
+static int check_request(const backend_opts *o, char *err, size_t errlen) {
+    if (o->precision == PRECISION_BF16) {
+        snprintf(err, errlen, "--precision bf16 is not implemented yet on the CUDA backend; "
+                              "use --precision fp32 or tf32");
+        return -ENOTSUP;
+    }
+    int n = cuda_device_count();
+    if (n == 0) {
+        snprintf(err, errlen, "--device cuda: no GPU is visible (no CUDA driver, no device, "
+                              "or CUDA_VISIBLE_DEVICES hides them all); use --device cpu");
+        return -ENODEV;
+    }
+    if (o->device < 0 || o->device >= n) {
+        snprintf(err, errlen, "CUDA device %d does not exist: %d visible (0..%d)", o->device,
+                 n, n - 1);
+        return -ENODEV;
+    }
+    return 0;
+}
+
+int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    int rc = check_request(o, err, errlen);
+    if (rc) return rc;
+    backend *b = calloc(1, sizeof *b);
+    cuda_state *st = calloc(1, sizeof *st);
+    if (!b || !st) {
+        free(b), free(st);
+        snprintf(err, errlen, "out of memory creating the CUDA backend");
+        return -ENOMEM;
+    }
+    rc = state_init(st, o);
+    if (rc) {
+        state_free(st);
+        free(b);
+        snprintf(err, errlen, "cannot set up CUDA device %d (stream, cuDNN or cuBLAS; the "
+                              "log above says which call failed)", o->device);
+        return rc;
+    }
+    b->ops = &cuda_ops;
+    b->kind = BACKEND_CUDA;
+    b->threads = 1;
+    b->impl = st;
+    *out = b;
+    return 0;
+}
