@@ -18,17 +18,57 @@ LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c) launcher/co
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
+# The GPU backend (worker/cuda/) is built when nvcc, cuDNN and NCCL are all
+# found; otherwise worker/nocuda/ stands in and --device cuda explains why
+# it cannot. `make CUDA=0` forces the build without it.
+CUDA_HOME ?= /usr/local/cuda
+ifndef NVCC
+NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
+endif
+ifndef CUDA
+CUDA := $(if $(and $(NVCC),$(wildcard $(CUDA_HOME)/include/cudnn.h),$(wildcard $(CUDA_HOME)/include/nccl.h)),1,0)
+endif
+# Hopper (H100) code, plus its PTX so newer GPUs can compile it at load.
+NVCC_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) --Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror -MMD -MP
+CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)
+comma := ,
+NOCUDA_SRC := $(wildcard worker/nocuda/*.c)
+
 # ddp-train's runtime (everything but its main) is a second library.
 WORKER_MAINS := worker/main.c worker/allreduce_bench.c
-WORKER_SRC := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c worker/nocuda/*.c))
-WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o)
-WORKER_ASAN_OBJ := $(WORKER_SRC:%.c=$(B)/asan/%.o)
-WORKER_LIBS := -ldnnl -fopenmp
+WORKER_BASE := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c))
+WORKER_CPU_LIBS := -ldnnl -fopenmp
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1, but nvcc is neither on PATH nor in $(CUDA_HOME)/bin: set NVCC or CUDA_HOME, or build with CUDA=0)
+endif
+WORKER_SRC := $(WORKER_BASE) $(wildcard worker/cuda/*.c)
+WORKER_CU_OBJ := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard worker/cuda/*.cu))
+# The rpath lets the binaries find the libraries without LD_LIBRARY_PATH;
+# the kernels' host code needs the C++ runtime.
+CUDA_LIBS := $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS)) \
+	-lcudnn -lcublas -lcudart -lnccl -lstdc++
+else
+WORKER_SRC := $(WORKER_BASE) $(NOCUDA_SRC)
+WORKER_CU_OBJ :=
+CUDA_LIBS :=
+endif
+WORKER_LIBS := $(WORKER_CPU_LIBS) $(CUDA_LIBS)
+WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o) $(WORKER_CU_OBJ)
+# The sanitizer build always takes the no-CUDA stand-in: the CUDA runtime
+# maps device memory where AddressSanitizer keeps its shadow, and the unit
+# tests it runs are CPU tests (tests/gpu checks the GPU backend).
+WORKER_ASAN_OBJ := $(WORKER_BASE:%.c=$(B)/asan/%.o) $(NOCUDA_SRC:%.c=$(B)/asan/%.o)
 
 BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin/ddp-train \
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump
+ifeq ($(CUDA),1)
+TEST_BINS += $(B)/tests/gpu-ops
+endif
 
 .PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-allreduce clean
 all: $(BINS) $(TEST_BINS)
@@ -44,6 +84,13 @@ $(B)/obj/%.o: %.c
 $(B)/obj/worker/%.o: worker/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fopenmp -c $< -o $@
+
+# The GPU backend's host code sees CUDA's headers; its kernels go through nvcc.
+$(B)/obj/worker/cuda/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
+
+$(B)/obj/worker/cuda/%.o: worker/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -I. -c $< -o $@
 
 $(B)/asan/%.o: %.c
 	@mkdir -p $(@D)
@@ -88,7 +135,12 @@ $(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/libddptrain.a $(B)/libd
 # The same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 $(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(WORKER_CPU_LIBS) $(LDLIBS)
+
+# The CUDA backend's operations against the CPU backend's (tests/gpu/).
+$(B)/tests/gpu-ops: $(B)/obj/tests/gpu/gpu_ops.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # Load generator for the store's scale tests and benchmark.
 $(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a

@@ -1,0 +1,497 @@
+/* The CUDA backend against the CPU backend: every operation of backend.h
+ * on fresh random inputs, over several shapes (strided, 1x1 and 3x3
+ * convolutions, the 7x7 stride-2 stem, channel counts that are not a
+ * multiple of 8), one line per check. The error measure is the largest
+ * absolute difference over the largest magnitude of the CPU's result:
+ * sums added in another order differ in their last bits, so each element
+ * is judged against the tensor's scale. Arithmetic the two backends do in
+ * the same order (ReLU, add, pooling) must agree exactly.
+ *
+ * Exits 77 ("skipped: no GPU") when no GPU is visible, 1 if a check fails.
+ * `gpu-ops --device-count` prints the number of visible GPUs (for the
+ * scripts in tests/gpu). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/backend.h"
+
+#define TOL 1e-5 /* fp32, TF32 off */
+#define MAX_TRACKED 64
+
+typedef struct {
+    backend *cpu, *gpu;
+    unsigned seed;
+    int checks, failed;
+    void *dev[MAX_TRACKED], *host[MAX_TRACKED]; /* the current case's buffers */
+    int ndev, nhost;
+} ctx;
+
+/* ---- buffers: each case's are freed together by done() -------------------------- */
+
+static void *track_host(ctx *t, void *p) {
+    if (!p || t->nhost == MAX_TRACKED) {
+        fprintf(stderr, "gpu-ops: out of host memory or tracking slots\n");
+        exit(1);
+    }
+    return t->host[t->nhost++] = p;
+}
+
+static void *dnew(ctx *t, size_t bytes) {
+    void *p = t->gpu->ops->alloc(t->gpu, bytes);
+    if (!p || t->ndev == MAX_TRACKED) {
+        fprintf(stderr, "gpu-ops: cannot allocate %zu bytes on the GPU\n", bytes);
+        exit(1);
+    }
+    return t->dev[t->ndev++] = p;
+}
+
+/* A device copy of host memory. */
+static void *dput(ctx *t, const void *h, size_t bytes) {
+    void *d = dnew(t, bytes);
+    t->gpu->ops->upload(t->gpu, d, h, bytes);
+    return d;
+}
+
+/* A host copy of device memory (waits for the GPU). */
+static void *hget(ctx *t, const void *d, size_t bytes) {
+    void *h = track_host(t, malloc(bytes ? bytes : 1));
+    t->gpu->ops->download(t->gpu, h, d, bytes);
+    return h;
+}
+
+static float frand(ctx *t) {
+    t->seed = t->seed * 1664525u + 1013904223u;
+    return ((t->seed >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* n uniform values in [lo, hi). */
+static float *hrand(ctx *t, size_t n, float lo, float hi) {
+    float *p = track_host(t, malloc((n ? n : 1) * sizeof *p));
+    for (size_t i = 0; i < n; i++) p[i] = lo + (frand(t) + 1.0f) / 2 * (hi - lo);
+    return p;
+}
+
+static float *hzero(ctx *t, size_t n) {
+    return track_host(t, calloc(n ? n : 1, sizeof(float)));
+}
+
+static void *hdup(ctx *t, const void *p, size_t bytes) {
+    return memcpy(track_host(t, malloc(bytes ? bytes : 1)), p, bytes);
+}
+
+static void done(ctx *t) {
+    for (int i = 0; i < t->ndev; i++) t->gpu->ops->free(t->gpu, t->dev[i]);
+    for (int i = 0; i < t->nhost; i++) free(t->host[i]);
+    t->ndev = t->nhost = 0;
+}
+
+/* ---- checks ------------------------------------------------------------------------ */
+
+static void report(ctx *t, int ok, const char *detail, const char *fmt, va_list ap) {
+    char what[192];
+    vsnprintf(what, sizeof what, fmt, ap);
+    t->checks++;
+    if (!ok) t->failed++;
+    printf("%s %s%s\n", ok ? "ok  " : "FAIL", what, detail);
+}
+
+/* Both backends returned 0 (a failing call fails its check outright). */
+static int calls_ok(ctx *t, int rc_cpu, int rc_gpu, const char *fmt, ...) {
+    if (!rc_cpu && !rc_gpu) return 1;
+    char detail[96];
+    snprintf(detail, sizeof detail, ": returned %d on the CPU, %d on the GPU", rc_cpu, rc_gpu);
+    va_list ap;
+    va_start(ap, fmt);
+    report(t, 0, detail, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+/* The GPU's d (device memory) against the CPU's want (host memory). */
+static void close_to(ctx *t, const float *d, const float *want, size_t n, double tol,
+                     const char *fmt, ...) {
+    const float *got = hget(t, d, n * sizeof *got);
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)want[i]));
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (e != e || (isnan(want[i]) != isnan(got[i]))) e = INFINITY; /* NaN */
+        worst = fmax(worst, e);
+    }
+    double rel = worst / scale;
+    char detail[96];
+    snprintf(detail, sizeof detail, " (error %.2e, limit %.0e)", rel, tol);
+    va_list ap;
+    va_start(ap, fmt);
+    report(t, tol == 0 ? worst == 0 : rel <= tol, detail, fmt, ap);
+    va_end(ap);
+}
+
+static void same_ints(ctx *t, const int32_t *d, const int32_t *want, size_t n,
+                      const char *fmt, ...) {
+    const int32_t *got = hget(t, d, n * sizeof *got);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != want[i];
+    char detail[64];
+    snprintf(detail, sizeof detail, bad ? " (%zu of %zu differ)" : "", bad, n);
+    va_list ap;
+    va_start(ap, fmt);
+    report(t, bad == 0, detail, fmt, ap);
+    va_end(ap);
+}
+
+static void check(ctx *t, int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(t, ok, "", fmt, ap);
+    va_end(ap);
+}
+
+#define GPU(op, ...) t->gpu->ops->op(t->gpu, __VA_ARGS__)
+#define CPU(op, ...) t->cpu->ops->op(t->cpu, __VA_ARGS__)
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static void test_memory(ctx *t) {
+    size_t n = 1000;
+    float *zero = hzero(t, n), *src = hrand(t, n, -1, 1);
+    float *d = dnew(t, n * sizeof(float));
+    close_to(t, d, zero, n, 0, "memory: alloc returns zeroed memory");
+    GPU(upload, d, src, n * sizeof(float));
+    close_to(t, d, src, n, 0, "memory: upload then download");
+    float *d2 = dnew(t, n * sizeof(float));
+    GPU(copy, d2, d, n * sizeof(float));
+    close_to(t, d2, src, n, 0, "memory: copy");
+    GPU(zero, d2, n * sizeof(float));
+    close_to(t, d2, zero, n, 0, "memory: zero");
+    check(t, t->gpu->ops->sync(t->gpu) == 0, "memory: sync");
+    done(t);
+}
+
+/* ---- convolution --------------------------------------------------------------------- */
+
+static void test_conv(ctx *t, int n, int h, int c, int k, int r, int stride, int pad) {
+    conv_shape s;
+    conv_shape_init(&s, n, h, h, c, k, r, stride, pad);
+    char name[96];
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", n, h, h, c, k,
+             r, r, stride, pad);
+    size_t nx = (size_t)n * h * h * c, nw = (size_t)k * c * r * r, ny = (size_t)n * s.p * s.q * k;
+    float *x = hrand(t, nx, -1, 1), *w = hrand(t, nw, -1, 1), *dy = hrand(t, ny, -1, 1);
+    float *y = hzero(t, ny), *dx = hzero(t, nx), *dw = hzero(t, nw);
+    float *gx = dput(t, x, nx * 4), *gw = dput(t, w, nw * 4), *gdy = dput(t, dy, ny * 4);
+    float *gy = dnew(t, ny * 4), *gdx = dnew(t, nx * 4), *gdw = dnew(t, nw * 4);
+    if (calls_ok(t, CPU(conv_fwd, &s, x, w, y), GPU(conv_fwd, &s, gx, gw, gy), "%s fwd", name))
+        close_to(t, gy, y, ny, TOL, "%s fwd", name);
+    if (calls_ok(t, CPU(conv_bwd, &s, x, w, dy, dx, dw), GPU(conv_bwd, &s, gx, gw, gdy, gdx, gdw),
+                 "%s bwd", name)) {
+        close_to(t, gdx, dx, nx, TOL, "%s bwd dx", name);
+        close_to(t, gdw, dw, nw, TOL, "%s bwd dw", name);
+    }
+    /* Without dx, dw alone; and the same bits as the first time. */
+    float *dw1 = hget(t, gdw, nw * 4);
+    GPU(zero, gdw, nw * 4);
+    if (calls_ok(t, 0, GPU(conv_bwd, &s, gx, gw, gdy, NULL, gdw), "%s bwd without dx", name))
+        close_to(t, gdw, dw1, nw, 0, "%s bwd without dx: dw deterministic", name);
+    done(t);
+}
+
+/* ---- batch norm ---------------------------------------------------------------------------- */
+
+/* Inputs with a per-channel offset, as activations have. */
+static float *bn_input(ctx *t, int rows, int c) {
+    float *x = hrand(t, (size_t)rows * c, -1, 1);
+    for (size_t i = 0; i < (size_t)rows * c; i++) x[i] += (float)(i % c) * 0.25f;
+    return x;
+}
+
+static void test_bn_forward(ctx *t, int rows, int c) {
+    size_t n = (size_t)rows * c;
+    float *x = bn_input(t, rows, c), *gx = dput(t, x, n * 4);
+    float *sum = hzero(t, c), *sumsq = hzero(t, c), *gsum = dnew(t, c * 4), *gsq = dnew(t, c * 4);
+    if (calls_ok(t, CPU(bn_stats, rows, c, x, sum, sumsq), GPU(bn_stats, rows, c, gx, gsum, gsq),
+                 "bn_stats %dx%d", rows, c)) {
+        close_to(t, gsum, sum, c, TOL, "bn_stats %dx%d sum", rows, c);
+        close_to(t, gsq, sumsq, c, TOL, "bn_stats %dx%d sumsq", rows, c);
+    }
+    /* finalize from the CPU's sums, so each op is judged on its own */
+    float *run = hrand(t, 2 * (size_t)c, 0.5f, 1.5f), *grun = dput(t, run, 2 * c * 4);
+    float *mean = hzero(t, c), *inv = hzero(t, c), *gmean = dnew(t, c * 4), *ginv = dnew(t, c * 4);
+    gsum = dput(t, sum, c * 4), gsq = dput(t, sumsq, c * 4);
+    if (calls_ok(t, CPU(bn_finalize, c, rows, 1e-5f, 0.1f, sum, sumsq, mean, inv, run),
+                 GPU(bn_finalize, c, rows, 1e-5f, 0.1f, gsum, gsq, gmean, ginv, grun),
+                 "bn_finalize c%d", c)) {
+        close_to(t, gmean, mean, c, TOL, "bn_finalize c%d mean", c);
+        close_to(t, ginv, inv, c, TOL, "bn_finalize c%d invstd", c);
+        close_to(t, grun, run, 2 * (size_t)c, TOL, "bn_finalize c%d running", c);
+    }
+    float *m2 = hzero(t, c), *i2 = hzero(t, c);
+    if (calls_ok(t, CPU(bn_running, c, 1e-5f, run, m2, i2),
+                 GPU(bn_running, c, 1e-5f, grun, gmean, ginv), "bn_running c%d", c)) {
+        close_to(t, gmean, m2, c, TOL, "bn_running c%d mean", c);
+        close_to(t, ginv, i2, c, TOL, "bn_running c%d invstd", c);
+    }
+    float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f);
+    float *gg = dput(t, gamma, c * 4), *gb = dput(t, beta, c * 4), *y = hzero(t, n);
+    float *gy = dnew(t, n * 4);
+    gmean = dput(t, mean, c * 4), ginv = dput(t, inv, c * 4);
+    for (int relu = 0; relu <= 1; relu++)
+        if (calls_ok(t, CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y),
+                     GPU(bn_apply, rows, c, gx, gmean, ginv, gg, gb, relu, gy),
+                     "bn_apply %dx%d relu %d", rows, c, relu))
+            close_to(t, gy, y, n, TOL, "bn_apply %dx%d relu %d", rows, c, relu);
+    done(t);
+}
+
+static void test_bn_backward(ctx *t, int rows, int c, int relu) {
+    size_t n = (size_t)rows * c;
+    float *x = bn_input(t, rows, c), *mean = hrand(t, c, -0.1f, 0.1f), *inv = hrand(t, c, 0.5f, 2);
+    float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f), *y = hzero(t, n);
+    CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y); /* a real ReLU mask */
+    float *dy = hrand(t, n, -1, 1), *gdy = dput(t, dy, n * 4);
+    float *gx = dput(t, x, n * 4), *gy = dput(t, y, n * 4), *gmean = dput(t, mean, c * 4);
+    float *ginv = dput(t, inv, c * 4), *gg = dput(t, gamma, c * 4);
+    float *s1 = hzero(t, c), *s2 = hzero(t, c), *gs1 = dnew(t, c * 4), *gs2 = dnew(t, c * 4);
+    if (calls_ok(t, CPU(bn_bwd_reduce, rows, c, x, y, mean, inv, relu, dy, s1, s2),
+                 GPU(bn_bwd_reduce, rows, c, gx, gy, gmean, ginv, relu, gdy, gs1, gs2),
+                 "bn_bwd_reduce %dx%d relu %d", rows, c, relu)) {
+        close_to(t, gdy, dy, n, 0, "bn_bwd_reduce %dx%d relu %d: dy masked", rows, c, relu);
+        close_to(t, gs1, s1, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy", rows, c, relu);
+        close_to(t, gs2, s2, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy_xhat", rows, c, relu);
+    }
+    gs1 = dput(t, s1, c * 4), gs2 = dput(t, s2, c * 4);
+    for (int add_to = 0; add_to <= 1; add_to++) {
+        float *dx = hrand(t, n, -1, 1), *gdx = dput(t, dx, n * 4);
+        float m = (float)rows * 2; /* as if another rank had as many rows */
+        if (calls_ok(t, CPU(bn_bwd_apply, rows, c, x, dy, mean, inv, gamma, s1, s2, m, add_to, dx),
+                     GPU(bn_bwd_apply, rows, c, gx, gdy, gmean, ginv, gg, gs1, gs2, m, add_to, gdx),
+                     "bn_bwd_apply %dx%d add_to %d", rows, c, add_to))
+            close_to(t, gdx, dx, n, TOL, "bn_bwd_apply %dx%d add_to %d", rows, c, add_to);
+    }
+    done(t);
+}
+
+/* The same reduction twice gives the same bits. */
+static void test_bn_deterministic(ctx *t, int rows, int c) {
+    size_t n = (size_t)rows * c;
+    float *gx = dput(t, bn_input(t, rows, c), n * 4);
+    float *a = dnew(t, c * 4), *b = dnew(t, c * 4), *a2 = dnew(t, c * 4), *b2 = dnew(t, c * 4);
+    GPU(bn_stats, rows, c, gx, a, b);
+    GPU(bn_stats, rows, c, gx, a2, b2);
+    close_to(t, a2, hget(t, a, c * 4), c, 0, "bn_stats %dx%d deterministic: sum", rows, c);
+    close_to(t, b2, hget(t, b, c * 4), c, 0, "bn_stats %dx%d deterministic: sumsq", rows, c);
+    done(t);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------------ */
+
+static void test_elementwise(ctx *t, size_t n) {
+    float *a = hrand(t, n, -1, 1), *b = hrand(t, n, -1, 1), *y = hzero(t, n);
+    float *ga = dput(t, a, n * 4), *gb = dput(t, b, n * 4), *gy = dnew(t, n * 4);
+    if (calls_ok(t, CPU(relu_fwd, n, a, y), GPU(relu_fwd, n, ga, gy), "relu_fwd n%zu", n))
+        close_to(t, gy, y, n, 0, "relu_fwd n%zu", n);
+    float *dx = hzero(t, n), *gdx = dnew(t, n * 4);
+    if (calls_ok(t, CPU(relu_bwd, n, y, b, dx), GPU(relu_bwd, n, gy, gb, gdx), "relu_bwd n%zu", n))
+        close_to(t, gdx, dx, n, 0, "relu_bwd n%zu", n);
+    float *inplace = hdup(t, a, n * 4), *gin = dput(t, a, n * 4);
+    CPU(relu_fwd, n, inplace, inplace);
+    GPU(relu_fwd, n, gin, gin);
+    close_to(t, gin, inplace, n, 0, "relu_fwd n%zu in place", n);
+    for (int relu = 0; relu <= 1; relu++)
+        if (calls_ok(t, CPU(add_fwd, n, a, b, relu, y), GPU(add_fwd, n, ga, gb, relu, gy),
+                     "add_fwd n%zu relu %d", n, relu))
+            close_to(t, gy, y, n, 0, "add_fwd n%zu relu %d", n, relu);
+    float *acc = hdup(t, b, n * 4), *gacc = dput(t, b, n * 4);
+    if (calls_ok(t, CPU(accumulate, n, a, acc), GPU(accumulate, n, ga, gacc), "accumulate n%zu", n))
+        close_to(t, gacc, acc, n, 0, "accumulate n%zu", n);
+    if (calls_ok(t, CPU(scale, n, 0.37f, acc), GPU(scale, n, 0.37f, gacc), "scale n%zu", n))
+        close_to(t, gacc, acc, n, 0, "scale n%zu", n);
+    done(t);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------------- */
+
+static void test_maxpool(ctx *t, int n, int h, int c, int r, int stride, int pad) {
+    pool_shape s = {.n = n, .h = h, .w = h, .c = c, .r = r, .stride = stride, .pad = pad};
+    s.p = s.q = (h + 2 * pad - r) / stride + 1;
+    size_t nx = (size_t)n * h * h * c, ny = (size_t)n * s.p * s.q * c;
+    float *x = hrand(t, nx, -1, 1), *y = hzero(t, ny), *dy = hrand(t, ny, -1, 1);
+    int32_t *am = track_host(t, calloc(ny, sizeof *am));
+    float *gx = dput(t, x, nx * 4), *gy = dnew(t, ny * 4), *gdy = dput(t, dy, ny * 4);
+    int32_t *gam = dnew(t, ny * sizeof *gam);
+    char name[80];
+    snprintf(name, sizeof name, "maxpool n%d %dx%dx%d %dx%d stride %d pad %d", n, h, h, c, r, r,
+             stride, pad);
+    if (calls_ok(t, CPU(maxpool_fwd, &s, x, y, am), GPU(maxpool_fwd, &s, gx, gy, gam), "%s", name)) {
+        close_to(t, gy, y, ny, 0, "%s fwd", name);
+        same_ints(t, gam, am, ny, "%s fwd argmax", name);
+    }
+    float *dx = hzero(t, nx), *gdx = dput(t, hrand(t, nx, -1, 1), nx * 4); /* overwritten */
+    gam = dput(t, am, ny * sizeof *am);
+    if (calls_ok(t, CPU(maxpool_bwd, &s, dy, am, dx), GPU(maxpool_bwd, &s, gdy, gam, gdx),
+                 "%s bwd", name))
+        close_to(t, gdx, dx, nx, 0, "%s bwd", name);
+    done(t);
+}
+
+static void test_avgpool(ctx *t, int n, int hw, int c) {
+    size_t nx = (size_t)n * hw * c, ny = (size_t)n * c;
+    float *x = hrand(t, nx, -1, 1), *y = hzero(t, ny), *dy = hrand(t, ny, -1, 1), *dx = hzero(t, nx);
+    float *gx = dput(t, x, nx * 4), *gy = dnew(t, ny * 4), *gdy = dput(t, dy, ny * 4);
+    float *gdx = dnew(t, nx * 4);
+    if (calls_ok(t, CPU(avgpool_fwd, n, hw, c, x, y), GPU(avgpool_fwd, n, hw, c, gx, gy),
+                 "avgpool_fwd n%d hw%d c%d", n, hw, c))
+        close_to(t, gy, y, ny, 0, "avgpool_fwd n%d hw%d c%d", n, hw, c);
+    if (calls_ok(t, CPU(avgpool_bwd, n, hw, c, dy, dx), GPU(avgpool_bwd, n, hw, c, gdy, gdx),
+                 "avgpool_bwd n%d hw%d c%d", n, hw, c))
+        close_to(t, gdx, dx, nx, 0, "avgpool_bwd n%d hw%d c%d", n, hw, c);
+    done(t);
+}
+
+/* ---- linear ------------------------------------------------------------------------------------- */
+
+static void test_linear(ctx *t, int n, int in, int out, int with_bias, int with_dx) {
+    char name[80];
+    snprintf(name, sizeof name, "linear n%d %d -> %d%s%s", n, in, out,
+             with_bias ? " bias" : "", with_dx ? "" : " no dx");
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *x = hrand(t, nx, -1, 1), *w = hrand(t, nw, -1, 1), *bias = hrand(t, out, -1, 1);
+    float *dy = hrand(t, ny, -1, 1), *y = hzero(t, ny), *dx = hzero(t, nx), *dw = hzero(t, nw);
+    float *db = hzero(t, out), *gx = dput(t, x, nx * 4), *gw = dput(t, w, nw * 4);
+    float *gbias = dput(t, bias, out * 4), *gdy = dput(t, dy, ny * 4), *gy = dnew(t, ny * 4);
+    float *gdx = dnew(t, nx * 4), *gdw = dnew(t, nw * 4), *gdb = dnew(t, out * 4);
+    if (calls_ok(t, CPU(linear_fwd, n, in, out, x, w, with_bias ? bias : NULL, y),
+                 GPU(linear_fwd, n, in, out, gx, gw, with_bias ? gbias : NULL, gy), "%s fwd", name))
+        close_to(t, gy, y, ny, TOL, "%s fwd", name);
+    if (!calls_ok(t, CPU(linear_bwd, n, in, out, x, w, dy, with_dx ? dx : NULL, dw, with_bias ? db : NULL),
+                  GPU(linear_bwd, n, in, out, gx, gw, gdy, with_dx ? gdx : NULL, gdw,
+                      with_bias ? gdb : NULL), "%s bwd", name)) {
+        done(t);
+        return;
+    }
+    if (with_dx) close_to(t, gdx, dx, nx, TOL, "%s bwd dx", name);
+    close_to(t, gdw, dw, nw, TOL, "%s bwd dw", name);
+    if (with_bias) close_to(t, gdb, db, out, TOL, "%s bwd dbias", name);
+    done(t);
+}
+
+/* ---- loss and SGD ---------------------------------------------------------------------------------- */
+
+static void test_xent(ctx *t, int n, int classes, float smoothing) {
+    size_t nz = (size_t)n * classes;
+    float *z = hrand(t, nz, -3, 3), *dz = hzero(t, nz);
+    int32_t *labels = track_host(t, malloc(n * sizeof *labels));
+    for (int i = 0; i < n; i++) labels[i] = (int32_t)((frand(t) + 1) / 2 * classes) % classes;
+    /* Make some predictions right, so the count is tested. */
+    for (int i = 0; i < n; i += 3) z[(size_t)i * classes + labels[i]] = 4;
+    float *gz = dput(t, z, nz * 4), *gdz = dnew(t, nz * 4);
+    int32_t *gl = dput(t, labels, n * sizeof *labels);
+    double loss = 0, gloss = 0;
+    int right = 0, gright = -1;
+    if (!calls_ok(t, CPU(xent, n, classes, z, labels, smoothing, dz, &loss, &right),
+                  GPU(xent, n, classes, gz, gl, smoothing, gdz, &gloss, &gright),
+                  "xent n%d classes %d smoothing %.1f", n, classes, smoothing)) {
+        done(t);
+        return;
+    }
+    close_to(t, gdz, dz, nz, TOL, "xent n%d classes %d smoothing %.1f: dlogits", n, classes,
+             smoothing);
+    check(t, fabs(gloss - loss) <= 1e-9 * fabs(loss), "xent n%d classes %d: loss %.9g (CPU %.9g)",
+          n, classes, gloss, loss);
+    check(t, gright == right, "xent n%d classes %d: %d correct (CPU %d)", n, classes, gright, right);
+    done(t);
+}
+
+typedef struct {
+    float momentum, weight_decay;
+    int nesterov, first_step, masked;
+} sgd_case;
+
+static void test_sgd(ctx *t, size_t n, sgd_case c) {
+    float *p = hrand(t, n, -1, 1), *g = hrand(t, n, -1, 1), *m = hrand(t, n, -1, 1);
+    uint8_t *mask = track_host(t, malloc(n));
+    for (size_t i = 0; i < n; i++) mask[i] = frand(t) > 0;
+    float *gp = dput(t, p, n * 4), *gg = dput(t, g, n * 4), *gm = dput(t, m, n * 4);
+    uint8_t *gmask = dput(t, mask, n);
+    char name[96];
+    snprintf(name, sizeof name, "sgd momentum %.1f wd %.0e nesterov %d first %d mask %d",
+             c.momentum, c.weight_decay, c.nesterov, c.first_step, c.masked);
+    if (calls_ok(t, CPU(sgd, n, p, g, m, c.masked ? mask : NULL, 0.1f, c.momentum, c.weight_decay,
+                        c.nesterov, c.first_step),
+                 GPU(sgd, n, gp, gg, gm, c.masked ? gmask : NULL, 0.1f, c.momentum,
+                     c.weight_decay, c.nesterov, c.first_step), "%s", name)) {
+        close_to(t, gp, p, n, TOL, "%s: params", name);
+        close_to(t, gm, m, n, TOL, "%s: momentum", name);
+    }
+    done(t);
+}
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+static void run_all(ctx *t) {
+    test_memory(t);
+    test_conv(t, 4, 16, 16, 16, 3, 1, 1);  /* ResNet basic block */
+    test_conv(t, 4, 16, 16, 32, 3, 2, 1);  /* downsampling 3x3 */
+    test_conv(t, 4, 16, 16, 32, 1, 2, 0);  /* downsampling shortcut */
+    test_conv(t, 2, 8, 24, 40, 1, 1, 0);   /* bottleneck 1x1 */
+    test_conv(t, 2, 32, 3, 64, 7, 2, 3);   /* ImageNet stem */
+    test_conv(t, 8, 32, 3, 16, 3, 1, 1);   /* CIFAR stem */
+    test_conv(t, 4, 28, 1, 16, 3, 1, 1);   /* Fashion-MNIST stem */
+    test_conv(t, 3, 9, 5, 12, 3, 1, 1);    /* odd channel counts */
+    test_conv(t, 2, 11, 7, 13, 3, 2, 1);
+    test_bn_forward(t, 256, 16);
+    test_bn_forward(t, 1000, 7);
+    test_bn_forward(t, 70000, 3);          /* many row blocks */
+    test_bn_forward(t, 2 * 7 * 7, 2048);   /* wide */
+    for (int relu = 0; relu <= 1; relu++) {
+        test_bn_backward(t, 512, 16, relu);
+        test_bn_backward(t, 3000, 13, relu);
+        test_bn_backward(t, 70000, 5, relu);
+    }
+    test_bn_deterministic(t, 70000, 24);
+    test_elementwise(t, 1);
+    test_elementwise(t, 100003);
+    test_maxpool(t, 2, 16, 16, 3, 2, 1);
+    test_maxpool(t, 3, 9, 5, 3, 2, 1);
+    test_maxpool(t, 2, 8, 4, 2, 2, 0);
+    test_avgpool(t, 8, 64, 64);
+    test_avgpool(t, 3, 49, 10);
+    for (int v = 0; v < 4; v++) test_linear(t, 32, 64, 10, v & 1, v & 2);
+    test_linear(t, 7, 33, 5, 1, 1);
+    test_xent(t, 32, 10, 0.0f);
+    test_xent(t, 33, 10, 0.1f);
+    test_xent(t, 5, 1000, 0.1f);
+    test_sgd(t, 10007, (sgd_case){0.9f, 5e-4f, 0, 1, 1});
+    test_sgd(t, 10007, (sgd_case){0.9f, 5e-4f, 1, 0, 1});
+    test_sgd(t, 10007, (sgd_case){0.9f, 5e-4f, 0, 0, 0});
+    test_sgd(t, 10007, (sgd_case){0.0f, 0.0f, 0, 0, 0});
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--device-count")) {
+        printf("%d\n", cuda_device_count());
+        return 0;
+    }
+    if (cuda_device_count() == 0) {
+        printf("skipped: no GPU\n");
+        return 77;
+    }
+    ctx t = {.seed = 12345};
+    char err[512];
+    backend_opts o = {.kind = BACKEND_CUDA, .device = 0, .precision = PRECISION_FP32};
+    if (cpu_backend_create(0, 0, &t.cpu, err, sizeof err) ||
+        cuda_backend_create(&o, &t.gpu, err, sizeof err)) {
+        fprintf(stderr, "gpu-ops: %s\n", err);
+        return 1;
+    }
+    printf("comparing %s with %s\n", t.gpu->ops->name, t.cpu->ops->name);
+    run_all(&t);
+    check(&t, t.gpu->ops->sync(t.gpu) == 0, "no errors left on the GPU stream");
+    t.gpu->ops->destroy(t.gpu);
+    t.cpu->ops->destroy(t.cpu);
+    printf("%d checks, %d failed\n", t.checks, t.failed);
+    return t.failed ? 1 : 0;
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# timeout: 300
+# Every operation of the CUDA backend against the CPU backend's on random
+# inputs (build/tests/gpu-ops, from tests/gpu/gpu_ops.c): one line per
+# check, fp32 results within 1e-5 of the CPU's relative to each tensor's
+# scale, exact where both add in the same order.
+#
+# Skips (77) with a build without CUDA (no gpu-ops binary) and on a
+# machine without a GPU (gpu-ops says so itself).
+set -u
+ROOT=${DDPRUN_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+bin=$ROOT/build/tests/gpu-ops
+[ -x "$bin" ] || { echo "skipped: built without CUDA (no build/tests/gpu-ops)"; exit 77; }
+exec "$bin"

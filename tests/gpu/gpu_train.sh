@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# timeout: 300
+# ddp-train on the GPU, end to end, without ddprun:
+#  1. one step of ResNet-20 on the GPU and on the CPU from the same seed end
+#     with the same weights (within 1e-4: the sums are added in another
+#     order), which catches an operation that reads host memory the GPU
+#     never received;
+#  2. three steps on the GPU with a checkpoint, resumed on the CPU to step 6
+#     and back on the GPU to step 9: checkpoints hold host copies, so they
+#     move between backends, and the step counters carry on.
+# Skips (77) with a build without CUDA and on a machine without a GPU.
+source "$(dirname "$0")/../lib/train.bash"
+[ -x "$ROOT/build/tests/gpu-ops" ] || { echo "skipped: built without CUDA (no build/tests/gpu-ops)"; exit 77; }
+gpus=$("$ROOT/build/tests/gpu-ops" --device-count)
+[ "${gpus:-0}" -ge 1 ] || { echo "skipped: no GPU"; exit 77; }
+
+common=(--data synthetic --input-shape 3x32x32 --model resnet20 --no-eval --log-every 1
+        --batch-size 32 --seed 7 --threads 4)
+train() { # log name, device, checkpoint directory, max steps
+    local name=$1 device=$2 dir=$3 steps=$4
+    ddp-train "${common[@]}" --device "$device" --ckpt-dir "$dir" --max-steps "$steps" \
+        > "$SCRATCH/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$SCRATCH/$name.log"; exit 1; }
+    grep -q "loss nan" "$SCRATCH/$name.log" && { echo "FAIL: $name: the loss is NaN"; cat "$SCRATCH/$name.log"; exit 1; }
+    grep "^epoch" "$SCRATCH/$name.log" | tail -n 1
+}
+step_of() { # the newest checkpoint's global_step in a directory
+    ddp-train inspect "$1" | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["global_step"])'
+}
+
+if have_numpy; then
+    train gpu-one cuda "$SCRATCH/gpu-one" 1
+    train cpu-one cpu "$SCRATCH/cpu-one" 1
+    compare "$SCRATCH/gpu-one" "$SCRATCH/cpu-one" --rtol 1e-4 || { echo "FAIL: GPU and CPU steps differ"; exit 1; }
+else
+    echo "(numpy is missing: the GPU-against-CPU weights comparison is left out)"
+fi
+
+ck=$SCRATCH/ck
+train gpu-3 cuda "$ck" 3
+[ "$(step_of "$ck")" = 3 ] || { echo "FAIL: the GPU run's checkpoint is at step $(step_of "$ck"), not 3"; exit 1; }
+train cpu-6 cpu "$ck" 6
+grep -q "resuming from .*ckpt-0000000003" "$SCRATCH/cpu-6.log" || { echo "FAIL: the CPU run did not resume the GPU's checkpoint"; cat "$SCRATCH/cpu-6.log"; exit 1; }
+[ "$(step_of "$ck")" = 6 ] || { echo "FAIL: the CPU run's checkpoint is at step $(step_of "$ck"), not 6"; exit 1; }
+train gpu-9 cuda "$ck" 9
+grep -q "resuming from .*ckpt-0000000006" "$SCRATCH/gpu-9.log" || { echo "FAIL: the GPU run did not resume the CPU's checkpoint"; cat "$SCRATCH/gpu-9.log"; exit 1; }
+[ "$(step_of "$ck")" = 9 ] || { echo "FAIL: the second GPU run's checkpoint is at step $(step_of "$ck"), not 9"; exit 1; }
+echo "GPU -> CPU -> GPU: checkpoints at steps 3, 6, 9"
