@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -68,6 +69,7 @@ typedef struct {
     int store_port;
     char hostname[256];
     char log_root[2048];
+    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
     worker_group *wg;
     agent_state state;
     rdzv_result cur;
@@ -579,6 +581,18 @@ static void wait_for_others(agent *a) {
 
 /* ---- run ------------------------------------------------------------------------- */
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Without --log-dir nobody asked for the files (the error files have been
+ * read by then): leave nothing behind in /tmp. */
+static void remove_tmp_root(agent *a) {
+    if (a->tmp_root[0]) nftw(a->tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static int make_log_root(agent *a) {
     const ddprun_config *c = a->cfg;
     if (c->log_dir) {
@@ -587,6 +601,7 @@ static int make_log_root(agent *a) {
         char tmpl[256];
         snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());
         if (!mkdtemp(tmpl)) return -errno;
+        snprintf(a->tmp_root, sizeof a->tmp_root, "%s", tmpl);
         snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
     }
     int rc = mkdirs(a->log_root);
@@ -644,6 +659,7 @@ int agent_run(const ddprun_config *cfg, const char *self_exe) {
     if (code == 0) wait_for_others(a);
 out:
     fflush(stdout);
+    remove_tmp_root(a);
     /* The rendezvous thread may be blocked in the store: the process exit
      * ends it. The embedded store goes with the process. */
     return code;

@@ -13,6 +13,7 @@
  * (algbw * 2(n-1)/n, the traffic a ring moves per link, as nccl-tests
  * reports it, so that figures compare across world sizes). */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,16 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A whole decimal number >= lo that fits an int; 1 if v is not one. */
+static int parse_int(const char *v, long lo, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > INT_MAX) return 1;
+    *out = (int)n;
+    return 0;
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -80,6 +91,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--no-bind")) {
             o->no_bind = 1;
             continue;
+        } else if (strcmp(a, "--min-bytes") && strcmp(a, "--max-bytes") && strcmp(a, "--iters") &&
+                   strcmp(a, "--warmup") && strcmp(a, "--timeout-ms")) {
+            fprintf(stderr, "ddp-allreduce-bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return -1;
         } else if (!v) {
             bad = 1;
         } else if (!strcmp(a, "--min-bytes")) {
@@ -87,15 +103,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--max-bytes")) {
             bad = parse_size(v, &o->max_bytes);
         } else if (!strcmp(a, "--iters")) {
-            o->iters = atoi(v), bad = o->iters < 0;
+            bad = parse_int(v, 0, &o->iters);
         } else if (!strcmp(a, "--warmup")) {
-            o->warmup = atoi(v), bad = o->warmup < 0;
-        } else if (!strcmp(a, "--timeout-ms")) {
-            o->timeout_ms = atoi(v), bad = o->timeout_ms <= 0;
+            bad = parse_int(v, 0, &o->warmup);
         } else {
-            fprintf(stderr, "ddp-allreduce-bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return -1;
+            bad = parse_int(v, 1, &o->timeout_ms);
         }
         if (bad) {
             fprintf(stderr, "ddp-allreduce-bench: %s needs a valid value, got '%s'\n", a,

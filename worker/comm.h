@@ -1,8 +1,9 @@
-/* Collectives for data-parallel training, behind one interface that the
- * CPU backend ("tcp": a ring over TCP between hosts, shared memory between
- * ranks on one host) and the GPU backend (NCCL, a later milestone)
- * implement. Ranks find each other through the job's store: each publishes
- * its address under a per-attempt key prefix.
+/* The host communicator: collectives on host memory among a job's ranks,
+ * a ring over TCP between hosts and shared memory between the ranks of one
+ * host. The CPU backend's gradients go through it (worker/devcomm_host.c);
+ * GPU memory goes through NCCL instead (worker/devcomm.h), while this one
+ * still carries every job's host data. Ranks find each other through the
+ * job's store: each publishes its address under a per-attempt key prefix.
  *
  * Reductions happen in the same order on every run, so results are
  * deterministic: a given world size and data give bit-identical sums. */

@@ -5,6 +5,7 @@
  *   ddp-train inspect PATH         print a checkpoint's header as JSON
  */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,20 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
     return 0;
 }
 
+/* A count: a whole number in [lo, hi] (2.5 epochs is an error, not 2). */
+static int whole(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi || v != floor(v)) {
+        char want[96];
+        snprintf(want, sizeof want, "a whole number from %.0f to %.0f", lo, hi);
+        return bad(flag, s, want);
+    }
+    *out = v;
+    return 0;
+}
+
 static int copy_str(char *dst, size_t n, const char *flag, const char *s) {
     if (strlen(s) >= n) return bad(flag, s, "short enough");
     snprintf(dst, n, "%s", s);
@@ -152,14 +167,14 @@ static int apply(train_config *c, int opt, const char *a) {
             c->in_h < 1 || c->in_w < 1 || c->in_c > 64 || c->in_h > 4096 || c->in_w > 4096)
             return bad("input-shape", a, "CxHxW with positive sizes, like 3x32x32");
         return 0;
-    case O_CLASSES: rc = num("classes", a, 2, 100000, &v), c->classes = (int)v; break;
-    case O_SYNTH: rc = num("synthetic-size", a, 1, 1e9, &v), c->synthetic_size = (int64_t)v; break;
+    case O_CLASSES: rc = whole("classes", a, 2, 100000, &v), c->classes = (int)v; break;
+    case O_SYNTH: rc = whole("synthetic-size", a, 1, 1e9, &v), c->synthetic_size = (int64_t)v; break;
     case O_NO_AUG: c->augment = 0; break;
-    case O_EPOCHS: rc = num("epochs", a, 1, 1e6, &v), c->epochs = (int)v; break;
-    case O_MAX_STEPS: rc = num("max-steps", a, 1, 1e15, &v), c->max_steps = (int64_t)v; break;
-    case O_BATCH: rc = num("batch-size", a, 1, 1 << 20, &v), c->batch = (int)v; break;
+    case O_EPOCHS: rc = whole("epochs", a, 1, 1e6, &v), c->epochs = (int)v; break;
+    case O_MAX_STEPS: rc = whole("max-steps", a, 1, 1e15, &v), c->max_steps = (int64_t)v; break;
+    case O_BATCH: rc = whole("batch-size", a, 1, 1 << 20, &v), c->batch = (int)v; break;
     case O_LR: rc = num("lr", a, 0, 1e3, &c->lr.lr); break;
-    case O_LR_SCALE: rc = num("lr-scale-batch", a, 1, 1 << 24, &v), c->lr_scale_batch = (int)v; break;
+    case O_LR_SCALE: rc = whole("lr-scale-batch", a, 1, 1 << 24, &v), c->lr_scale_batch = (int)v; break;
     case O_WARMUP: rc = num("warmup-epochs", a, 0, 1e6, &c->lr.warmup_epochs); break;
     case O_SCHEDULE:
         if (!strcmp(a, "cosine")) c->lr.schedule = SCHED_COSINE;
@@ -175,20 +190,20 @@ static int apply(train_config *c, int opt, const char *a) {
     case O_DECAY_ALL: c->decay_all = 1; break;
     case O_SMOOTH: rc = num("label-smoothing", a, 0, 0.99, &c->label_smoothing); break;
     case O_SYNC_BN: c->sync_bn = 1; break;
-    case O_SEED: rc = num("seed", a, 0, 9e15, &v), c->seed = (uint64_t)v; break;
+    case O_SEED: rc = whole("seed", a, 0, 9e15, &v), c->seed = (uint64_t)v; break;
     case O_NO_EVAL: c->eval = 0; break;
     case O_CKPT_DIR: return copy_str(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt-dir", a);
-    case O_CKPT_EVERY: rc = num("ckpt-every", a, 1, 1e15, &v), c->ckpt_every = (int64_t)v; break;
-    case O_KEEP: rc = num("keep", a, 1, 1e6, &v), c->keep = (int)v; break;
+    case O_CKPT_EVERY: rc = whole("ckpt-every", a, 1, 1e15, &v), c->ckpt_every = (int64_t)v; break;
+    case O_KEEP: rc = whole("keep", a, 1, 1e6, &v), c->keep = (int)v; break;
     case O_METRICS: return copy_str(c->metrics, sizeof c->metrics, "metrics", a);
-    case O_LOG_EVERY: rc = num("log-every", a, 1, 1e9, &v), c->log_every = (int)v; break;
-    case O_THREADS: rc = num("threads", a, 1, 4096, &v), c->threads = (int)v; break;
-    case O_TIMEOUT: rc = num("timeout", a, 1, 1e6, &v), c->timeout_s = (int)v; break;
-    case O_BUCKET: rc = num("bucket-mb", a, 1, 4096, &v), c->bucket_bytes = (int64_t)v << 20; break;
+    case O_LOG_EVERY: rc = whole("log-every", a, 1, 1e9, &v), c->log_every = (int)v; break;
+    case O_THREADS: rc = whole("threads", a, 1, 4096, &v), c->threads = (int)v; break;
+    case O_TIMEOUT: rc = whole("timeout", a, 1, 1e6, &v), c->timeout_s = (int)v; break;
+    case O_BUCKET: rc = whole("bucket-mb", a, 1, 4096, &v), c->bucket_bytes = (int64_t)v << 20; break;
     case O_NO_SHM: c->no_shm = 1; break;
     case O_REFERENCE: c->reference = 1; break;
-    case O_LOCAL_RANK: rc = num("local_rank", a, 0, 1e6, &v), c->legacy_local_rank = (int)v; break;
-    case O_TPUT_WARMUP: rc = num("throughput-warmup", a, 0, 1e9, &v), c->warmup_steps = (int)v; break;
+    case O_LOCAL_RANK: rc = whole("local_rank", a, 0, 1e6, &v), c->legacy_local_rank = (int)v; break;
+    case O_TPUT_WARMUP: rc = whole("throughput-warmup", a, 0, 1e9, &v), c->warmup_steps = (int)v; break;
     case O_DEVICE:
         if (!strcmp(a, "auto")) c->device = BACKEND_AUTO;
         else if (!strcmp(a, "cpu")) c->device = BACKEND_CPU;

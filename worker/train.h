@@ -50,8 +50,9 @@ typedef struct {
  * momentum 0.9, weight decay 5e-4 (not on BN and bias), seed 0. */
 void train_config_defaults(train_config *c);
 
-/* Runs training on this rank; returns the process exit code (0 success,
- * 1 failure with the error file written, 2 bad configuration). */
+/* Runs training on this rank; returns the process exit code: 0 success,
+ * 1 failure with the error file written (a bad command line is main's
+ * exit 2, before this runs). */
 int train_run(const train_config *c);
 
 #endif
