@@ -46,10 +46,11 @@ $(error CUDA=1, but nvcc is neither on PATH nor in $(CUDA_HOME)/bin: set NVCC or
 endif
 WORKER_SRC := $(WORKER_BASE) $(wildcard worker/cuda/*.c)
 WORKER_CU_OBJ := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard worker/cuda/*.cu))
-# The rpath lets the binaries find the libraries without LD_LIBRARY_PATH;
-# the kernels' host code needs the C++ runtime.
+# The rpath lets the binaries find the libraries without LD_LIBRARY_PATH
+# (cuBLAS too, which worker/cuda/cuda_blas.c opens only when a GPU is
+# used); the kernels' host code needs the C++ runtime.
 CUDA_LIBS := $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS)) \
-	-lcudnn -lcublas -lcudart -lnccl -lstdc++
+	-lcudnn -lcudart -lnccl -lstdc++ -ldl
 else
 WORKER_SRC := $(WORKER_BASE) $(NOCUDA_SRC)
 WORKER_CU_OBJ :=

@@ -1,7 +1,7 @@
 /* The CUDA backend: one device, one stream that every operation is queued
- * on, cuDNN and cuBLAS handles bound to it, device memory, and the ops
- * table that gathers the operations of cuda_conv.c, cuda_linear.c and
- * cuda_ops.c. The NCCL communicator (nccl_comm.c) reaches the device and
+ * on, cuDNN and cuBLAS handles bound to it (cuBLAS loaded by cuda_blas.c),
+ * device memory, and the ops table that gathers the operations of
+ * cuda_conv.c, cuda_linear.c and cuda_ops.c. The NCCL communicator (nccl_comm.c) reaches the device and
  * the stream through cuda_backend.h. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,7 +144,8 @@ static void state_free(cuda_state *st) {
     cuda_buf_release(&st->weights);
     cuda_buf_release(&st->partials);
     if (st->xent_host) cudaFreeHost(st->xent_host);
-    if (st->cublas) cublasDestroy(st->cublas);
+    if (st->cublas) st->blas.destroy(st->cublas);
+    cuda_blas_unload(&st->blas);
     if (st->cudnn) cudnnDestroy(st->cudnn);
     if (st->stream) cudaStreamDestroy(st->stream);
     free(st);
@@ -167,11 +168,11 @@ static int state_init(cuda_state *st, const backend_opts *o) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CUDNN_CHECK(cudnnCreate(&st->cudnn));
     CUDNN_CHECK(cudnnSetStream(st->cudnn, st->stream));
-    CUBLAS_CHECK(cublasCreate(&st->cublas));
-    CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
-    CUBLAS_CHECK(cublasSetMathMode(st->cublas, o->precision == PRECISION_TF32
-                                                   ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                   : CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(st->blas.create(&st->cublas));
+    CUBLAS_CHECK(st->blas.set_stream(st->cublas, st->stream));
+    CUBLAS_CHECK(st->blas.set_math_mode(st->cublas, o->precision == PRECISION_TF32
+                                                        ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_DEFAULT_MATH));
     CUDA_CHECK(cudaMallocHost((void **)&st->xent_host, sizeof *st->xent_host));
     return cuda_conv_init(st);
 }
@@ -240,6 +241,11 @@ int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t 
         free(b), free(st);
         snprintf(err, errlen, "out of memory creating the CUDA backend");
         return -ENOMEM;
+    }
+    rc = cuda_blas_load(&st->blas, err, errlen);
+    if (rc) {
+        free(b), free(st);
+        return rc;
     }
     rc = state_init(st, o);
     if (rc) {

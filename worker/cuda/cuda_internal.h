@@ -16,7 +16,8 @@
 #include "worker/cuda/cuda_kernels.h"
 
 /* One check macro per status type: on failure each logs where, the call
- * and the library's own words, and returns -EIO from the calling function
+ * and the library's own words (for cuBLAS, its status's name: its string
+ * function is not loaded), and returns -EIO from the calling function
  * (which therefore returns int). */
 #define CUDA_CHECK(expr)                                                                   \
     do {                                                                                   \
@@ -43,7 +44,7 @@
         cublasStatus_t s_ = (expr);                                                        \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
             log_error("%s:%d: cuBLAS: %s: %s", __FILE__, __LINE__, #expr,                  \
-                      cublasGetStatusString(s_));                                          \
+                      cuda_blas_status_name(s_));                                          \
             return -EIO;                                                                   \
         }                                                                                  \
     } while (0)
@@ -57,11 +58,29 @@ typedef struct {
 
 typedef struct cuda_conv_cache cuda_conv_cache; /* cuda_conv.c */
 
+/* cuBLAS's entry points, from dlopen (cuda_blas.c says why). */
+typedef struct {
+    void *lib;
+    cublasStatus_t (*create)(cublasHandle_t *handle);
+    cublasStatus_t (*destroy)(cublasHandle_t handle);
+    cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t handle, cublasMath_t mode);
+    cublasStatus_t (*sgemm)(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const float *alpha, const float *a, int lda,
+                            const float *b, int ldb, const float *beta, float *c, int ldc);
+} cuda_blas;
+
+/* cuda_blas.c: 0, or -ENOENT with a message saying what is missing. */
+int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen);
+void cuda_blas_unload(cuda_blas *bl);
+const char *cuda_blas_status_name(cublasStatus_t s);
+
 typedef struct {
     int device;
     backend_precision precision;
     cudaStream_t stream;     /* every operation is queued here */
     cudnnHandle_t cudnn;     /* bound to stream */
+    cuda_blas blas;          /* cuBLAS's functions */
     cublasHandle_t cublas;   /* bound to stream */
     cuda_buf workspace;      /* cuDNN's workspace */
     cuda_buf weights;        /* convolution weights and their gradient in cuDNN's layout */

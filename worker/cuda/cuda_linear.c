@@ -16,7 +16,7 @@ int cuda_linear_fwd(backend *b, int n, int in, int out, const float *x, const fl
                     const float *bias, float *y) {
     cuda_state *st = cuda_state_of(b);
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(st->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x,
+    CUBLAS_CHECK(st->blas.sgemm(st->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x,
                              in, &zero, y, out));
     if (bias) CUDA_CHECK(kern_bias_add(st->stream, n, out, bias, y));
     return 0;
@@ -27,9 +27,9 @@ int cuda_linear_bwd(backend *b, int n, int in, int out, const float *x, const fl
     cuda_state *st = cuda_state_of(b);
     const float one = 1.0f, zero = 0.0f;
     if (dx)
-        CUBLAS_CHECK(cublasSgemm(st->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in,
+        CUBLAS_CHECK(st->blas.sgemm(st->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in,
                                  dy, out, &zero, dx, in));
-    CUBLAS_CHECK(cublasSgemm(st->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
+    CUBLAS_CHECK(st->blas.sgemm(st->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
                              out, &zero, dw, in));
     if (dbias) {
         int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(n, out));
