@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/bn_math.h"
+
 #define ROW_BLOCK 256
 /* Below this many elements a kernel runs on one thread: waking the team
  * costs more than the work (and far more when the cores are shared). */
@@ -66,15 +68,8 @@ int cpu_bn_finalize(backend *b, int c, double count, float eps, float momentum,
                     const float *sum, const float *sumsq, float *mean, float *invstd,
                     float *running) {
     (void)b;
-    for (int j = 0; j < c; j++) {
-        double mu = sum[j] / count, var = sumsq[j] / count - mu * mu;
-        if (var < 0) var = 0;
-        mean[j] = (float)mu;
-        invstd[j] = (float)(1.0 / sqrt(var + eps));
-        double unbiased = count > 1 ? var * count / (count - 1) : var;
-        running[j] = (1 - momentum) * running[j] + momentum * (float)mu;
-        running[c + j] = (1 - momentum) * running[c + j] + momentum * (float)unbiased;
-    }
+    for (int j = 0; j < c; j++)
+        bn_finalize_channel(j, c, count, eps, momentum, sum, sumsq, mean, invstd, running);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <float.h>
 #include <math.h>
 
+#include "worker/bn_math.h"
 #include "worker/cuda/cuda_kernels.h"
 
 #define THREADS 256
@@ -142,19 +143,12 @@ extern "C" cudaError_t kern_bias_grad(cudaStream_t st, int rows, int out, const 
 
 /* ---- batch norm, per channel and elementwise --------------------------------- */
 
-/* The same expressions as cpu_bn_finalize, in the same types. */
+/* The same function as cpu_bn_finalize (worker/bn_math.h). */
 __global__ void bn_finalize_kernel(int c, double count, float eps, float momentum,
                                    const float *sum, const float *sumsq, float *mean,
                                    float *invstd, float *running) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c) return;
-    double mu = sum[j] / count, var = sumsq[j] / count - mu * mu;
-    if (var < 0) var = 0;
-    mean[j] = (float)mu;
-    invstd[j] = (float)(1.0 / sqrt(var + eps));
-    double unbiased = count > 1 ? var * count / (count - 1) : var;
-    running[j] = (1 - momentum) * running[j] + momentum * (float)mu;
-    running[c + j] = (1 - momentum) * running[c + j] + momentum * (float)unbiased;
+    if (j < c) bn_finalize_channel(j, c, count, eps, momentum, sum, sumsq, mean, invstd, running);
 }
 
 extern "C" cudaError_t kern_bn_finalize(cudaStream_t st, int c, double count, float eps,

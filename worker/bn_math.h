@@ -1,0 +1,29 @@
+/* Batch norm's per-channel finalisation, shared by the CPU backend (C) and
+ * the CUDA backend's kernel (CUDA C++), so both compute it with the same
+ * expressions in the same types: mean and invstd from the sums, and the
+ * running statistics updated as PyTorch does (unbiased variance). */
+#ifndef DDPRUN_WORKER_BN_MATH_H
+#define DDPRUN_WORKER_BN_MATH_H
+
+#ifdef __CUDACC__
+#define BN_MATH_FN static inline __host__ __device__
+#else
+#include <math.h>
+#define BN_MATH_FN static inline
+#endif
+
+/* Channel j of c: sums over `count` rows in, mean[j], invstd[j] and
+ * running[j] (mean), running[c + j] (variance) out. */
+BN_MATH_FN void bn_finalize_channel(int j, int c, double count, float eps, float momentum,
+                                    const float *sum, const float *sumsq, float *mean,
+                                    float *invstd, float *running) {
+    double mu = sum[j] / count, var = sumsq[j] / count - mu * mu;
+    if (var < 0) var = 0;
+    mean[j] = (float)mu;
+    invstd[j] = (float)(1.0 / sqrt(var + eps));
+    double unbiased = count > 1 ? var * count / (count - 1) : var;
+    running[j] = (1 - momentum) * running[j] + momentum * (float)mu;
+    running[c + j] = (1 - momentum) * running[c + j] + momentum * (float)unbiased;
+}
+
+#endif
