@@ -149,6 +149,21 @@ static int setup_model(trainer *t) {
                        .threads = c->threads, .precision = c->precision};
     int gpus = cuda_device_count();
     bo.device = gpus > 0 ? t->env.local_rank % gpus : 0;
+    /* NCCL takes one GPU per rank: with more ranks on this node than GPUs,
+     * "auto" trains on the CPU and "cuda" is an error, not NCCL's. */
+    if (gpus > 0 && t->env.local_world > gpus && bo.kind != BACKEND_CPU &&
+        bo.kind != BACKEND_CPU_REFERENCE) {
+        if (bo.kind == BACKEND_CUDA)
+            return fail(t,
+                        "%d ranks on this node but %d GPU%s visible: NCCL needs a GPU per "
+                        "rank; use --nproc-per-node %d, or --device cpu",
+                        t->env.local_world, gpus, gpus == 1 ? " is" : "s are", gpus);
+        if (t->env.local_rank == 0)
+            log_warn("%d ranks on this node but %d GPU%s visible: training on the CPU "
+                     "(--device cuda makes this an error)",
+                     t->env.local_world, gpus, gpus == 1 ? " is" : "s are");
+        bo.kind = BACKEND_CPU;
+    }
     if (backend_create(&bo, &t->be, err, sizeof err)) return fail(t, "%s", err);
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);

@@ -38,3 +38,16 @@ run() { # name, ranks
 
 run one-rank 1
 if [ "$gpus" -ge 2 ]; then run two-ranks 2; fi
+
+# More ranks than GPUs: --device cuda is a clear error on every rank, not
+# NCCL's "duplicate GPU"; ddprun exits 1.
+many=$((gpus + 1))
+rc=0
+"$BIN/ddprun" --standalone --nproc-per-node "$many" --no-python "$BIN/ddp-train" "${args[@]}" \
+    > "$SCRATCH/many.out" 2> "$SCRATCH/many.err" || rc=$?
+if [ $rc -ne 1 ] || ! grep -q "$many ranks on this node but $gpus GPU" "$SCRATCH/many.err"; then
+    echo "FAIL: $many ranks on $gpus GPU(s): ddprun exited $rc without the GPU-per-rank error"
+    cat "$SCRATCH/many.err"
+    exit 1
+fi
+echo "$many ranks on $gpus GPU(s): refused with the GPU-per-rank error"
