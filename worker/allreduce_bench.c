@@ -81,7 +81,6 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
@@ -91,25 +90,22 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--no-bind")) {
             o->no_bind = 1;
             continue;
-        } else if (strcmp(a, "--min-bytes") && strcmp(a, "--max-bytes") && strcmp(a, "--iters") &&
-                   strcmp(a, "--warmup") && strcmp(a, "--timeout-ms")) {
+        }
+        /* Every other option takes a value: a size or a whole number. */
+        size_t *size = NULL;
+        int *count = NULL;
+        long lo = 0;
+        if (!strcmp(a, "--min-bytes")) size = &o->min_bytes;
+        else if (!strcmp(a, "--max-bytes")) size = &o->max_bytes;
+        else if (!strcmp(a, "--iters")) count = &o->iters;
+        else if (!strcmp(a, "--warmup")) count = &o->warmup;
+        else if (!strcmp(a, "--timeout-ms")) count = &o->timeout_ms, lo = 1;
+        else {
             fprintf(stderr, "ddp-allreduce-bench: unknown option '%s'\n", a);
             usage(stderr);
             return -1;
-        } else if (!v) {
-            bad = 1;
-        } else if (!strcmp(a, "--min-bytes")) {
-            bad = parse_size(v, &o->min_bytes);
-        } else if (!strcmp(a, "--max-bytes")) {
-            bad = parse_size(v, &o->max_bytes);
-        } else if (!strcmp(a, "--iters")) {
-            bad = parse_int(v, 0, &o->iters);
-        } else if (!strcmp(a, "--warmup")) {
-            bad = parse_int(v, 0, &o->warmup);
-        } else {
-            bad = parse_int(v, 1, &o->timeout_ms);
         }
-        if (bad) {
+        if (!v || (size ? parse_size(v, size) : parse_int(v, lo, count))) {
             fprintf(stderr, "ddp-allreduce-bench: %s needs a valid value, got '%s'\n", a,
                     v ? v : "nothing");
             return -1;

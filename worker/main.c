@@ -104,31 +104,29 @@ static int bad(const char *flag, const char *value, const char *want) {
     return -EINVAL;
 }
 
-static int num(const char *flag, const char *s, double lo, double hi, double *out) {
+/* A number in [lo, hi]; a count (integral) must also be whole: 2.5
+ * epochs is an error, not 2. */
+static int parse_number(const char *flag, const char *s, double lo, double hi, int integral,
+                        double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (errno || end == s || *end || v < lo || v > hi || (integral && v != floor(v))) {
         char want[96];
-        snprintf(want, sizeof want, "a number from %g to %g", lo, hi);
+        snprintf(want, sizeof want, integral ? "a whole number from %.0f to %.0f"
+                                             : "a number from %g to %g", lo, hi);
         return bad(flag, s, want);
     }
     *out = v;
     return 0;
 }
 
-/* A count: a whole number in [lo, hi] (2.5 epochs is an error, not 2). */
+static int num(const char *flag, const char *s, double lo, double hi, double *out) {
+    return parse_number(flag, s, lo, hi, 0, out);
+}
+
 static int whole(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi || v != floor(v)) {
-        char want[96];
-        snprintf(want, sizeof want, "a whole number from %.0f to %.0f", lo, hi);
-        return bad(flag, s, want);
-    }
-    *out = v;
-    return 0;
+    return parse_number(flag, s, lo, hi, 1, out);
 }
 
 static int copy_str(char *dst, size_t n, const char *flag, const char *s) {

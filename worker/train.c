@@ -339,15 +339,22 @@ static int all_reduce_small(trainer *t, float *v, size_t n) {
 }
 
 /* Host NCHW (what the data set gives) to the model's NHWC. */
-static void to_nhwc(const float *src, float *dst, int n, int c, int h, int w) {
+/* The batch of n in t->x_nchw (what the data set gives) to the model's
+ * NHWC input on the backend. With one channel the layouts are the same
+ * and the batch goes up as it is. */
+static void upload_batch(trainer *t, int n, int c, int h, int w) {
+    backend *be = t->be;
+    size_t bytes = (size_t)n * c * h * w * sizeof(float);
     if (c == 1) {
-        memcpy(dst, src, (size_t)n * h * w * sizeof *dst);
+        be->ops->upload(be, t->x, t->x_nchw, bytes);
         return;
     }
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++)
             for (int p = 0; p < h * w; p++)
-                dst[((size_t)i * h * w + p) * c + ch] = src[((size_t)i * c + ch) * h * w + p];
+                t->x_host[((size_t)i * h * w + p) * c + ch] =
+                    t->x_nchw[((size_t)i * c + ch) * h * w + p];
+    be->ops->upload(be, t->x, t->x_host, bytes);
 }
 
 static double current_lr(trainer *t) {
@@ -393,8 +400,7 @@ static int train_step(trainer *t, float *stats) {
     dataset_shape(t->train, &ch, &h, &w);
     sampler_rank_batch(t->order, t->n, t->pos, t->env.world, t->env.rank, t->batch, t->idx);
     dataset_batch(t->train, t->idx, t->batch, c->augment, c->seed, t->epoch, t->x_nchw, t->y);
-    to_nhwc(t->x_nchw, t->x_host, t->batch, ch, h, w);
-    m->be->ops->upload(m->be, t->x, t->x_host, (size_t)t->batch * ch * h * w * sizeof(float));
+    upload_batch(t, t->batch, ch, h, w);
     float *logits;
     double loss = 0;
     int correct = 0;
@@ -431,8 +437,7 @@ static int evaluate(trainer *t) {
         int n = 0;
         for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->idx[n++] = i;
         dataset_batch(t->test, t->idx, n, 0, 0, 0, t->x_nchw, t->y);
-        to_nhwc(t->x_nchw, t->x_host, n, ch, h, w);
-        m->be->ops->upload(m->be, t->x, t->x_host, (size_t)n * ch * h * w * sizeof(float));
+        upload_batch(t, n, ch, h, w);
         float *logits;
         double loss;
         int correct;

@@ -117,15 +117,12 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *restrict x,
                       float *sum_dy, float *sum_dy_xhat) {
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
-    double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
-    float *acc = malloc((size_t)nblk * 2 * (size_t)c * sizeof *acc);
-    if (!part || !acc) {
-        free(part), free(acc);
-        return -ENOMEM;
-    }
+    double *part = malloc((size_t)nblk * 2 * (size_t)c * sizeof *part); /* all written */
+    if (!part) return -ENOMEM;
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        float *restrict s = acc + (size_t)blk * 2 * c, *restrict s2 = s + c;
+        float acc[2 * c]; /* this block's sums: at most a few KiB on the stack */
+        float *restrict s = acc, *restrict s2 = acc + c;
         for (int j = 0; j < c; j++) s[j] = s2[j] = 0;
         int end = (blk + 1) * ROW_BLOCK < rows ? (blk + 1) * ROW_BLOCK : rows;
         for (int i = blk * ROW_BLOCK; i < end; i++) {
@@ -150,9 +147,8 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *restrict x,
             }
         }
         double *p = part + (size_t)blk * 2 * c;
-        for (int j = 0; j < 2 * c; j++) p[j] = s[j];
+        for (int j = 0; j < 2 * c; j++) p[j] = acc[j];
     }
-    free(acc);
     sum_blocks(part, nblk, c, sum_dy, sum_dy_xhat);
     return 0;
 }
