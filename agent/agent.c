@@ -554,8 +554,9 @@ static int setup_store(agent *a) {
     return rc;
 }
 
-/* After success the store's host lingers until the other agents have left
- * their exit barrier, so none of them loses the store mid-call. */
+/* The store's host lingers (at most 5 s) until the other agents have gone,
+ * after success and after failure alike: they may still be in the exit
+ * barrier, or reading the failures the store holds for their summary. */
 static void wait_for_others(agent *a) {
     if (!a->host) return;
     store_client_opts o = {.host = "127.0.0.1", .port = a->store_port, .timeout_ms = 2000,
@@ -656,7 +657,7 @@ int agent_run(const ddprun_config *cfg, const char *self_exe) {
     a->rthread_started = 1;
     uv_run(a->loop, UV_RUN_DEFAULT);
     code = a->exit_code;
-    if (code == 0) wait_for_others(a);
+    if (code < 128) wait_for_others(a); /* not when a signal asked us to stop */
 out:
     fflush(stdout);
     remove_tmp_root(a);
