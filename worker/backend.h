@@ -10,6 +10,13 @@
  * there: tests/gpu runs the model on both backends to catch it. Operations
  * may run asynchronously (queued on a GPU stream); download and sync wait.
  *
+ * Precision: activations and their gradients (the `void *` arguments) hold
+ * elements of the backend's activation type, b->act: fp32, or bf16 under
+ * mixed precision. Parameters, their gradients, the optimizer's momentum
+ * and batch-norm statistics are always fp32 (the master weights): an
+ * operation that needs them in bf16 rounds its own copy, and sums and
+ * weight gradients accumulate in fp32.
+ *
  * Layout: activations are NHWC (channels last: the fast layout for oneDNN on
  * CPUs and for tensor cores on GPUs); convolution weights are OIHW and the
  * linear layer's weight is [out][in], as in PyTorch, so parameters map one to
@@ -26,6 +33,7 @@ typedef struct backend backend;
 
 typedef enum { BACKEND_AUTO, BACKEND_CPU, BACKEND_CPU_REFERENCE, BACKEND_CUDA } backend_kind;
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } backend_precision;
+typedef enum { DTYPE_F32, DTYPE_BF16 } backend_dtype;
 
 /* One convolution's shape. */
 typedef struct {
@@ -63,14 +71,14 @@ typedef struct {
     int (*sync)(backend *b);
 
     /* y = conv(x, w) */
-    int (*conv_fwd)(backend *b, const conv_shape *s, const float *x, const float *w, float *y);
+    int (*conv_fwd)(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
     /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */
-    int (*conv_bwd)(backend *b, const conv_shape *s, const float *x, const float *w,
-                    const float *dy, float *dx, float *dw);
+    int (*conv_bwd)(backend *b, const conv_shape *s, const void *x, const float *w,
+                    const void *dy, void *dx, float *dw);
 
     /* Batch norm over rows = n*h*w, channels c (NHWC).
      * stats: sum[c] and sumsq[c] of x. */
-    int (*bn_stats)(backend *b, int rows, int c, const float *x, float *sum, float *sumsq);
+    int (*bn_stats)(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
     /* From the sums over `count` rows (all ranks' under SyncBatchNorm):
      * mean and invstd = 1/sqrt(var + eps) with the biased variance, and the
      * running statistics (running[0..c) mean, running[c..2c) variance)
@@ -83,51 +91,52 @@ typedef struct {
     int (*bn_running)(backend *b, int c, float eps, const float *running, float *mean,
                       float *invstd);
     /* y = (x - mean) * invstd * gamma + beta, optionally followed by ReLU. */
-    int (*bn_apply)(backend *b, int rows, int c, const float *x, const float *mean,
+    int (*bn_apply)(backend *b, int rows, int c, const void *x, const float *mean,
                     const float *invstd, const float *gamma, const float *beta, int relu,
-                    float *y);
+                    void *y);
     /* With y the forward output (for the ReLU mask when relu is set), dy
      * becomes the gradient at the batch norm's output in place, and the
      * per-channel sums sum_dy[c], sum_dy_xhat[c] are computed. */
-    int (*bn_bwd_reduce)(backend *b, int rows, int c, const float *x, const float *y,
-                         const float *mean, const float *invstd, int relu, float *dy,
+    int (*bn_bwd_reduce)(backend *b, int rows, int c, const void *x, const void *y,
+                         const float *mean, const float *invstd, int relu, void *dy,
                          float *sum_dy, float *sum_dy_xhat);
     /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the global
      * row count (with SyncBatchNorm, all ranks' rows); add_to: dx += instead. */
-    int (*bn_bwd_apply)(backend *b, int rows, int c, const float *x, const float *dy,
+    int (*bn_bwd_apply)(backend *b, int rows, int c, const void *x, const void *dy,
                         const float *mean, const float *invstd, const float *gamma,
                         const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                        float *dx);
+                        void *dx);
 
     /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */
-    int (*relu_fwd)(backend *b, size_t n, const float *x, float *y);
-    int (*relu_bwd)(backend *b, size_t n, const float *y, const float *dy, float *dx);
+    int (*relu_fwd)(backend *b, size_t n, const void *x, void *y);
+    int (*relu_bwd)(backend *b, size_t n, const void *y, const void *dy, void *dx);
     /* y = a + b, then ReLU if relu */
-    int (*add_fwd)(backend *b, size_t n, const float *a, const float *x2, int relu, float *y);
-    /* dst += src */
-    int (*accumulate)(backend *b, size_t n, const float *src, float *dst);
+    int (*add_fwd)(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
+    /* dst += src (activation gradients) */
+    int (*accumulate)(backend *b, size_t n, const void *src, void *dst);
+    /* x *= alpha (fp32: parameter gradients) */
     int (*scale)(backend *b, size_t n, float alpha, float *x);
 
-    int (*maxpool_fwd)(backend *b, const pool_shape *s, const float *x, float *y, int32_t *argmax);
-    int (*maxpool_bwd)(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
-                       float *dx);
+    int (*maxpool_fwd)(backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax);
+    int (*maxpool_bwd)(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
+                       void *dx);
     /* global average pooling NHWC -> NC, and back */
-    int (*avgpool_fwd)(backend *b, int n, int hw, int c, const float *x, float *y);
-    int (*avgpool_bwd)(backend *b, int n, int hw, int c, const float *dy, float *dx);
+    int (*avgpool_fwd)(backend *b, int n, int hw, int c, const void *x, void *y);
+    int (*avgpool_bwd)(backend *b, int n, int hw, int c, const void *dy, void *dx);
 
     /* y[n][out] = x[n][in] . W[out][in] + bias[out] */
-    int (*linear_fwd)(backend *b, int n, int in, int out, const float *x, const float *w,
-                      const float *bias, float *y);
+    int (*linear_fwd)(backend *b, int n, int in, int out, const void *x, const float *w,
+                      const float *bias, void *y);
     /* dx (skipped if NULL), dw and dbias (overwritten) */
-    int (*linear_bwd)(backend *b, int n, int in, int out, const float *x, const float *w,
-                      const float *dy, float *dx, float *dw, float *dbias);
+    int (*linear_bwd)(backend *b, int n, int in, int out, const void *x, const float *w,
+                      const void *dy, void *dx, float *dw, float *dbias);
 
     /* Softmax cross-entropy with label smoothing, averaged over n: writes
      * dlogits (already divided by n) and, in host memory, the summed loss
      * and the count of correct argmax predictions (so it waits for the
      * device). */
-    int (*xent)(backend *b, int n, int classes, const float *logits, const int32_t *labels,
-                float smoothing, float *dlogits, double *loss_sum, int *correct);
+    int (*xent)(backend *b, int n, int classes, const void *logits, const int32_t *labels,
+                float smoothing, void *dlogits, double *loss_sum, int *correct);
 
     /* One SGD step over a whole parameter buffer: decay (a per-element
      * 0/1 mask selects which elements get weight decay), momentum, Nesterov. */
@@ -140,9 +149,13 @@ typedef struct {
 struct backend {
     const backend_ops *ops;
     backend_kind kind; /* BACKEND_CPU, BACKEND_CPU_REFERENCE or BACKEND_CUDA */
+    backend_dtype act; /* activations' element type */
     int threads;
     void *impl;
 };
+
+/* Bytes per activation element. */
+static inline size_t backend_act_size(const backend *b) { return b->act == DTYPE_BF16 ? 2 : 4; }
 
 /* Which backend and how (ddp-train's --device, --threads, --precision). */
 

@@ -104,7 +104,7 @@ int model_set_batch(model *m, int n) {
     size_t largest = 0;
     for (int i = 0; i < m->nacts; i++) {
         model_act *a = &m->acts[i];
-        size_t bytes = (size_t)n * a->h * a->w * a->c * sizeof(float);
+        size_t bytes = (size_t)n * a->h * a->w * a->c * backend_act_size(be);
         if (bytes > largest) largest = bytes;
         if (i > 0 && !(a->data = be->ops->alloc(be, bytes))) return -ENOMEM;
     }
@@ -119,7 +119,6 @@ int model_set_batch(model *m, int n) {
         }
     }
     m->scratch = be->ops->alloc(be, largest);
-    m->scratch_len = largest / sizeof(float);
     m->labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t));
     if (!m->scratch || !m->labels) return -ENOMEM;
     m->batch = n;
@@ -229,8 +228,7 @@ static int bn_train_stats(model *m, model_op *op) {
     backend *be = m->be;
     int c = op->c;
     float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
-    const float *x = m->acts[op->in].data;
-    int rc = be->ops->bn_stats(be, op->rows, c, x, sums, sums + c);
+    int rc = be->ops->bn_stats(be, op->rows, c, m->acts[op->in].data, sums, sums + c);
     double rows = op->rows;
     if (rc == 0 && m->hooks.allreduce) {
         rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c);
@@ -267,10 +265,10 @@ static int forward_op(model *m, model_op *op, int n, int train) {
     return -EINVAL;
 }
 
-int model_forward(model *m, const float *x, int n, int train, float **logits) {
+int model_forward(model *m, const void *x, int n, int train, void **logits) {
     int rc = model_set_batch(m, n);
     if (rc) return rc;
-    m->acts[0].data = (float *)x;
+    m->acts[0].data = (void *)x;
     for (int i = 0; i < m->nops; i++)
         if ((rc = forward_op(m, &m->ops[i], n, train))) return rc;
     *logits = m->acts[m->nacts - 1].data;
@@ -284,7 +282,7 @@ int model_forward(model *m, const float *x, int n, int train, float **logits) {
 static int grad_get(model *m, int act) {
     model_act *a = &m->acts[act];
     if (a->grad) return 0;
-    size_t bytes = (size_t)m->batch * a->h * a->w * a->c * sizeof(float);
+    size_t bytes = (size_t)m->batch * a->h * a->w * a->c * backend_act_size(m->be);
     for (int i = 0; i < m->npool; i++) {
         if (!m->pool[i].used && m->pool[i].bytes == bytes) {
             m->pool[i].used = 1;
@@ -293,7 +291,7 @@ static int grad_get(model *m, int act) {
         }
     }
     GROW(m->pool, m->npool, m->cap_pool);
-    float *p = m->be->ops->alloc(m->be, bytes);
+    void *p = m->be->ops->alloc(m->be, bytes);
     if (!p) return -ENOMEM;
     m->pool[m->npool].p = p;
     m->pool[m->npool].bytes = bytes;
@@ -313,7 +311,7 @@ static void grad_put(model *m, int act) {
  * gradient if nothing has yet, else into scratch to be added (a tensor
  * read by two ops, like a residual block's input, sums both gradients).
  * NULL for the model's input, which needs none. */
-static float *dx_target(model *m, int act) {
+static void *dx_target(model *m, int act) {
     if (act == 0) return NULL;
     return m->acts[act].grad_set ? m->scratch : m->acts[act].grad;
 }
@@ -360,7 +358,7 @@ static int backward_bn(model *m, model_op *op) {
 static int backward_add(model *m, model_op *op, size_t ny) {
     backend *be = m->be;
     model_act *y = &m->acts[op->out];
-    float *g = y->grad;
+    void *g = y->grad;
     int rc;
     if (op->relu && (rc = be->ops->relu_bwd(be, ny, y->data, g, g))) return rc;
     for (int k = 0; k < 2; k++) {
@@ -376,7 +374,7 @@ static int backward_add(model *m, model_op *op, size_t ny) {
         if (a->grad_set) {
             if ((rc = be->ops->accumulate(be, ny, g, a->grad))) return rc;
         } else {
-            be->ops->copy(be, a->grad, g, ny * sizeof(float));
+            be->ops->copy(be, a->grad, g, ny * backend_act_size(be));
             a->grad_set = 1;
         }
     }
@@ -388,7 +386,7 @@ static int backward_op(model *m, model_op *op, int n) {
     const backend_ops *o = be->ops;
     model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
     size_t nx = (size_t)n * x->h * x->w * x->c, ny = (size_t)n * y->h * y->w * y->c;
-    float *dx;
+    void *dx;
     int rc;
     /* The input's gradient buffer, before anything is written into it
      * (a sum sees to its inputs' itself). */

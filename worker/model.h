@@ -33,8 +33,8 @@ typedef struct {
 
 typedef struct {
     int h, w, c;      /* per-sample shape (NHWC) */
-    float *data;      /* n*h*w*c */
-    float *grad;      /* during backward only, from the model's pool */
+    void *data;       /* n*h*w*c elements of the backend's activation type */
+    void *grad;       /* during backward only, from the model's pool */
     int consumers;    /* ops reading it (their gradients add up) */
     int grad_set;     /* during backward: grad holds a first contribution */
 } model_act;
@@ -84,13 +84,12 @@ struct model {
     float *param, *grad, *mom; /* device memory */
     float *buf;                /* BN running statistics */
     uint8_t *decay_mask;       /* host + device (the CPU shares it) */
-    float *scratch;            /* a gradient being added into an activation */
-    size_t scratch_len;
+    void *scratch;             /* a gradient being added into an activation */
     /* Activation gradients live only between the backward steps of their
      * first consumer and their producer; they come from this pool, so a
      * ResNet holds a few of each shape instead of one per activation. */
     struct {
-        float *p;
+        void *p;
         size_t bytes;
         int used;
     } *pool;
@@ -109,10 +108,10 @@ int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, in
 void model_destroy(model *m);
 /* (Re)allocates activations for batches of n. */
 int model_set_batch(model *m, int n);
-/* Runs forward on x (n x H x W x C, device memory); returns the logits
- * (n x classes, device memory). train: batch statistics (and running
+/* Runs forward on x (n x H x W x C, device memory, the backend's
+ * activation type); returns the logits (n x classes, likewise). train: batch statistics (and running
  * statistics updated); else running statistics. */
-int model_forward(model *m, const float *x, int n, int train, float **logits);
+int model_forward(model *m, const void *x, int n, int train, void **logits);
 /* Loss and backward for the last forward: gradients land in m->grad (for
  * one rank's batch, averaged over its n samples). loss_sum and correct
  * count come back on the host. */

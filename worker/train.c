@@ -24,6 +24,7 @@
 #include "agent/store_host.h"
 #include "common/log.h"
 #include "worker/backend.h"
+#include "worker/bf16.h"
 #include "worker/checkpoint.h"
 #include "worker/comm.h"
 #include "worker/devcomm.h"
@@ -61,7 +62,8 @@ typedef struct {
     int64_t optimizer_steps;
     /* buffers */
     int64_t *order, *idx;
-    float *x_nchw, *x_host, *x; /* the batch as the data set gives it, as NHWC, on the backend */
+    float *x_nchw, *x_host; /* the batch as the data set gives it; as NHWC (or bf16) */
+    void *x;                /* the model's input, on the backend */
     int32_t *y;
     FILE *metrics;
     int tty, bar_shown; /* rank 0's stdout is a terminal; the bar is on it */
@@ -338,23 +340,27 @@ static int all_reduce_small(trainer *t, float *v, size_t n) {
     return rc ? rc : comm_wait(r);
 }
 
-/* Host NCHW (what the data set gives) to the model's NHWC. */
 /* The batch of n in t->x_nchw (what the data set gives) to the model's
- * NHWC input on the backend. With one channel the layouts are the same
- * and the batch goes up as it is. */
+ * NHWC input on the backend, in its activation type. With one channel and
+ * fp32 the batch goes up as it is. */
 static void upload_batch(trainer *t, int n, int c, int h, int w) {
     backend *be = t->be;
-    size_t bytes = (size_t)n * c * h * w * sizeof(float);
-    if (c == 1) {
-        be->ops->upload(be, t->x, t->x_nchw, bytes);
-        return;
+    size_t count = (size_t)n * c * h * w;
+    const float *nhwc = t->x_nchw;
+    if (c > 1) {
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++)
+                for (int p = 0; p < h * w; p++)
+                    t->x_host[((size_t)i * h * w + p) * c + ch] =
+                        t->x_nchw[((size_t)i * c + ch) * h * w + p];
+        nhwc = t->x_host;
     }
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            for (int p = 0; p < h * w; p++)
-                t->x_host[((size_t)i * h * w + p) * c + ch] =
-                    t->x_nchw[((size_t)i * c + ch) * h * w + p];
-    be->ops->upload(be, t->x, t->x_host, bytes);
+    if (be->act == DTYPE_BF16) { /* into whichever host buffer is free */
+        float *to = nhwc == t->x_host ? t->x_nchw : t->x_host;
+        bf16_from_floats((uint16_t *)to, nhwc, count);
+        nhwc = to;
+    }
+    be->ops->upload(be, t->x, nhwc, count * backend_act_size(be));
 }
 
 static double current_lr(trainer *t) {
@@ -401,7 +407,7 @@ static int train_step(trainer *t, float *stats) {
     sampler_rank_batch(t->order, t->n, t->pos, t->env.world, t->env.rank, t->batch, t->idx);
     dataset_batch(t->train, t->idx, t->batch, c->augment, c->seed, t->epoch, t->x_nchw, t->y);
     upload_batch(t, t->batch, ch, h, w);
-    float *logits;
+    void *logits;
     double loss = 0;
     int correct = 0;
     int rc = model_forward(m, t->x, t->batch, 1, &logits);
@@ -438,7 +444,7 @@ static int evaluate(trainer *t) {
         for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->idx[n++] = i;
         dataset_batch(t->test, t->idx, n, 0, 0, 0, t->x_nchw, t->y);
         upload_batch(t, n, ch, h, w);
-        float *logits;
+        void *logits;
         double loss;
         int correct;
         int rc = model_forward(m, t->x, n, 0, &logits);
@@ -468,7 +474,7 @@ static int allocate_batch(trainer *t) {
     t->idx = malloc((size_t)t->batch * sizeof *t->idx);
     t->x_nchw = malloc((size_t)t->batch * per * sizeof(float));
     t->x_host = malloc((size_t)t->batch * per * sizeof(float));
-    t->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * sizeof(float));
+    t->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * backend_act_size(t->be));
     t->y = malloc((size_t)t->batch * sizeof *t->y);
     return t->order && t->idx && t->x_nchw && t->x_host && t->x && t->y ? 0 : fail(t, "out of memory");
 }

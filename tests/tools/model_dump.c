@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         for (int ch = 0; ch < c; ch++)
             for (int p = 0; p < h * w; p++) nhwc[((size_t)i * h * w + p) * c + ch] = x[((size_t)i * c + ch) * h * w + p];
     int rc = write_file(dir, "params.f32", m->param, m->nparam * 4);
-    float *logits;
+    void *logits;
     double loss = 0;
     int correct;
     if (rc == 0) rc = model_forward(m, nhwc, n, 1, &logits) || model_backward(m, y, n, 0, &loss, &correct);

@@ -66,7 +66,7 @@ static float *input(int n, int h, int c, unsigned seed) {
 }
 
 static double loss_of(model *m, const float *x, int n, const int32_t *y) {
-    float *logits;
+    void *logits;
     double loss;
     int correct;
     if (model_forward(m, x, n, 1, &logits) != 0) test_fail(__FILE__, __LINE__, "forward failed");
@@ -80,7 +80,7 @@ TEST(model_gradient_matches_finite_differences) {
     int n = 4;
     float *x = input(n, 8, 2, 3);
     int32_t y[4] = {0, 1, 2, 4};
-    float *logits;
+    void *logits;
     double loss;
     int correct;
     CHECK_EQ(model_forward(m, x, n, 1, &logits), 0);
@@ -132,7 +132,7 @@ TEST(model_onednn_step_matches_reference) {
     int n = 8;
     float *x = input(n, 12, 1, 7);
     int32_t y[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    float *la, *lc;
+    void *la, *lc;
     double l1, l2;
     int c1, c2;
     CHECK_EQ(model_forward(a, x, n, 1, &la), 0);
@@ -153,7 +153,8 @@ TEST(model_eval_uses_running_statistics) {
     backend *b = mk(0);
     model *m = build(b, "resnet20", 1, 8, 3);
     int n = 4;
-    float *x = input(n, 8, 1, 11), *l;
+    float *x = input(n, 8, 1, 11);
+    void *l;
     float first[12], second[12];
     CHECK_EQ(model_forward(m, x, n, 0, &l), 0);
     memcpy(first, l, sizeof first);

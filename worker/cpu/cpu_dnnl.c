@@ -202,7 +202,9 @@ static int set(dnnl_memory_t m, const void *p) {
     return 0;
 }
 
-int cpu_conv_fwd_dnnl(backend *b, const conv_shape *s, const float *x, const float *w, float *y) {
+int cpu_conv_fwd_dnnl(backend *b, const conv_shape *s, const void *x_, const float *w, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     dnnl_state *st = state(b);
     conv_entry *e = conv_get(b, s);
     if (!e) return -EIO;
@@ -220,8 +222,11 @@ int cpu_conv_fwd_dnnl(backend *b, const conv_shape *s, const float *x, const flo
     return 0;
 }
 
-int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const float *x, const float *w,
-                      const float *dy, float *dx, float *dw) {
+int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const void *x_, const float *w,
+                      const void *dy_, void *dx_, float *dw) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     dnnl_state *st = state(b);
     conv_entry *e = conv_get(b, s);
     if (!e) return -EIO;
@@ -248,8 +253,10 @@ int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const float *x, const flo
 }
 
 /* The linear layer through oneDNN's sgemm (row-major). */
-int cpu_linear_fwd_dnnl(backend *b, int n, int in, int out, const float *x, const float *w,
-                        const float *bias, float *y) {
+int cpu_linear_fwd_dnnl(backend *b, int n, int in, int out, const void *x_, const float *w,
+                        const float *bias, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
     for (int i = 0; i < n; i++)
         for (int o = 0; o < out; o++) y[(size_t)i * out + o] = bias ? bias[o] : 0;
@@ -257,8 +264,11 @@ int cpu_linear_fwd_dnnl(backend *b, int n, int in, int out, const float *x, cons
     return 0;
 }
 
-int cpu_linear_bwd_dnnl(backend *b, int n, int in, int out, const float *x, const float *w,
-                        const float *dy, float *dx, float *dw, float *dbias) {
+int cpu_linear_bwd_dnnl(backend *b, int n, int in, int out, const void *x_, const float *w,
+                        const void *dy_, void *dx_, float *dw, float *dbias) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
     if (dx) DNNL_CHECK(dnnl_sgemm('N', 'N', n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
     DNNL_CHECK(dnnl_sgemm('T', 'N', out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in));

@@ -38,8 +38,9 @@ static void sum_blocks(double *part, int nblk, int c, float *a, float *b) {
     free(part);
 }
 
-int cpu_bn_stats(backend *b, int rows, int c, const float *restrict x, float *sum,
+int cpu_bn_stats(backend *b, int rows, int c, const void *x_, float *sum,
                  float *sumsq) {
+    const float *restrict x = x_;
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
@@ -83,8 +84,10 @@ int cpu_bn_running(backend *b, int c, float eps, const float *running, float *me
     return 0;
 }
 
-int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
-                 const float *invstd, const float *gamma, const float *beta, int relu, float *y) {
+int cpu_bn_apply(backend *b, int rows, int c, const void *x_, const float *mean,
+                 const float *invstd, const float *gamma, const float *beta, int relu, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
     float *scale = malloc(2 * (size_t)c * sizeof *scale);
     if (!scale) return -ENOMEM;
@@ -111,10 +114,13 @@ int cpu_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
 
 /* Per block, float sums over at most ROW_BLOCK rows (well within float's
  * precision: the terms do not cancel), then double across blocks. */
-int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *restrict x,
-                      const float *restrict y, const float *restrict mean,
-                      const float *restrict invstd, int relu, float *restrict dy,
+int cpu_bn_bwd_reduce(backend *b, int rows, int c, const void *x_,
+                      const void *y_, const float *restrict mean,
+                      const float *restrict invstd, int relu, void *dy_,
                       float *sum_dy, float *sum_dy_xhat) {
+    const float *restrict x = x_;
+    const float *restrict y = y_;
+    float *restrict dy = dy_;
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = malloc((size_t)nblk * 2 * (size_t)c * sizeof *part); /* all written */
@@ -153,10 +159,13 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const float *restrict x,
     return 0;
 }
 
-int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *dy,
+int cpu_bn_bwd_apply(backend *b, int rows, int c, const void *x_, const void *dy_,
                      const float *mean, const float *invstd, const float *gamma,
                      const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                     float *dx) {
+                     void *dx_) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
     float *k = malloc(3 * (size_t)c * sizeof *k);
     if (!k) return -ENOMEM;
@@ -192,14 +201,19 @@ int cpu_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *d
 
 /* `omp simd`: these may run in place (output == an input, exactly), which
  * the compiler's overlap check would send down the scalar path. */
-int cpu_relu_fwd(backend *b, size_t n, const float *x, float *y) {
+int cpu_relu_fwd(backend *b, size_t n, const void *x_, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
     return 0;
 }
 
-int cpu_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx) {
+int cpu_relu_bwd(backend *b, size_t n, const void *y_, const void *dy_, void *dx_) {
+    const float *y = y_;
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -209,7 +223,10 @@ int cpu_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *d
     return 0;
 }
 
-int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y) {
+int cpu_add_fwd(backend *b, size_t n, const void *a_, const void *x2_, int relu, void *y_) {
+    const float *a = a_;
+    const float *x2 = x2_;
+    float *y = y_;
     (void)b;
     float lo = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -220,7 +237,9 @@ int cpu_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu,
     return 0;
 }
 
-int cpu_accumulate(backend *b, size_t n, const float *src, float *dst) {
+int cpu_accumulate(backend *b, size_t n, const void *src_, void *dst_) {
+    const float *src = src_;
+    float *dst = dst_;
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
@@ -236,7 +255,9 @@ int cpu_scale(backend *b, size_t n, float alpha, float *x) {
 
 /* ---- pooling ------------------------------------------------------------------ */
 
-int cpu_maxpool_fwd(backend *b, const pool_shape *s, const float *x, float *y, int32_t *argmax) {
+int cpu_maxpool_fwd(backend *b, const pool_shape *s, const void *x_, void *y_, int32_t *argmax) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < s->n; n++) {
@@ -266,8 +287,10 @@ int cpu_maxpool_fwd(backend *b, const pool_shape *s, const float *x, float *y, i
     return 0;
 }
 
-int cpu_maxpool_bwd(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
-                    float *dx) {
+int cpu_maxpool_bwd(backend *b, const pool_shape *s, const void *dy_, const int32_t *argmax,
+                    void *dx_) {
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
     memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);
     size_t per_n = (size_t)s->p * s->q * s->c;
@@ -279,7 +302,9 @@ int cpu_maxpool_bwd(backend *b, const pool_shape *s, const float *dy, const int3
     return 0;
 }
 
-int cpu_avgpool_fwd(backend *b, int n, int hw, int c, const float *x, float *y) {
+int cpu_avgpool_fwd(backend *b, int n, int hw, int c, const void *x_, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
@@ -294,7 +319,9 @@ int cpu_avgpool_fwd(backend *b, int n, int hw, int c, const float *x, float *y) 
     return 0;
 }
 
-int cpu_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *dx) {
+int cpu_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy_, void *dx_) {
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++)
@@ -306,8 +333,10 @@ int cpu_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *dx
 
 /* ---- linear ------------------------------------------------------------------- */
 
-int cpu_linear_fwd_ref(backend *b, int n, int in, int out, const float *x, const float *w,
-                       const float *bias, float *y) {
+int cpu_linear_fwd_ref(backend *b, int n, int in, int out, const void *x_, const float *w,
+                       const float *bias, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
@@ -320,8 +349,11 @@ int cpu_linear_fwd_ref(backend *b, int n, int in, int out, const float *x, const
     return 0;
 }
 
-int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const float *x, const float *w,
-                       const float *dy, float *dx, float *dw, float *dbias) {
+int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const void *x_, const float *w,
+                       const void *dy_, void *dx_, float *dw, float *dbias) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
     if (dx) {
 #pragma omp parallel for schedule(static)
@@ -348,8 +380,10 @@ int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const float *x, const
 
 /* ---- loss ----------------------------------------------------------------------- */
 
-int cpu_xent(backend *b, int n, int classes, const float *logits, const int32_t *labels,
-             float smoothing, float *dlogits, double *loss_sum, int *correct) {
+int cpu_xent(backend *b, int n, int classes, const void *logits_, const int32_t *labels,
+             float smoothing, void *dlogits_, double *loss_sum, int *correct) {
+    const float *logits = logits_;
+    float *dlogits = dlogits_;
     (void)b;
     double total = 0;
     int right = 0;
@@ -403,7 +437,9 @@ int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
 
 /* ---- reference convolution (NHWC x, OIHW w) ----------------------------------------- */
 
-int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const float *x, const float *w, float *y) {
+int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const void *x_, const float *w, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     (void)b;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < s->n; n++)
@@ -427,8 +463,11 @@ int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const float *x, const floa
     return 0;
 }
 
-int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const float *x, const float *w,
-                     const float *dy, float *dx, float *dw) {
+int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const void *x_, const float *w,
+                     const void *dy_, void *dx_, float *dw) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     (void)b;
     if (dx) {
         memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);

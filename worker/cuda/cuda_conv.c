@@ -349,7 +349,9 @@ static int weights_in(cuda_state *st, const conv_shape *s, const float *w, const
 
 /* ---- the operations ------------------------------------------------------------------------- */
 
-int cuda_conv_fwd(backend *b, const conv_shape *s, const float *x, const float *w, float *y) {
+int cuda_conv_fwd(backend *b, const conv_shape *s, const void *x_, const float *w, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     cuda_state *st = cuda_state_of(b);
     conv_entry *e;
     const float *wt;
@@ -379,8 +381,11 @@ static int filter_grad(cuda_state *st, conv_entry *e, const float *x, const floa
     return 0;
 }
 
-int cuda_conv_bwd(backend *b, const conv_shape *s, const float *x, const float *w,
-                  const float *dy, float *dx, float *dw) {
+int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x_, const float *w,
+                  const void *dy_, void *dx_, float *dw) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     cuda_state *st = cuda_state_of(b);
     conv_entry *e;
     int rc = entry_get(st, s, &e);

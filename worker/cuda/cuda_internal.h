@@ -100,46 +100,46 @@ void cuda_buf_release(cuda_buf *buf);
 /* cuda_conv.c: convolution through cuDNN. */
 int cuda_conv_init(cuda_state *st);
 void cuda_conv_destroy(cuda_state *st);
-int cuda_conv_fwd(backend *b, const conv_shape *s, const float *x, const float *w, float *y);
-int cuda_conv_bwd(backend *b, const conv_shape *s, const float *x, const float *w,
-                  const float *dy, float *dx, float *dw);
+int cuda_conv_fwd(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
+int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
+                  const void *dy, void *dx, float *dw);
 
 /* cuda_linear.c: the linear layer through cuBLAS. */
-int cuda_linear_fwd(backend *b, int n, int in, int out, const float *x, const float *w,
-                    const float *bias, float *y);
-int cuda_linear_bwd(backend *b, int n, int in, int out, const float *x, const float *w,
-                    const float *dy, float *dx, float *dw, float *dbias);
+int cuda_linear_fwd(backend *b, int n, int in, int out, const void *x, const float *w,
+                    const float *bias, void *y);
+int cuda_linear_bwd(backend *b, int n, int in, int out, const void *x, const float *w,
+                    const void *dy, void *dx, float *dw, float *dbias);
 
 /* cuda_ops.c: the operations our own kernels (cuda_kernels.cu) compute. */
-int cuda_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq);
+int cuda_bn_stats(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
 int cuda_bn_finalize(backend *b, int c, double count, float eps, float momentum,
                      const float *sum, const float *sumsq, float *mean, float *invstd,
                      float *running);
 int cuda_bn_running(backend *b, int c, float eps, const float *running, float *mean,
                     float *invstd);
-int cuda_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
+int cuda_bn_apply(backend *b, int rows, int c, const void *x, const float *mean,
                   const float *invstd, const float *gamma, const float *beta, int relu,
-                  float *y);
-int cuda_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *y,
-                       const float *mean, const float *invstd, int relu, float *dy,
+                  void *y);
+int cuda_bn_bwd_reduce(backend *b, int rows, int c, const void *x, const void *y,
+                       const float *mean, const float *invstd, int relu, void *dy,
                        float *sum_dy, float *sum_dy_xhat);
-int cuda_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *dy,
+int cuda_bn_bwd_apply(backend *b, int rows, int c, const void *x, const void *dy,
                       const float *mean, const float *invstd, const float *gamma,
                       const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                      float *dx);
-int cuda_relu_fwd(backend *b, size_t n, const float *x, float *y);
-int cuda_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx);
-int cuda_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y);
-int cuda_accumulate(backend *b, size_t n, const float *src, float *dst);
+                      void *dx);
+int cuda_relu_fwd(backend *b, size_t n, const void *x, void *y);
+int cuda_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx);
+int cuda_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
+int cuda_accumulate(backend *b, size_t n, const void *src, void *dst);
 int cuda_scale(backend *b, size_t n, float alpha, float *x);
-int cuda_maxpool_fwd(backend *b, const pool_shape *s, const float *x, float *y,
+int cuda_maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y,
                      int32_t *argmax);
-int cuda_maxpool_bwd(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
-                     float *dx);
-int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const float *x, float *y);
-int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *dx);
-int cuda_xent(backend *b, int n, int classes, const float *logits, const int32_t *labels,
-              float smoothing, float *dlogits, double *loss_sum, int *correct);
+int cuda_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
+                     void *dx);
+int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const void *x, void *y);
+int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx);
+int cuda_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
+              float smoothing, void *dlogits, double *loss_sum, int *correct);
 int cuda_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
              const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
              int nesterov, int first_step);

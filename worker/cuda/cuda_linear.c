@@ -12,8 +12,10 @@
  * with tf32 cuda_backend.c lets it use tensor cores. */
 #include "worker/cuda/cuda_internal.h"
 
-int cuda_linear_fwd(backend *b, int n, int in, int out, const float *x, const float *w,
-                    const float *bias, float *y) {
+int cuda_linear_fwd(backend *b, int n, int in, int out, const void *x_, const float *w,
+                    const float *bias, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     cuda_state *st = cuda_state_of(b);
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_CHECK(st->blas.sgemm(st->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x,
@@ -22,8 +24,11 @@ int cuda_linear_fwd(backend *b, int n, int in, int out, const float *x, const fl
     return 0;
 }
 
-int cuda_linear_bwd(backend *b, int n, int in, int out, const float *x, const float *w,
-                    const float *dy, float *dx, float *dw, float *dbias) {
+int cuda_linear_bwd(backend *b, int n, int in, int out, const void *x_, const float *w,
+                    const void *dy_, void *dx_, float *dw, float *dbias) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     cuda_state *st = cuda_state_of(b);
     const float one = 1.0f, zero = 0.0f;
     if (dx)

@@ -6,7 +6,8 @@
 
 /* ---- batch norm ------------------------------------------------------------- */
 
-int cuda_bn_stats(backend *b, int rows, int c, const float *x, float *sum, float *sumsq) {
+int cuda_bn_stats(backend *b, int rows, int c, const void *x_, float *sum, float *sumsq) {
+    const float *x = x_;
     cuda_state *st = cuda_state_of(b);
     int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(rows, c));
     if (rc) return rc;
@@ -30,17 +31,22 @@ int cuda_bn_running(backend *b, int c, float eps, const float *running, float *m
     return 0;
 }
 
-int cuda_bn_apply(backend *b, int rows, int c, const float *x, const float *mean,
+int cuda_bn_apply(backend *b, int rows, int c, const void *x_, const float *mean,
                   const float *invstd, const float *gamma, const float *beta, int relu,
-                  float *y) {
+                  void *y_) {
+    const float *x = x_;
+    float *y = y_;
     cuda_state *st = cuda_state_of(b);
     CUDA_CHECK(kern_bn_apply(st->stream, rows, c, x, mean, invstd, gamma, beta, relu, y));
     return 0;
 }
 
-int cuda_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float *y,
-                       const float *mean, const float *invstd, int relu, float *dy,
+int cuda_bn_bwd_reduce(backend *b, int rows, int c, const void *x_, const void *y_,
+                       const float *mean, const float *invstd, int relu, void *dy_,
                        float *sum_dy, float *sum_dy_xhat) {
+    const float *x = x_;
+    const float *y = y_;
+    float *dy = dy_;
     cuda_state *st = cuda_state_of(b);
     int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(rows, c));
     if (rc) return rc;
@@ -49,10 +55,13 @@ int cuda_bn_bwd_reduce(backend *b, int rows, int c, const float *x, const float 
     return 0;
 }
 
-int cuda_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *dy,
+int cuda_bn_bwd_apply(backend *b, int rows, int c, const void *x_, const void *dy_,
                       const float *mean, const float *invstd, const float *gamma,
                       const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                      float *dx) {
+                      void *dx_) {
+    const float *x = x_;
+    const float *dy = dy_;
+    float *dx = dx_;
     cuda_state *st = cuda_state_of(b);
     kern_bn_bwd_apply_args a = {.rows = rows, .c = c, .x = x, .dy = dy, .mean = mean,
                                 .invstd = invstd, .gamma = gamma, .sum_dy = sum_dy,
@@ -63,22 +72,32 @@ int cuda_bn_bwd_apply(backend *b, int rows, int c, const float *x, const float *
 
 /* ---- elementwise ---------------------------------------------------------------- */
 
-int cuda_relu_fwd(backend *b, size_t n, const float *x, float *y) {
+int cuda_relu_fwd(backend *b, size_t n, const void *x_, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     CUDA_CHECK(kern_relu_fwd(cuda_state_of(b)->stream, n, x, y));
     return 0;
 }
 
-int cuda_relu_bwd(backend *b, size_t n, const float *y, const float *dy, float *dx) {
+int cuda_relu_bwd(backend *b, size_t n, const void *y_, const void *dy_, void *dx_) {
+    const float *y = y_;
+    const float *dy = dy_;
+    float *dx = dx_;
     CUDA_CHECK(kern_relu_bwd(cuda_state_of(b)->stream, n, y, dy, dx));
     return 0;
 }
 
-int cuda_add_fwd(backend *b, size_t n, const float *a, const float *x2, int relu, float *y) {
+int cuda_add_fwd(backend *b, size_t n, const void *a_, const void *x2_, int relu, void *y_) {
+    const float *a = a_;
+    const float *x2 = x2_;
+    float *y = y_;
     CUDA_CHECK(kern_add_fwd(cuda_state_of(b)->stream, n, a, x2, relu, y));
     return 0;
 }
 
-int cuda_accumulate(backend *b, size_t n, const float *src, float *dst) {
+int cuda_accumulate(backend *b, size_t n, const void *src_, void *dst_) {
+    const float *src = src_;
+    float *dst = dst_;
     CUDA_CHECK(kern_accumulate(cuda_state_of(b)->stream, n, src, dst));
     return 0;
 }
@@ -90,24 +109,32 @@ int cuda_scale(backend *b, size_t n, float alpha, float *x) {
 
 /* ---- pooling -------------------------------------------------------------------------- */
 
-int cuda_maxpool_fwd(backend *b, const pool_shape *s, const float *x, float *y,
+int cuda_maxpool_fwd(backend *b, const pool_shape *s, const void *x_, void *y_,
                      int32_t *argmax) {
+    const float *x = x_;
+    float *y = y_;
     CUDA_CHECK(kern_maxpool_fwd(cuda_state_of(b)->stream, s, x, y, argmax));
     return 0;
 }
 
-int cuda_maxpool_bwd(backend *b, const pool_shape *s, const float *dy, const int32_t *argmax,
-                     float *dx) {
+int cuda_maxpool_bwd(backend *b, const pool_shape *s, const void *dy_, const int32_t *argmax,
+                     void *dx_) {
+    const float *dy = dy_;
+    float *dx = dx_;
     CUDA_CHECK(kern_maxpool_bwd(cuda_state_of(b)->stream, s, dy, argmax, dx));
     return 0;
 }
 
-int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const float *x, float *y) {
+int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const void *x_, void *y_) {
+    const float *x = x_;
+    float *y = y_;
     CUDA_CHECK(kern_avgpool_fwd(cuda_state_of(b)->stream, n, hw, c, x, y));
     return 0;
 }
 
-int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *dx) {
+int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy_, void *dx_) {
+    const float *dy = dy_;
+    float *dx = dx_;
     CUDA_CHECK(kern_avgpool_bwd(cuda_state_of(b)->stream, n, hw, c, dy, dx));
     return 0;
 }
@@ -117,8 +144,10 @@ int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const float *dy, float *d
 /* The per-sample losses and the batch's result live in the partials
  * scratch; the result is copied into pinned host memory, and the stream is
  * waited for so *loss_sum and *correct hold it on return. */
-int cuda_xent(backend *b, int n, int classes, const float *logits, const int32_t *labels,
-              float smoothing, float *dlogits, double *loss_sum, int *correct) {
+int cuda_xent(backend *b, int n, int classes, const void *logits_, const int32_t *labels,
+              float smoothing, void *dlogits_, double *loss_sum, int *correct) {
+    const float *logits = logits_;
+    float *dlogits = dlogits_;
     cuda_state *st = cuda_state_of(b);
     int rc = cuda_buf_reserve(st, &st->partials, kern_xent_scratch_bytes(n));
     if (rc) return rc;
