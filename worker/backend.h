@@ -174,6 +174,9 @@ int backend_create(const backend_opts *o, backend **out, char *err, size_t errle
 /* The CPU backend: convolution through oneDNN (reference = 0) or the
  * plain-C reference kernels (reference = 1, for tests). */
 int cpu_backend_create(int reference, int threads, backend **out, char *err, size_t errlen);
+/* bf16 mixed precision on the CPU, emulated over an fp32 CPU backend
+ * (which it then owns): for checking numerics, slower than fp32. */
+int cpu_bf16_backend_create(backend *fp32, backend **out);
 
 /* The CUDA backend (worker/cuda/; worker/cuda_none.c in builds without
  * CUDA, where it fails with -ENOTSUP). cuda_device_count: GPUs visible, 0

@@ -167,6 +167,9 @@ static int setup_model(trainer *t) {
         bo.kind = BACKEND_CPU;
     }
     if (backend_create(&bo, &t->be, err, sizeof err)) return fail(t, "%s", err);
+    if (t->be->kind != BACKEND_CUDA && c->precision == PRECISION_BF16 && t->env.rank == 0)
+        log_warn("--precision bf16 on the CPU is emulated (fp32 arithmetic rounded to bf16): "
+                 "for checking numerics; it is slower than fp32");
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
     if (model_create(t->be, c->model, ch, h, w, dataset_classes(t->train), c->seed, &t->m, err,
