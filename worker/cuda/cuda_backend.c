@@ -24,6 +24,10 @@ int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
 
 cudaStream_t cuda_backend_stream(const backend *b) { return cuda_state_of(b)->stream; }
 
+void cuda_backend_written(const backend *b, const void *p, size_t bytes) {
+    cuda_weights_written(cuda_state_of(b), p, bytes);
+}
+
 /* ---- device buffers ----------------------------------------------------------- */
 
 int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
@@ -76,11 +80,13 @@ static void *cuda_alloc(backend *b, size_t bytes) {
     return p;
 }
 
+/* The weight cache goes too: it cannot tell which of its copies came from
+ * p's allocation, and p's addresses may come back from the next alloc. */
 static int free_now(cuda_state *st, void *p) {
     /* Queued work may still use p: cudaFree must not run ahead of it. */
     CUDA_CHECK(cudaStreamSynchronize(st->stream));
     CUDA_CHECK(cudaFree(p));
-    return 0;
+    return cuda_weights_clear(st);
 }
 
 static void cuda_free(backend *b, void *p) {
@@ -98,6 +104,7 @@ static int copy_sync(cuda_state *st, void *dst, const void *src, size_t bytes,
 
 static void cuda_upload(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, dst, bytes);
     defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
@@ -113,6 +120,7 @@ static int zero_async(cuda_state *st, void *p, size_t bytes) {
 
 static void cuda_zero(backend *b, void *p, size_t bytes) {
     cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, p, bytes);
     defer(st, zero_async(st, p, bytes));
 }
 
@@ -123,6 +131,7 @@ static int copy_async(cuda_state *st, void *dst, const void *src, size_t bytes) 
 
 static void cuda_copy(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, dst, bytes);
     defer(st, copy_async(st, dst, src, bytes));
 }
 
@@ -140,8 +149,10 @@ static void state_free(cuda_state *st) {
     if (!st) return;
     if (st->stream) cudaStreamSynchronize(st->stream);
     cuda_conv_destroy(st);
+    cuda_weights_destroy(st);
     cuda_buf_release(&st->workspace);
-    cuda_buf_release(&st->weights);
+    cuda_buf_release(&st->wgrad);
+    cuda_buf_release(&st->product);
     cuda_buf_release(&st->partials);
     if (st->xent_host) cudaFreeHost(st->xent_host);
     if (st->cublas) st->blas.destroy(st->cublas);
@@ -158,10 +169,13 @@ static void cuda_destroy(backend *b) {
 
 /* Math modes: fp32 stays fp32 everywhere (cuBLAS's default math keeps full
  * precision; cuDNN's is chosen per algorithm in cuda_conv.c); tf32 lets
- * both use tensor cores on fp32 data. */
+ * both use tensor cores on fp32 data. bf16 keeps activations in bf16 and
+ * computes in fp32 with tensor cores (cuDNN's bf16 configuration,
+ * cublasGemmEx with fp32 compute, which cuBLAS's default math allows). */
 static int state_init(cuda_state *st, const backend_opts *o) {
     st->device = o->device;
     st->precision = o->precision;
+    st->act = o->precision == PRECISION_BF16 ? DTYPE_BF16 : DTYPE_F32;
     CUDA_CHECK(cudaSetDevice(o->device));
     /* Non-blocking: nothing queued on the legacy default stream (by a
      * library we do not control) serialises with our work. */
@@ -174,7 +188,8 @@ static int state_init(cuda_state *st, const backend_opts *o) {
                                                         ? CUBLAS_TF32_TENSOR_OP_MATH
                                                         : CUBLAS_DEFAULT_MATH));
     CUDA_CHECK(cudaMallocHost((void **)&st->xent_host, sizeof *st->xent_host));
-    return cuda_conv_init(st);
+    int rc = cuda_weights_init(st);
+    return rc ? rc : cuda_conv_init(st);
 }
 
 static const backend_ops cuda_ops = {
@@ -210,13 +225,28 @@ static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-/* What is wrong with the request, before touching the device; 0 if fine. */
-static int check_request(const backend_opts *o, char *err, size_t errlen) {
-    if (o->precision == PRECISION_BF16) {
-        snprintf(err, errlen, "--precision bf16 is not implemented yet on the CUDA backend; "
-                              "use --precision fp32 or tf32");
+/* bf16 tensor cores (and cuDNN's bf16 convolutions) start with Ampere. */
+static int check_bf16(int device, char *err, size_t errlen) {
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cannot read CUDA device %d's compute capability: %s", device,
+                 cudaGetErrorString(e));
+        return -EIO;
+    }
+    if (major < 8) {
+        snprintf(err, errlen, "--precision bf16 needs a GPU of compute capability 8.0 (Ampere) "
+                              "or newer; CUDA device %d is %d.%d: use --precision fp32",
+                 device, major, minor);
         return -ENOTSUP;
     }
+    return 0;
+}
+
+/* What is wrong with the request, before touching the device; 0 if fine. */
+static int check_request(const backend_opts *o, char *err, size_t errlen) {
     int n = cuda_device_count();
     if (n == 0) {
         snprintf(err, errlen, "--device cuda: no GPU is visible (no CUDA driver, no device, "
@@ -228,7 +258,7 @@ static int check_request(const backend_opts *o, char *err, size_t errlen) {
                  n, n - 1);
         return -ENODEV;
     }
-    return 0;
+    return o->precision == PRECISION_BF16 ? check_bf16(o->device, err, errlen) : 0;
 }
 
 int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
@@ -257,6 +287,7 @@ int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t 
     }
     b->ops = &cuda_ops;
     b->kind = BACKEND_CUDA;
+    b->act = st->act;
     b->threads = 1;
     b->impl = st;
     *out = b;

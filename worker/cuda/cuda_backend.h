@@ -6,6 +6,7 @@
 #define DDPRUN_WORKER_CUDA_BACKEND_H
 
 #include <cuda_runtime.h>
+#include <stddef.h>
 
 #include "worker/backend.h"
 
@@ -13,5 +14,9 @@
 int cuda_backend_device(const backend *b);
 /* The stream every backend operation is queued on. */
 cudaStream_t cuda_backend_stream(const backend *b);
+/* Says that [p, p + bytes) of device memory is being written other than
+ * by a backend operation (by NCCL), so the backend's converted copies of
+ * any weights there are stale (cuda_weights.c). */
+void cuda_backend_written(const backend *b, const void *p, size_t bytes);
 
 #endif

@@ -3,7 +3,7 @@
  * library alone costs about 90 MiB of private memory and 0.1 s before main
  * runs: a CPU run would pay that for nothing (and the peak-memory figures
  * of CPU training would double). Only the entry points the linear layer
- * uses are looked up. */
+ * uses are looked up (cublasGemmEx for bf16, which has no _v2 name). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,6 +57,7 @@ int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen) {
     if (!rc) rc = lookup(bl, "cublasSetStream_v2", &bl->set_stream, err, errlen);
     if (!rc) rc = lookup(bl, "cublasSgemm_v2", &bl->sgemm, err, errlen);
     if (!rc) rc = lookup(bl, "cublasSetMathMode", &bl->set_math_mode, err, errlen);
+    if (!rc) rc = lookup(bl, "cublasGemmEx", &bl->gemm_ex, err, errlen);
     if (rc) cuda_blas_unload(bl);
     return rc;
 }

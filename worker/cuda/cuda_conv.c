@@ -5,11 +5,17 @@
  * but cuDNN's NHWC kernels want the filter in NHWC too (KRSC, i.e. OHWI):
  * mixing NHWC activations with an NCHW filter is not what its NHWC
  * kernels (or PyTorch's channels-last path) run, so instead of betting on
- * a combination no framework uses, the weights are transposed into a
- * scratch buffer before each call that reads them and the filter gradient
- * is transposed back. Weights are small next to activations, so this
- * costs little; for 1x1 kernels and single-channel inputs the two layouts
- * are the same bytes and nothing is copied.
+ * a combination no framework uses, the weights are transposed (and in
+ * bf16 rounded) into a copy that cuda_weights.c keeps until the weights
+ * change, and the filter gradient is transposed back from a scratch
+ * buffer. For 1x1 kernels and single-channel inputs in fp32 the two
+ * layouts are the same bytes and nothing is copied.
+ *
+ * Types: in fp32 and tf32 everything is fp32. In bf16 (mixed precision)
+ * the activations, the filter copy and the filter gradient cuDNN writes
+ * are bf16, and the convolution computes in fp32 (cuDNN's BFLOAT16_CONFIG:
+ * bf16 tensors, a float compute type, tensor cores); the bf16 filter
+ * gradient is widened into our fp32 one.
  *
  * Algorithms: per shape and direction, cuDNN's heuristics
  * (cudnnGet*Algorithm_v7) rank the candidates once; we keep those that
@@ -48,6 +54,7 @@ typedef struct {
 
 typedef struct {
     conv_shape s;
+    backend_dtype dt; /* the tensors' type */
     int used;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
@@ -97,20 +104,21 @@ static void shape_str(const conv_shape *s, char *buf, size_t len) {
 
 /* ---- descriptors ----------------------------------------------------------------- */
 
-static int entry_build(const conv_shape *s, conv_entry *e) {
+/* Tensors and filter in the activations' type; the compute type is
+ * float in both modes. */
+static int entry_build(const conv_shape *s, backend_dtype dt, conv_entry *e) {
     memset(e, 0, sizeof *e);
     e->used = 1;
     e->s = *s;
+    e->dt = dt;
+    cudnnDataType_t t = dt == DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&e->conv));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n, s->c,
-                                           s->h, s->w));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n, s->k,
-                                           s->p, s->q));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, s->k, s->c,
-                                           s->r, s->s));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, t, s->n, s->c, s->h, s->w));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, t, s->n, s->k, s->p, s->q));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, t, CUDNN_TENSOR_NHWC, s->k, s->c, s->r, s->s));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(e->conv, s->pad, s->pad, s->stride, s->stride, 1,
                                                 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     /* cuDNN's idea of the output must be ours, or every index is off. */
@@ -130,13 +138,13 @@ static int same_shape(const conv_shape *a, const conv_shape *b) {
            a->r == b->r && a->s == b->s && a->stride == b->stride && a->pad == b->pad;
 }
 
-/* The cache entry for s, built on first use. */
+/* The cache entry for s in the activations' type, built on first use. */
 static int entry_get(cuda_state *st, const conv_shape *s, conv_entry **out) {
     cuda_conv_cache *cc = st->convs;
     conv_entry *slot = NULL;
     for (int i = 0; i < MAX_CONVS; i++) {
         conv_entry *e = &cc->e[i];
-        if (e->used && same_shape(&e->s, s)) {
+        if (e->used && e->dt == st->act && same_shape(&e->s, s)) {
             *out = e;
             return 0;
         }
@@ -147,7 +155,7 @@ static int entry_get(cuda_state *st, const conv_shape *s, conv_entry **out) {
         cc->next_evict = (cc->next_evict + 1) % MAX_CONVS;
         entry_free(slot);
     }
-    int rc = entry_build(s, slot);
+    int rc = entry_build(s, st->act, slot);
     if (rc) {
         entry_free(slot);
         return rc;
@@ -159,14 +167,20 @@ static int entry_get(cuda_state *st, const conv_shape *s, conv_entry **out) {
 /* ---- choosing algorithms -------------------------------------------------------------- */
 
 /* The math type the descriptor asks for: fp32 mode keeps to FMA kernels
- * (cuDNN's default math would allow TF32 tensor cores on this GPU). */
+ * (cuDNN's default math would allow TF32 tensor cores on this GPU); tf32
+ * and bf16 want tensor cores. */
 static cudnnMathType_t requested_math(const cuda_state *st) {
-    return st->precision == PRECISION_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    return st->precision == PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
 /* The math type a candidate runs with. */
 static cudnnMathType_t run_math(const cuda_state *st, cudnnMathType_t reported) {
-    return st->precision == PRECISION_TF32 ? reported : CUDNN_FMA_MATH;
+    return st->precision == PRECISION_FP32 ? CUDNN_FMA_MATH : reported;
+}
+
+static const char *mode_name(const cuda_state *st) {
+    return st->precision == PRECISION_BF16 ? "bf16"
+           : st->precision == PRECISION_TF32 ? "tf32" : "fp32";
 }
 
 static int is_transform(conv_dir d, int algo) {
@@ -232,10 +246,11 @@ static size_t workspace_size(cuda_state *st, conv_entry *e, conv_dir d, int algo
 }
 
 /* Lower is preferred: nondeterministic algorithms last, and in fp32 mode
- * the transform-based ones after the direct ones. */
+ * the transform-based ones after the direct ones (tf32 and bf16 lose more
+ * bits in their inputs than a transform does). */
 static int preference(const cuda_state *st, conv_dir d, const candidate *c) {
     int nondet = c->determinism != CUDNN_DETERMINISTIC;
-    int lossy = st->precision != PRECISION_TF32 && is_transform(d, c->algo);
+    int lossy = st->precision == PRECISION_FP32 && is_transform(d, c->algo);
     return 2 * nondet + lossy;
 }
 
@@ -272,8 +287,8 @@ static int choose(cuda_state *st, conv_entry *e, conv_dir d) {
 /* The operands of one cuDNN call; which of them a direction reads or
  * writes is in run_algo. */
 typedef struct {
-    const float *x, *w, *dy;
-    float *out; /* y, dx or dw */
+    const void *x, *w, *dy;
+    void *out; /* y, dx or dw */
 } conv_io;
 
 static cudnnStatus_t run_algo(cuda_state *st, conv_entry *e, conv_dir d, int i,
@@ -320,79 +335,56 @@ static int conv_run(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io
     }
     shape_str(&e->s, desc, sizeof desc);
     log_error("cuDNN has no algorithm for convolution %s %s in %s mode", dir_names[d], desc,
-              st->precision == PRECISION_TF32 ? "tf32" : "fp32");
+              mode_name(st));
     return -ENOTSUP;
-}
-
-/* ---- weights layout -------------------------------------------------------------------------- */
-
-/* OIHW and OHWI are the same bytes when each output channel's block is a
- * single row or a single column. */
-static int needs_transpose(const conv_shape *s) { return s->r * s->s != 1 && s->c != 1; }
-
-static size_t weight_count(const conv_shape *s) { return (size_t)s->k * s->c * s->r * s->s; }
-
-/* w in cuDNN's layout: w itself, or its transpose in the weights scratch
- * (whose second half is left for the filter gradient). */
-static int weights_in(cuda_state *st, const conv_shape *s, const float *w, const float **out) {
-    if (!needs_transpose(s)) {
-        *out = w;
-        return 0;
-    }
-    int rc = cuda_buf_reserve(st, &st->weights, 2 * weight_count(s) * sizeof(float));
-    if (rc) return rc;
-    float *t = st->weights.p;
-    CUDA_CHECK(kern_oihw_to_ohwi(st->stream, s->k, s->c, s->r, s->s, w, t));
-    *out = t;
-    return 0;
 }
 
 /* ---- the operations ------------------------------------------------------------------------- */
 
-int cuda_conv_fwd(backend *b, const conv_shape *s, const void *x_, const float *w, void *y_) {
-    const float *x = x_;
-    float *y = y_;
+static size_t act_size(const cuda_state *st) { return st->act == DTYPE_BF16 ? 2 : 4; }
+
+int cuda_conv_fwd(backend *b, const conv_shape *s, const void *x, const float *w, void *y) {
     cuda_state *st = cuda_state_of(b);
     conv_entry *e;
-    const float *wt;
+    const void *wt;
     int rc = entry_get(st, s, &e);
-    if (!rc) rc = weights_in(st, s, w, &wt);
+    if (!rc) rc = cuda_weights_get(st, w, s->k, s->c, s->r, s->s, &wt);
     if (rc) return rc;
     conv_io io = {.x = x, .w = wt, .out = y};
     return conv_run(st, e, DIR_FWD, &io);
 }
 
-/* dw in OIHW: cuDNN writes OHWI into the scratch's second half, which is
- * then transposed into dw. */
-static int filter_grad(cuda_state *st, conv_entry *e, const float *x, const float *dy,
+/* dw in fp32 OIHW: cuDNN writes it straight into dw when that is its
+ * layout and type (fp32 with a 1x1 kernel or one channel), else KRSC in
+ * the activations' type into the wgrad scratch, which is then converted. */
+static int filter_grad(cuda_state *st, conv_entry *e, const void *x, const void *dy,
                        float *dw) {
     const conv_shape *s = &e->s;
-    if (!needs_transpose(s)) {
+    size_t count = (size_t)s->k * s->c * s->r * s->s;
+    cuda_weights_written(st, dw, count * sizeof(float));
+    if (cuda_weights_native(st, s->c, s->r, s->s)) {
         conv_io io = {.x = x, .dy = dy, .out = dw};
         return conv_run(st, e, DIR_BWD_FILTER, &io);
     }
-    int rc = cuda_buf_reserve(st, &st->weights, 2 * weight_count(s) * sizeof(float));
+    int rc = cuda_buf_reserve(st, &st->wgrad, count * act_size(st));
     if (rc) return rc;
-    float *dwt = (float *)st->weights.p + weight_count(s);
-    conv_io io = {.x = x, .dy = dy, .out = dwt};
+    conv_io io = {.x = x, .dy = dy, .out = st->wgrad.p};
     rc = conv_run(st, e, DIR_BWD_FILTER, &io);
     if (rc) return rc;
-    CUDA_CHECK(kern_ohwi_to_oihw(st->stream, s->k, s->c, s->r, s->s, dwt, dw));
+    CUDA_CHECK(kern_weights_from_krsc(st->stream, st->act, s->k, s->c, s->r, s->s, st->wgrad.p,
+                                      dw));
     return 0;
 }
 
-int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x_, const float *w,
-                  const void *dy_, void *dx_, float *dw) {
-    const float *x = x_;
-    const float *dy = dy_;
-    float *dx = dx_;
+int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
+                  const void *dy, void *dx, float *dw) {
     cuda_state *st = cuda_state_of(b);
     conv_entry *e;
     int rc = entry_get(st, s, &e);
     if (rc) return rc;
     if (dx) {
-        const float *wt;
-        rc = weights_in(st, s, w, &wt);
+        const void *wt;
+        rc = cuda_weights_get(st, w, s->k, s->c, s->r, s->s, &wt);
         if (rc) return rc;
         conv_io io = {.w = wt, .dy = dy, .out = dx};
         rc = conv_run(st, e, DIR_BWD_DATA, &io);

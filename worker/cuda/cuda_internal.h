@@ -57,6 +57,7 @@ typedef struct {
 } cuda_buf;
 
 typedef struct cuda_conv_cache cuda_conv_cache; /* cuda_conv.c */
+typedef struct cuda_weight_cache cuda_weight_cache; /* cuda_weights.c */
 
 /* cuBLAS's entry points, from dlopen (cuda_blas.c says why). */
 typedef struct {
@@ -68,6 +69,11 @@ typedef struct {
     cublasStatus_t (*sgemm)(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
                             int m, int n, int k, const float *alpha, const float *a, int lda,
                             const float *b, int ldb, const float *beta, float *c, int ldc);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                              int m, int n, int k, const void *alpha, const void *a,
+                              cudaDataType at, int lda, const void *b, cudaDataType bt, int ldb,
+                              const void *beta, void *c, cudaDataType ct, int ldc,
+                              cublasComputeType_t compute, cublasGemmAlgo_t algo);
 } cuda_blas;
 
 /* cuda_blas.c: 0, or -ENOENT with a message saying what is missing. */
@@ -78,14 +84,17 @@ const char *cuda_blas_status_name(cublasStatus_t s);
 typedef struct {
     int device;
     backend_precision precision;
+    backend_dtype act;       /* activations' type: bf16 under PRECISION_BF16, else fp32 */
     cudaStream_t stream;     /* every operation is queued here */
     cudnnHandle_t cudnn;     /* bound to stream */
     cuda_blas blas;          /* cuBLAS's functions */
     cublasHandle_t cublas;   /* bound to stream */
     cuda_buf workspace;      /* cuDNN's workspace */
-    cuda_buf weights;        /* convolution weights and their gradient in cuDNN's layout */
+    cuda_buf wgrad;          /* a convolution's filter gradient in cuDNN's layout and type */
+    cuda_buf product;        /* the linear layer's fp32 product before it is rounded to bf16 */
     cuda_buf partials;       /* per-block partial sums of reductions, the loss's scratch */
     cuda_conv_cache *convs;  /* descriptors and algorithms per convolution shape */
+    cuda_weight_cache *wcache; /* parameters in the layout and type cuDNN and cuBLAS read */
     kern_xent_result *xent_host; /* pinned: where the loss lands on the host */
     int deferred;            /* the first error of an operation that cannot return one */
 } cuda_state;
@@ -96,6 +105,35 @@ static inline cuda_state *cuda_state_of(const backend *b) { return (cuda_state *
  * queued work may still read the old buffer. */
 int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes);
 void cuda_buf_release(cuda_buf *buf);
+
+/* cuda_weights.c: fp32 OIHW parameters as cuDNN's filters (KRSC) and
+ * cuBLAS's bf16 operands want them, converted once and cached per
+ * parameter pointer and shape until something writes the parameters.
+ *
+ * Invalidation is by address range: every backend operation that writes
+ * fp32 memory (upload, copy, zero, sgd, scale, the fp32 outputs of the
+ * other operations) calls cuda_weights_written with what it writes, and
+ * so must anything else that writes device memory behind the backend's
+ * back (NCCL, through cuda_backend_written). Activations (the void *
+ * outputs) are never read as weights and are not tracked. Freeing any
+ * memory drops the whole cache (the backend cannot tell which cached
+ * parameters lay in the freed allocation). */
+int cuda_weights_init(cuda_state *st);
+void cuda_weights_destroy(cuda_state *st);
+/* w (k x c x r x s, OIHW, fp32) as KRSC in st->act in *out: w itself when
+ * that is the same bytes (fp32 with a 1x1 kernel or one channel), else
+ * the cached copy, converted again if w was written since. */
+int cuda_weights_get(cuda_state *st, const float *w, int k, int c, int r, int s,
+                     const void **out);
+/* Whether OIHW weights already are KRSC in st->act: fp32, and each output
+ * channel's block a single row (1x1 kernel) or column (one channel). */
+static inline int cuda_weights_native(const cuda_state *st, int c, int r, int s) {
+    return st->act == DTYPE_F32 && (r * s == 1 || c == 1);
+}
+void cuda_weights_written(cuda_state *st, const void *p, size_t bytes);
+/* Drops every cached copy; the stream must be idle (nothing queued may
+ * still read them). */
+int cuda_weights_clear(cuda_state *st);
 
 /* cuda_conv.c: convolution through cuDNN. */
 int cuda_conv_init(cuda_state *st);

@@ -2,7 +2,8 @@
  * launchers: each queues its work on the given stream and returns the
  * launch's status, which the C side checks with CUDA_CHECK. Every kernel
  * computes exactly the function its CPU counterpart in worker/cpu/
- * cpu_kernels.c computes; see backend.h for what each operation means.
+ * cpu_kernels.c computes (in bf16, that of worker/cpu/cpu_bf16.c: widen,
+ * compute in fp32, round); see backend.h for what each operation means.
  *
  * Reductions never use floating-point atomics: per-channel sums are first
  * summed per block of rows into a partials buffer the caller provides
@@ -65,66 +66,100 @@ static inline kern_xent_result *kern_xent_result_at(void *scratch, int n) {
 }
 
 /* ---- batch norm ---- */
-cudaError_t kern_bn_stats(cudaStream_t st, int rows, int c, const float *x, void *partials,
-                          float *sum, float *sumsq);
+/* Activations (the void * arguments) hold elements of type dt: fp32, or
+ * bf16 widened to fp32 on load and rounded to nearest even on store. The
+ * arithmetic, and every float * argument, is fp32 in both cases. */
+cudaError_t kern_bn_stats(cudaStream_t st, backend_dtype dt, int rows, int c, const void *x,
+                          void *partials, float *sum, float *sumsq);
 cudaError_t kern_bn_finalize(cudaStream_t st, int c, double count, float eps, float momentum,
                              const float *sum, const float *sumsq, float *mean, float *invstd,
                              float *running);
 cudaError_t kern_bn_running(cudaStream_t st, int c, float eps, const float *running,
                             float *mean, float *invstd);
-cudaError_t kern_bn_apply(cudaStream_t st, int rows, int c, const float *x, const float *mean,
-                          const float *invstd, const float *gamma, const float *beta, int relu,
-                          float *y);
-cudaError_t kern_bn_bwd_reduce(cudaStream_t st, int rows, int c, const float *x,
-                               const float *y, const float *mean, const float *invstd, int relu,
-                               float *dy, void *partials, float *sum_dy, float *sum_dy_xhat);
-/* The bwd_apply arguments, too many for one line of parameters. */
+/* The apply arguments, too many for one line of parameters. */
 typedef struct {
+    backend_dtype dt;
     int rows, c;
-    const float *x, *dy, *mean, *invstd, *gamma, *sum_dy, *sum_dy_xhat;
+    const void *x;
+    const float *mean, *invstd, *gamma, *beta;
+    int relu;
+    void *y;
+} kern_bn_apply_args;
+cudaError_t kern_bn_apply(cudaStream_t st, const kern_bn_apply_args *a);
+/* The reduce arguments; dy is masked by the ReLU in place (when relu). */
+typedef struct {
+    backend_dtype dt;
+    int rows, c;
+    const void *x, *y;
+    const float *mean, *invstd;
+    int relu;
+    void *dy;
+    float *sum_dy, *sum_dy_xhat;
+} kern_bn_bwd_reduce_args;
+cudaError_t kern_bn_bwd_reduce(cudaStream_t st, const kern_bn_bwd_reduce_args *a,
+                               void *partials);
+typedef struct {
+    backend_dtype dt;
+    int rows, c;
+    const void *x, *dy;
+    const float *mean, *invstd, *gamma, *sum_dy, *sum_dy_xhat;
     float m;
     int add_to;
-    float *dx;
+    void *dx;
 } kern_bn_bwd_apply_args;
 cudaError_t kern_bn_bwd_apply(cudaStream_t st, const kern_bn_bwd_apply_args *a);
 
-/* ---- elementwise ---- */
-cudaError_t kern_relu_fwd(cudaStream_t st, size_t n, const float *x, float *y);
-cudaError_t kern_relu_bwd(cudaStream_t st, size_t n, const float *y, const float *dy,
-                          float *dx);
-cudaError_t kern_add_fwd(cudaStream_t st, size_t n, const float *a, const float *b, int relu,
-                         float *y);
-cudaError_t kern_accumulate(cudaStream_t st, size_t n, const float *src, float *dst);
+/* ---- elementwise (activations) ---- */
+cudaError_t kern_relu_fwd(cudaStream_t st, backend_dtype dt, size_t n, const void *x, void *y);
+cudaError_t kern_relu_bwd(cudaStream_t st, backend_dtype dt, size_t n, const void *y,
+                          const void *dy, void *dx);
+cudaError_t kern_add_fwd(cudaStream_t st, backend_dtype dt, size_t n, const void *a,
+                         const void *b, int relu, void *y);
+cudaError_t kern_accumulate(cudaStream_t st, backend_dtype dt, size_t n, const void *src,
+                            void *dst);
+/* fp32 only (parameter gradients) */
 cudaError_t kern_scale(cudaStream_t st, size_t n, float alpha, float *x);
 
 /* ---- pooling ---- */
-cudaError_t kern_maxpool_fwd(cudaStream_t st, const pool_shape *s, const float *x, float *y,
-                             int32_t *argmax);
-cudaError_t kern_maxpool_bwd(cudaStream_t st, const pool_shape *s, const float *dy,
-                             const int32_t *argmax, float *dx);
-cudaError_t kern_avgpool_fwd(cudaStream_t st, int n, int hw, int c, const float *x, float *y);
-cudaError_t kern_avgpool_bwd(cudaStream_t st, int n, int hw, int c, const float *dy,
-                             float *dx);
+cudaError_t kern_maxpool_fwd(cudaStream_t st, backend_dtype dt, const pool_shape *s,
+                             const void *x, void *y, int32_t *argmax);
+cudaError_t kern_maxpool_bwd(cudaStream_t st, backend_dtype dt, const pool_shape *s,
+                             const void *dy, const int32_t *argmax, void *dx);
+cudaError_t kern_avgpool_fwd(cudaStream_t st, backend_dtype dt, int n, int hw, int c,
+                             const void *x, void *y);
+cudaError_t kern_avgpool_bwd(cudaStream_t st, backend_dtype dt, int n, int hw, int c,
+                             const void *dy, void *dx);
 
 /* ---- linear layer helpers ---- */
-/* y[i][o] += bias[o] for rows x out */
-cudaError_t kern_bias_add(cudaStream_t st, int rows, int out, const float *bias, float *y);
+/* y[i][o] = acc[i][o] + bias[o] over rows x out (bias NULL: + nothing),
+ * from the fp32 product acc to activations y; with fp32 y may be acc. */
+cudaError_t kern_bias_out(cudaStream_t st, backend_dtype dt, int rows, int out,
+                          const float *acc, const float *bias, void *y);
 /* dbias[o] = sum over rows of dy[i][o] */
-cudaError_t kern_bias_grad(cudaStream_t st, int rows, int out, const float *dy, void *partials,
-                           float *dbias);
+cudaError_t kern_bias_grad(cudaStream_t st, backend_dtype dt, int rows, int out, const void *dy,
+                           void *partials, float *dbias);
 
 /* ---- convolution weights ---- */
-/* OIHW (PyTorch's order) <-> OHWI (cuDNN's NHWC filter format, KRSC). */
-cudaError_t kern_oihw_to_ohwi(cudaStream_t st, int k, int c, int r, int s, const float *src,
-                              float *dst);
-cudaError_t kern_ohwi_to_oihw(cudaStream_t st, int k, int c, int r, int s, const float *src,
-                              float *dst);
+/* Our fp32 OIHW (PyTorch's order) to cuDNN's NHWC filter format (KRSC,
+ * i.e. OHWI) in type dt, rounding to bf16 if dt is; and a filter
+ * gradient in that format back to fp32 OIHW. */
+cudaError_t kern_weights_to_krsc(cudaStream_t st, backend_dtype dt, int k, int c, int r, int s,
+                                 const float *src, void *dst);
+cudaError_t kern_weights_from_krsc(cudaStream_t st, backend_dtype dt, int k, int c, int r,
+                                   int s, const void *src, float *dst);
 
 /* ---- loss and optimiser ---- */
 /* scratch: kern_xent_scratch_bytes(n) of device memory; the batch's
  * result is left at kern_xent_result_at(scratch, n). */
-cudaError_t kern_xent(cudaStream_t st, int n, int classes, const float *logits,
-                      const int32_t *labels, float smoothing, float *dlogits, void *scratch);
+typedef struct {
+    backend_dtype dt;
+    int n, classes;
+    const void *logits;
+    const int32_t *labels;
+    float smoothing;
+    void *dlogits;
+} kern_xent_args;
+cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void *scratch);
 /* The sgd arguments, too many for one line of parameters. */
 typedef struct {
     size_t n;

@@ -14,7 +14,9 @@
  * stream wait for the collective's completion event, so everything queued
  * after sees its result. Issuing a collective waits only for NCCL to put
  * it on its stream, never for it to run, which keeps the buckets
- * overlapping with backward.
+ * overlapping with backward. The backend is told which memory each
+ * collective writes, so it converts any weights there again (a broadcast
+ * of the parameters) instead of using stale copies.
  *
  * Failure: wait supervises the collective from the host (the completion
  * event, NCCL's asynchronous error, the deadline). An NCCL error or a
@@ -59,6 +61,7 @@ typedef struct {
     devcomm d;            /* what the trainer holds; d.impl points back here */
     ncclComm_t comm;      /* NULL once destroyed or aborted */
     int device;
+    const backend *be;    /* the backend (not owned): told what NCCL writes */
     cudaStream_t compute; /* the backend's stream (not owned) */
     cudaStream_t stream;  /* NCCL's stream */
     cudaEvent_t ready;    /* "the stream got this far", waited for by another */
@@ -275,6 +278,7 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
     *req = NULL;
     int rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
     if (rc == 0) rc = nc_enqueue(n, r, buf);
+    cuda_backend_written(n->be, buf, count * sizeof(float)); /* even half done */
     if (rc) {
         req_put(n, r);
         return rc;
@@ -298,6 +302,7 @@ static int nc_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     nc_req *r = NULL;
     int rc = req_get(n, NC_BROADCAST, bytes, root, &r);
     if (rc == 0) rc = nc_enqueue(n, r, buf);
+    cuda_backend_written(n->be, buf, bytes); /* even half done */
     if (rc == 0) rc = nc_finish(n, r);
     req_put(n, r);
     return rc;
@@ -461,6 +466,7 @@ int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, si
         return -ENOMEM;
     }
     n->d = (devcomm){.ops = &nccl_ops, .rank = o->rank, .world = o->world, .impl = n};
+    n->be = o->be;
     n->device = cuda_backend_device(o->be);
     n->compute = cuda_backend_stream(o->be);
     n->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
