@@ -7,9 +7,20 @@
  * is judged against the tensor's scale. Arithmetic the two backends do in
  * the same order (ReLU, add, pooling) must agree exactly.
  *
+ * Everything runs twice: in fp32 (TF32 off) against the fp32 CPU backend
+ * within 1e-5, then in bf16 mixed precision against the CPU's emulated
+ * bf16 backend (worker/cpu/cpu_bf16.c) on the same bf16 input bits. There,
+ * results that pass through bf16 (activations, and the filter gradient
+ * cuDNN writes in bf16) may differ by a rounding step where the fp32 sums
+ * before it differ in their last bits, so they are held to 1e-2; fp32 sums
+ * of bf16 data (batch-norm statistics, the bias gradient) stay at 1e-5,
+ * and the exact operations stay exact. A test of the weight cache checks
+ * that the GPU sees weights change through every way they can.
+ *
  * Exits 77 ("skipped: no GPU") when no GPU is visible, 1 if a check fails.
  * `gpu-ops --device-count` prints the number of visible GPUs (for the
  * scripts in tests/gpu). */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,12 +29,17 @@
 
 #include "common/log.h"
 #include "worker/backend.h"
+#include "worker/bf16.h"
 
-#define TOL 1e-5 /* fp32, TF32 off */
+#define TOL 1e-5      /* fp32, TF32 off; and fp32 sums in bf16 mode */
+#define TOL_BF16 1e-2 /* results that pass through bf16 */
 #define MAX_TRACKED 64
 
 typedef struct {
     backend *cpu, *gpu;
+    const char *mode; /* "fp32" or "bf16", the prefix of every line */
+    backend_dtype act; /* both backends' activation type */
+    double tol;        /* for results that pass through activations */
     unsigned seed;
     int checks, failed;
     void *dev[MAX_TRACKED], *host[MAX_TRACKED]; /* the current case's buffers */
@@ -85,6 +101,32 @@ static void *hdup(ctx *t, const void *p, size_t bytes) {
     return memcpy(track_host(t, malloc(bytes ? bytes : 1)), p, bytes);
 }
 
+/* ---- activations: fp32 or bf16 on both sides ------------------------------------ */
+
+/* Bytes per activation element. */
+static size_t asz(const ctx *t) { return t->act == DTYPE_BF16 ? 2 : 4; }
+
+/* f (n floats) as host activations: f itself in fp32, its bf16 rounding
+ * in bf16 mode. */
+static void *hact(ctx *t, float *f, size_t n) {
+    if (t->act == DTYPE_F32) return f;
+    uint16_t *h = track_host(t, malloc((n ? n : 1) * sizeof *h));
+    bf16_from_floats(h, f, n);
+    return h;
+}
+
+static void *arand(ctx *t, size_t n, float lo, float hi) { return hact(t, hrand(t, n, lo, hi), n); }
+
+static void *azero(ctx *t, size_t n) { return track_host(t, calloc(n ? n : 1, asz(t))); }
+
+/* Host activations as floats. */
+static const float *awiden(ctx *t, const void *h, size_t n) {
+    if (t->act == DTYPE_F32) return h;
+    float *f = track_host(t, malloc((n ? n : 1) * sizeof *f));
+    bf16_to_floats(f, h, n);
+    return f;
+}
+
 static void done(ctx *t) {
     for (int i = 0; i < t->ndev; i++) t->gpu->ops->free(t->gpu, t->dev[i]);
     for (int i = 0; i < t->nhost; i++) free(t->host[i]);
@@ -98,7 +140,7 @@ static void report(ctx *t, int ok, const char *detail, const char *fmt, va_list 
     vsnprintf(what, sizeof what, fmt, ap);
     t->checks++;
     if (!ok) t->failed++;
-    printf("%s %s%s\n", ok ? "ok  " : "FAIL", what, detail);
+    printf("%s %s: %s%s\n", ok ? "ok  " : "FAIL", t->mode, what, detail);
 }
 
 /* Both backends returned 0 (a failing call fails its check outright). */
@@ -113,10 +155,9 @@ static int calls_ok(ctx *t, int rc_cpu, int rc_gpu, const char *fmt, ...) {
     return 0;
 }
 
-/* The GPU's d (device memory) against the CPU's want (host memory). */
-static void close_to(ctx *t, const float *d, const float *want, size_t n, double tol,
-                     const char *fmt, ...) {
-    const float *got = hget(t, d, n * sizeof *got);
+/* got against want, both host floats; tol 0 asks for the same values. */
+static void compare(ctx *t, const float *got, const float *want, size_t n, double tol,
+                    const char *fmt, va_list ap) {
     double worst = 0, scale = 1e-30;
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)want[i]));
     for (size_t i = 0; i < n; i++) {
@@ -127,9 +168,28 @@ static void close_to(ctx *t, const float *d, const float *want, size_t n, double
     double rel = worst / scale;
     char detail[96];
     snprintf(detail, sizeof detail, " (error %.2e, limit %.0e)", rel, tol);
+    report(t, tol == 0 ? worst == 0 : rel <= tol, detail, fmt, ap);
+}
+
+/* The GPU's d (device memory, fp32) against the CPU's want (host memory). */
+static void close_to(ctx *t, const float *d, const float *want, size_t n, double tol,
+                     const char *fmt, ...) {
+    const float *got = hget(t, d, n * sizeof *got);
     va_list ap;
     va_start(ap, fmt);
-    report(t, tol == 0 ? worst == 0 : rel <= tol, detail, fmt, ap);
+    compare(t, got, want, n, tol, fmt, ap);
+    va_end(ap);
+}
+
+/* The same for activations (fp32 or bf16 on both sides), compared as
+ * floats. */
+static void close_act(ctx *t, const void *d, const void *want, size_t n, double tol,
+                      const char *fmt, ...) {
+    const float *got = awiden(t, hget(t, d, n * asz(t)), n);
+    const float *w = awiden(t, want, n);
+    va_list ap;
+    va_start(ap, fmt);
+    compare(t, got, w, n, tol, fmt, ap);
     va_end(ap);
 }
 
@@ -183,16 +243,19 @@ static void test_conv(ctx *t, int n, int h, int c, int k, int r, int stride, int
     snprintf(name, sizeof name, "conv n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", n, h, h, c, k,
              r, r, stride, pad);
     size_t nx = (size_t)n * h * h * c, nw = (size_t)k * c * r * r, ny = (size_t)n * s.p * s.q * k;
-    float *x = hrand(t, nx, -1, 1), *w = hrand(t, nw, -1, 1), *dy = hrand(t, ny, -1, 1);
-    float *y = hzero(t, ny), *dx = hzero(t, nx), *dw = hzero(t, nw);
-    float *gx = dput(t, x, nx * 4), *gw = dput(t, w, nw * 4), *gdy = dput(t, dy, ny * 4);
-    float *gy = dnew(t, ny * 4), *gdx = dnew(t, nx * 4), *gdw = dnew(t, nw * 4);
+    size_t a = asz(t);
+    void *x = arand(t, nx, -1, 1), *dy = arand(t, ny, -1, 1);
+    float *w = hrand(t, nw, -1, 1), *dw = hzero(t, nw);
+    void *y = azero(t, ny), *dx = azero(t, nx);
+    void *gx = dput(t, x, nx * a), *gdy = dput(t, dy, ny * a);
+    float *gw = dput(t, w, nw * 4), *gdw = dnew(t, nw * 4);
+    void *gy = dnew(t, ny * a), *gdx = dnew(t, nx * a);
     if (calls_ok(t, CPU(conv_fwd, &s, x, w, y), GPU(conv_fwd, &s, gx, gw, gy), "%s fwd", name))
-        close_to(t, gy, y, ny, TOL, "%s fwd", name);
+        close_act(t, gy, y, ny, t->tol, "%s fwd", name);
     if (calls_ok(t, CPU(conv_bwd, &s, x, w, dy, dx, dw), GPU(conv_bwd, &s, gx, gw, gdy, gdx, gdw),
                  "%s bwd", name)) {
-        close_to(t, gdx, dx, nx, TOL, "%s bwd dx", name);
-        close_to(t, gdw, dw, nw, TOL, "%s bwd dw", name);
+        close_act(t, gdx, dx, nx, t->tol, "%s bwd dx", name);
+        close_to(t, gdw, dw, nw, t->tol, "%s bwd dw", name);
     }
     /* Without dx, dw alone; and the same bits as the first time. */
     float *dw1 = hget(t, gdw, nw * 4);
@@ -202,18 +265,82 @@ static void test_conv(ctx *t, int n, int h, int c, int k, int r, int stride, int
     done(t);
 }
 
+/* The GPU converts weights into cuDNN's layout (and bf16) once and keeps
+ * the copy until they change: every way of changing them (upload, sgd,
+ * copy, zero, on a view inside a larger buffer as the model's are) must
+ * show in the next convolution and linear layer. A 3x3 kernel over 8
+ * channels, so that fp32 needs the transposed copy too. */
+static void test_weight_cache(ctx *t) {
+    conv_shape s;
+    conv_shape_init(&s, 2, 8, 8, 8, 16, 3, 1, 1);
+    size_t nx = 2 * 8 * 8 * 8, ny = 2 * 8 * 8 * 16, nw = 16 * 8 * 9, off = 40, np = off + nw;
+    size_t a = asz(t);
+    void *x = arand(t, nx, -1, 1), *dy = arand(t, ny, -1, 1);
+    void *gx = dput(t, x, nx * a), *gdy = dput(t, dy, ny * a);
+    void *y = azero(t, ny), *gy = dnew(t, ny * a), *dx = azero(t, nx), *gdx = dnew(t, nx * a);
+    float *p = hrand(t, np, -1, 1), *gp = dput(t, p, np * 4), *w = p + off, *gw = gp + off;
+    float *dw = hzero(t, nw), *gdw = dnew(t, nw * 4);
+#define FWD_SAME(what)                                                                       \
+    if (calls_ok(t, CPU(conv_fwd, &s, x, w, y), GPU(conv_fwd, &s, gx, gw, gy),               \
+                 "weight cache: conv after %s", what))                                       \
+        close_act(t, gy, y, ny, t->tol, "weight cache: conv after %s", what);
+    FWD_SAME("the first upload");
+    memcpy(w, hrand(t, nw, -1, 1), nw * 4);
+    GPU(upload, gw, w, nw * 4);
+    FWD_SAME("an upload of new weights");
+    float *g = hrand(t, np, -1, 1), *gg = dput(t, g, np * 4);
+    float *m = hzero(t, np), *gm = dnew(t, np * 4);
+    if (calls_ok(t, CPU(sgd, np, p, g, m, NULL, 0.5f, 0.9f, 0, 0, 1),
+                 GPU(sgd, np, gp, gg, gm, NULL, 0.5f, 0.9f, 0, 0, 1), "weight cache: sgd"))
+        FWD_SAME("an sgd step");
+    /* The backward pass after a step reads the new weights too. */
+    if (calls_ok(t, CPU(conv_bwd, &s, x, w, dy, dx, dw), GPU(conv_bwd, &s, gx, gw, gdy, gdx, gdw),
+                 "weight cache: conv bwd after an sgd step"))
+        close_act(t, gdx, dx, nx, t->tol, "weight cache: conv bwd dx after an sgd step");
+    float *w2 = hrand(t, nw, -1, 1), *gw2 = dput(t, w2, nw * 4);
+    memcpy(w, w2, nw * 4);
+    GPU(copy, gw, gw2, nw * 4);
+    FWD_SAME("a device copy");
+    memset(w, 0, nw * 4);
+    GPU(zero, gw, nw * 4);
+    FWD_SAME("zeroing");
+    GPU(upload, gp, p, np * 4); /* the whole buffer, the weights among it */
+    memcpy(w, hrand(t, nw, -1, 1), nw * 4);
+    GPU(upload, gw + nw / 2, w + nw / 2, nw / 2 * 4); /* half of them */
+    GPU(upload, gw, w, nw / 2 * 4);                   /* and the other half */
+    FWD_SAME("uploads in two halves");
+#undef FWD_SAME
+    /* The linear layer's bf16 copy of its weight, the same way. */
+    int ln = 4, in = 32, out = 10;
+    void *lx = arand(t, (size_t)ln * in, -1, 1), *glx = dput(t, lx, (size_t)ln * in * a);
+    void *ly = azero(t, (size_t)ln * out), *gly = dnew(t, (size_t)ln * out * a);
+    float *lw = hrand(t, (size_t)out * in, -1, 1), *glw = dput(t, lw, (size_t)out * in * 4);
+    for (int round = 0; round < 2; round++) {
+        if (round) {
+            memcpy(lw, hrand(t, (size_t)out * in, -1, 1), (size_t)out * in * 4);
+            GPU(upload, glw, lw, (size_t)out * in * 4);
+        }
+        if (calls_ok(t, CPU(linear_fwd, ln, in, out, lx, lw, NULL, ly),
+                     GPU(linear_fwd, ln, in, out, glx, glw, NULL, gly),
+                     "weight cache: linear %s", round ? "after new weights" : "first"))
+            close_act(t, gly, ly, (size_t)ln * out, t->tol, "weight cache: linear %s",
+                      round ? "after new weights" : "first");
+    }
+    done(t);
+}
+
 /* ---- batch norm ---------------------------------------------------------------------------- */
 
 /* Inputs with a per-channel offset, as activations have. */
-static float *bn_input(ctx *t, int rows, int c) {
+static void *bn_input(ctx *t, int rows, int c) {
     float *x = hrand(t, (size_t)rows * c, -1, 1);
     for (size_t i = 0; i < (size_t)rows * c; i++) x[i] += (float)(i % c) * 0.25f;
-    return x;
+    return hact(t, x, (size_t)rows * c);
 }
 
 static void test_bn_forward(ctx *t, int rows, int c) {
-    size_t n = (size_t)rows * c;
-    float *x = bn_input(t, rows, c), *gx = dput(t, x, n * 4);
+    size_t n = (size_t)rows * c, a = asz(t);
+    void *x = bn_input(t, rows, c), *gx = dput(t, x, n * a);
     float *sum = hzero(t, c), *sumsq = hzero(t, c), *gsum = dnew(t, c * 4), *gsq = dnew(t, c * 4);
     if (calls_ok(t, CPU(bn_stats, rows, c, x, sum, sumsq), GPU(bn_stats, rows, c, gx, gsum, gsq),
                  "bn_stats %dx%d", rows, c)) {
@@ -238,41 +365,42 @@ static void test_bn_forward(ctx *t, int rows, int c) {
         close_to(t, ginv, i2, c, TOL, "bn_running c%d invstd", c);
     }
     float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f);
-    float *gg = dput(t, gamma, c * 4), *gb = dput(t, beta, c * 4), *y = hzero(t, n);
-    float *gy = dnew(t, n * 4);
+    float *gg = dput(t, gamma, c * 4), *gb = dput(t, beta, c * 4);
+    void *y = azero(t, n), *gy = dnew(t, n * a);
     gmean = dput(t, mean, c * 4), ginv = dput(t, inv, c * 4);
     for (int relu = 0; relu <= 1; relu++)
         if (calls_ok(t, CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y),
                      GPU(bn_apply, rows, c, gx, gmean, ginv, gg, gb, relu, gy),
                      "bn_apply %dx%d relu %d", rows, c, relu))
-            close_to(t, gy, y, n, TOL, "bn_apply %dx%d relu %d", rows, c, relu);
+            close_act(t, gy, y, n, t->tol, "bn_apply %dx%d relu %d", rows, c, relu);
     done(t);
 }
 
 static void test_bn_backward(ctx *t, int rows, int c, int relu) {
-    size_t n = (size_t)rows * c;
-    float *x = bn_input(t, rows, c), *mean = hrand(t, c, -0.1f, 0.1f), *inv = hrand(t, c, 0.5f, 2);
-    float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f), *y = hzero(t, n);
+    size_t n = (size_t)rows * c, a = asz(t);
+    void *x = bn_input(t, rows, c), *y = azero(t, n);
+    float *mean = hrand(t, c, -0.1f, 0.1f), *inv = hrand(t, c, 0.5f, 2);
+    float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f);
     CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y); /* a real ReLU mask */
-    float *dy = hrand(t, n, -1, 1), *gdy = dput(t, dy, n * 4);
-    float *gx = dput(t, x, n * 4), *gy = dput(t, y, n * 4), *gmean = dput(t, mean, c * 4);
-    float *ginv = dput(t, inv, c * 4), *gg = dput(t, gamma, c * 4);
+    void *dy = arand(t, n, -1, 1), *gdy = dput(t, dy, n * a);
+    void *gx = dput(t, x, n * a), *gy = dput(t, y, n * a);
+    float *gmean = dput(t, mean, c * 4), *ginv = dput(t, inv, c * 4), *gg = dput(t, gamma, c * 4);
     float *s1 = hzero(t, c), *s2 = hzero(t, c), *gs1 = dnew(t, c * 4), *gs2 = dnew(t, c * 4);
     if (calls_ok(t, CPU(bn_bwd_reduce, rows, c, x, y, mean, inv, relu, dy, s1, s2),
                  GPU(bn_bwd_reduce, rows, c, gx, gy, gmean, ginv, relu, gdy, gs1, gs2),
                  "bn_bwd_reduce %dx%d relu %d", rows, c, relu)) {
-        close_to(t, gdy, dy, n, 0, "bn_bwd_reduce %dx%d relu %d: dy masked", rows, c, relu);
+        close_act(t, gdy, dy, n, 0, "bn_bwd_reduce %dx%d relu %d: dy masked", rows, c, relu);
         close_to(t, gs1, s1, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy", rows, c, relu);
         close_to(t, gs2, s2, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy_xhat", rows, c, relu);
     }
     gs1 = dput(t, s1, c * 4), gs2 = dput(t, s2, c * 4);
     for (int add_to = 0; add_to <= 1; add_to++) {
-        float *dx = hrand(t, n, -1, 1), *gdx = dput(t, dx, n * 4);
+        void *dx = arand(t, n, -1, 1), *gdx = dput(t, dx, n * a);
         float m = (float)rows * 2; /* as if another rank had as many rows */
         if (calls_ok(t, CPU(bn_bwd_apply, rows, c, x, dy, mean, inv, gamma, s1, s2, m, add_to, dx),
                      GPU(bn_bwd_apply, rows, c, gx, gdy, gmean, ginv, gg, gs1, gs2, m, add_to, gdx),
                      "bn_bwd_apply %dx%d add_to %d", rows, c, add_to))
-            close_to(t, gdx, dx, n, TOL, "bn_bwd_apply %dx%d add_to %d", rows, c, add_to);
+            close_act(t, gdx, dx, n, t->tol, "bn_bwd_apply %dx%d add_to %d", rows, c, add_to);
     }
     done(t);
 }
@@ -280,7 +408,7 @@ static void test_bn_backward(ctx *t, int rows, int c, int relu) {
 /* The same reduction twice gives the same bits. */
 static void test_bn_deterministic(ctx *t, int rows, int c) {
     size_t n = (size_t)rows * c;
-    float *gx = dput(t, bn_input(t, rows, c), n * 4);
+    void *gx = dput(t, bn_input(t, rows, c), n * asz(t));
     float *a = dnew(t, c * 4), *b = dnew(t, c * 4), *a2 = dnew(t, c * 4), *b2 = dnew(t, c * 4);
     GPU(bn_stats, rows, c, gx, a, b);
     GPU(bn_stats, rows, c, gx, a2, b2);
@@ -291,27 +419,43 @@ static void test_bn_deterministic(ctx *t, int rows, int c) {
 
 /* ---- elementwise ------------------------------------------------------------------------------ */
 
-static void test_elementwise(ctx *t, size_t n) {
-    float *a = hrand(t, n, -1, 1), *b = hrand(t, n, -1, 1), *y = hzero(t, n);
-    float *ga = dput(t, a, n * 4), *gb = dput(t, b, n * 4), *gy = dnew(t, n * 4);
-    if (calls_ok(t, CPU(relu_fwd, n, a, y), GPU(relu_fwd, n, ga, gy), "relu_fwd n%zu", n))
-        close_to(t, gy, y, n, 0, "relu_fwd n%zu", n);
-    float *dx = hzero(t, n), *gdx = dnew(t, n * 4);
-    if (calls_ok(t, CPU(relu_bwd, n, y, b, dx), GPU(relu_bwd, n, gy, gb, gdx), "relu_bwd n%zu", n))
-        close_to(t, gdx, dx, n, 0, "relu_bwd n%zu", n);
-    float *inplace = hdup(t, a, n * 4), *gin = dput(t, a, n * 4);
+/* offset shifts every device pointer by that many elements, off the
+ * 16-byte alignment the vectorised kernels want (the scalar path). */
+static void test_elementwise(ctx *t, size_t n, size_t offset) {
+    size_t a = asz(t), o = offset * a;
+    void *ha = arand(t, n, -1, 1), *hb = arand(t, n, -1, 1), *y = azero(t, n);
+    char *ga = (char *)dnew(t, (n + offset) * a) + o, *gb = (char *)dnew(t, (n + offset) * a) + o;
+    char *gy = (char *)dnew(t, (n + offset) * a) + o;
+    GPU(upload, ga, ha, n * a);
+    GPU(upload, gb, hb, n * a);
+    char name[48];
+    snprintf(name, sizeof name, "n%zu%s", n, offset ? " unaligned" : "");
+    if (calls_ok(t, CPU(relu_fwd, n, ha, y), GPU(relu_fwd, n, ga, gy), "relu_fwd %s", name))
+        close_act(t, gy, y, n, 0, "relu_fwd %s", name);
+    void *dx = azero(t, n);
+    char *gdx = (char *)dnew(t, (n + offset) * a) + o;
+    if (calls_ok(t, CPU(relu_bwd, n, y, hb, dx), GPU(relu_bwd, n, gy, gb, gdx), "relu_bwd %s", name))
+        close_act(t, gdx, dx, n, 0, "relu_bwd %s", name);
+    void *inplace = hdup(t, ha, n * a);
+    char *gin = (char *)dnew(t, (n + offset) * a) + o;
+    GPU(upload, gin, ha, n * a);
     CPU(relu_fwd, n, inplace, inplace);
     GPU(relu_fwd, n, gin, gin);
-    close_to(t, gin, inplace, n, 0, "relu_fwd n%zu in place", n);
+    close_act(t, gin, inplace, n, 0, "relu_fwd %s in place", name);
     for (int relu = 0; relu <= 1; relu++)
-        if (calls_ok(t, CPU(add_fwd, n, a, b, relu, y), GPU(add_fwd, n, ga, gb, relu, gy),
-                     "add_fwd n%zu relu %d", n, relu))
-            close_to(t, gy, y, n, 0, "add_fwd n%zu relu %d", n, relu);
-    float *acc = hdup(t, b, n * 4), *gacc = dput(t, b, n * 4);
-    if (calls_ok(t, CPU(accumulate, n, a, acc), GPU(accumulate, n, ga, gacc), "accumulate n%zu", n))
-        close_to(t, gacc, acc, n, 0, "accumulate n%zu", n);
-    if (calls_ok(t, CPU(scale, n, 0.37f, acc), GPU(scale, n, 0.37f, gacc), "scale n%zu", n))
-        close_to(t, gacc, acc, n, 0, "scale n%zu", n);
+        if (calls_ok(t, CPU(add_fwd, n, ha, hb, relu, y), GPU(add_fwd, n, ga, gb, relu, gy),
+                     "add_fwd %s relu %d", name, relu))
+            close_act(t, gy, y, n, 0, "add_fwd %s relu %d", name, relu);
+    void *acc = hdup(t, hb, n * a);
+    char *gacc = (char *)dnew(t, (n + offset) * a) + o;
+    GPU(upload, gacc, hb, n * a);
+    if (calls_ok(t, CPU(accumulate, n, ha, acc), GPU(accumulate, n, ga, gacc), "accumulate %s",
+                 name))
+        close_act(t, gacc, acc, n, 0, "accumulate %s", name);
+    /* scale is fp32 in both modes (parameter gradients) */
+    float *f = hrand(t, n, -1, 1), *gf = dput(t, f, n * 4);
+    if (calls_ok(t, CPU(scale, n, 0.37f, f), GPU(scale, n, 0.37f, gf), "scale n%zu", n))
+        close_to(t, gf, f, n, 0, "scale n%zu", n);
     done(t);
 }
 
@@ -320,37 +464,37 @@ static void test_elementwise(ctx *t, size_t n) {
 static void test_maxpool(ctx *t, int n, int h, int c, int r, int stride, int pad) {
     pool_shape s = {.n = n, .h = h, .w = h, .c = c, .r = r, .stride = stride, .pad = pad};
     s.p = s.q = (h + 2 * pad - r) / stride + 1;
-    size_t nx = (size_t)n * h * h * c, ny = (size_t)n * s.p * s.q * c;
-    float *x = hrand(t, nx, -1, 1), *y = hzero(t, ny), *dy = hrand(t, ny, -1, 1);
+    size_t nx = (size_t)n * h * h * c, ny = (size_t)n * s.p * s.q * c, a = asz(t);
+    void *x = arand(t, nx, -1, 1), *y = azero(t, ny), *dy = arand(t, ny, -1, 1);
     int32_t *am = track_host(t, calloc(ny, sizeof *am));
-    float *gx = dput(t, x, nx * 4), *gy = dnew(t, ny * 4), *gdy = dput(t, dy, ny * 4);
+    void *gx = dput(t, x, nx * a), *gy = dnew(t, ny * a), *gdy = dput(t, dy, ny * a);
     int32_t *gam = dnew(t, ny * sizeof *gam);
     char name[80];
     snprintf(name, sizeof name, "maxpool n%d %dx%dx%d %dx%d stride %d pad %d", n, h, h, c, r, r,
              stride, pad);
     if (calls_ok(t, CPU(maxpool_fwd, &s, x, y, am), GPU(maxpool_fwd, &s, gx, gy, gam), "%s", name)) {
-        close_to(t, gy, y, ny, 0, "%s fwd", name);
+        close_act(t, gy, y, ny, 0, "%s fwd", name);
         same_ints(t, gam, am, ny, "%s fwd argmax", name);
     }
-    float *dx = hzero(t, nx), *gdx = dput(t, hrand(t, nx, -1, 1), nx * 4); /* overwritten */
+    void *dx = azero(t, nx), *gdx = dput(t, arand(t, nx, -1, 1), nx * a); /* overwritten */
     gam = dput(t, am, ny * sizeof *am);
     if (calls_ok(t, CPU(maxpool_bwd, &s, dy, am, dx), GPU(maxpool_bwd, &s, gdy, gam, gdx),
                  "%s bwd", name))
-        close_to(t, gdx, dx, nx, 0, "%s bwd", name);
+        close_act(t, gdx, dx, nx, 0, "%s bwd", name);
     done(t);
 }
 
 static void test_avgpool(ctx *t, int n, int hw, int c) {
-    size_t nx = (size_t)n * hw * c, ny = (size_t)n * c;
-    float *x = hrand(t, nx, -1, 1), *y = hzero(t, ny), *dy = hrand(t, ny, -1, 1), *dx = hzero(t, nx);
-    float *gx = dput(t, x, nx * 4), *gy = dnew(t, ny * 4), *gdy = dput(t, dy, ny * 4);
-    float *gdx = dnew(t, nx * 4);
+    size_t nx = (size_t)n * hw * c, ny = (size_t)n * c, a = asz(t);
+    void *x = arand(t, nx, -1, 1), *y = azero(t, ny), *dy = arand(t, ny, -1, 1), *dx = azero(t, nx);
+    void *gx = dput(t, x, nx * a), *gy = dnew(t, ny * a), *gdy = dput(t, dy, ny * a);
+    void *gdx = dnew(t, nx * a);
     if (calls_ok(t, CPU(avgpool_fwd, n, hw, c, x, y), GPU(avgpool_fwd, n, hw, c, gx, gy),
                  "avgpool_fwd n%d hw%d c%d", n, hw, c))
-        close_to(t, gy, y, ny, 0, "avgpool_fwd n%d hw%d c%d", n, hw, c);
+        close_act(t, gy, y, ny, 0, "avgpool_fwd n%d hw%d c%d", n, hw, c);
     if (calls_ok(t, CPU(avgpool_bwd, n, hw, c, dy, dx), GPU(avgpool_bwd, n, hw, c, gdy, gdx),
                  "avgpool_bwd n%d hw%d c%d", n, hw, c))
-        close_to(t, gdx, dx, nx, 0, "avgpool_bwd n%d hw%d c%d", n, hw, c);
+        close_act(t, gdx, dx, nx, 0, "avgpool_bwd n%d hw%d c%d", n, hw, c);
     done(t);
 }
 
@@ -360,23 +504,24 @@ static void test_linear(ctx *t, int n, int in, int out, int with_bias, int with_
     char name[80];
     snprintf(name, sizeof name, "linear n%d %d -> %d%s%s", n, in, out,
              with_bias ? " bias" : "", with_dx ? "" : " no dx");
-    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
-    float *x = hrand(t, nx, -1, 1), *w = hrand(t, nw, -1, 1), *bias = hrand(t, out, -1, 1);
-    float *dy = hrand(t, ny, -1, 1), *y = hzero(t, ny), *dx = hzero(t, nx), *dw = hzero(t, nw);
-    float *db = hzero(t, out), *gx = dput(t, x, nx * 4), *gw = dput(t, w, nw * 4);
-    float *gbias = dput(t, bias, out * 4), *gdy = dput(t, dy, ny * 4), *gy = dnew(t, ny * 4);
-    float *gdx = dnew(t, nx * 4), *gdw = dnew(t, nw * 4), *gdb = dnew(t, out * 4);
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out, a = asz(t);
+    void *x = arand(t, nx, -1, 1), *dy = arand(t, ny, -1, 1), *y = azero(t, ny), *dx = azero(t, nx);
+    float *w = hrand(t, nw, -1, 1), *bias = hrand(t, out, -1, 1), *dw = hzero(t, nw);
+    float *db = hzero(t, out), *gw = dput(t, w, nw * 4), *gbias = dput(t, bias, out * 4);
+    void *gx = dput(t, x, nx * a), *gdy = dput(t, dy, ny * a), *gy = dnew(t, ny * a);
+    void *gdx = dnew(t, nx * a);
+    float *gdw = dnew(t, nw * 4), *gdb = dnew(t, out * 4);
     if (calls_ok(t, CPU(linear_fwd, n, in, out, x, w, with_bias ? bias : NULL, y),
                  GPU(linear_fwd, n, in, out, gx, gw, with_bias ? gbias : NULL, gy), "%s fwd", name))
-        close_to(t, gy, y, ny, TOL, "%s fwd", name);
+        close_act(t, gy, y, ny, t->tol, "%s fwd", name);
     if (!calls_ok(t, CPU(linear_bwd, n, in, out, x, w, dy, with_dx ? dx : NULL, dw, with_bias ? db : NULL),
                   GPU(linear_bwd, n, in, out, gx, gw, gdy, with_dx ? gdx : NULL, gdw,
                       with_bias ? gdb : NULL), "%s bwd", name)) {
         done(t);
         return;
     }
-    if (with_dx) close_to(t, gdx, dx, nx, TOL, "%s bwd dx", name);
-    close_to(t, gdw, dw, nw, TOL, "%s bwd dw", name);
+    if (with_dx) close_act(t, gdx, dx, nx, t->tol, "%s bwd dx", name);
+    close_to(t, gdw, dw, nw, t->tol, "%s bwd dw", name);
     if (with_bias) close_to(t, gdb, db, out, TOL, "%s bwd dbias", name);
     done(t);
 }
@@ -384,13 +529,14 @@ static void test_linear(ctx *t, int n, int in, int out, int with_bias, int with_
 /* ---- loss and SGD ---------------------------------------------------------------------------------- */
 
 static void test_xent(ctx *t, int n, int classes, float smoothing) {
-    size_t nz = (size_t)n * classes;
-    float *z = hrand(t, nz, -3, 3), *dz = hzero(t, nz);
+    size_t nz = (size_t)n * classes, a = asz(t);
+    float *zf = hrand(t, nz, -3, 3);
     int32_t *labels = track_host(t, malloc(n * sizeof *labels));
     for (int i = 0; i < n; i++) labels[i] = (int32_t)((frand(t) + 1) / 2 * classes) % classes;
     /* Make some predictions right, so the count is tested. */
-    for (int i = 0; i < n; i += 3) z[(size_t)i * classes + labels[i]] = 4;
-    float *gz = dput(t, z, nz * 4), *gdz = dnew(t, nz * 4);
+    for (int i = 0; i < n; i += 3) zf[(size_t)i * classes + labels[i]] = 4;
+    void *z = hact(t, zf, nz), *dz = azero(t, nz);
+    void *gz = dput(t, z, nz * a), *gdz = dnew(t, nz * a);
     int32_t *gl = dput(t, labels, n * sizeof *labels);
     double loss = 0, gloss = 0;
     int right = 0, gright = -1;
@@ -400,8 +546,8 @@ static void test_xent(ctx *t, int n, int classes, float smoothing) {
         done(t);
         return;
     }
-    close_to(t, gdz, dz, nz, TOL, "xent n%d classes %d smoothing %.1f: dlogits", n, classes,
-             smoothing);
+    close_act(t, gdz, dz, nz, t->tol, "xent n%d classes %d smoothing %.1f: dlogits", n, classes,
+              smoothing);
     check(t, fabs(gloss - loss) <= 1e-9 * fabs(loss), "xent n%d classes %d: loss %.9g (CPU %.9g)",
           n, classes, gloss, loss);
     check(t, gright == right, "xent n%d classes %d: %d correct (CPU %d)", n, classes, gright, right);
@@ -445,6 +591,7 @@ static void run_all(ctx *t) {
     test_conv(t, 4, 28, 1, 16, 3, 1, 1);   /* Fashion-MNIST stem */
     test_conv(t, 3, 9, 5, 12, 3, 1, 1);    /* odd channel counts */
     test_conv(t, 2, 11, 7, 13, 3, 2, 1);
+    test_weight_cache(t);
     test_bn_forward(t, 256, 16);
     test_bn_forward(t, 1000, 7);
     test_bn_forward(t, 70000, 3);          /* many row blocks */
@@ -455,8 +602,9 @@ static void run_all(ctx *t) {
         test_bn_backward(t, 70000, 5, relu);
     }
     test_bn_deterministic(t, 70000, 24);
-    test_elementwise(t, 1);
-    test_elementwise(t, 100003);
+    test_elementwise(t, 1, 0);
+    test_elementwise(t, 100003, 0);
+    test_elementwise(t, 100003, 1);
     test_maxpool(t, 2, 16, 16, 3, 2, 1);
     test_maxpool(t, 3, 9, 5, 3, 2, 1);
     test_maxpool(t, 2, 8, 4, 2, 2, 0);
@@ -473,6 +621,42 @@ static void run_all(ctx *t) {
     test_sgd(t, 10007, (sgd_case){0.0f, 0.0f, 0, 0, 0});
 }
 
+/* One precision: both backends made for it, every test, both freed. 1 if
+ * a backend could not be made (a failure), 0 otherwise (also when the GPU
+ * is too old for bf16, which is said and skipped). */
+static int run_mode(ctx *t, backend_precision p) {
+    char err[512];
+    backend_opts co = {.kind = BACKEND_CPU, .precision = p};
+    backend_opts go = {.kind = BACKEND_CUDA, .device = 0, .precision = p};
+    t->mode = p == PRECISION_BF16 ? "bf16" : "fp32";
+    t->tol = p == PRECISION_BF16 ? TOL_BF16 : TOL;
+    if (backend_create(&co, &t->cpu, err, sizeof err)) {
+        fprintf(stderr, "gpu-ops: %s: CPU backend: %s\n", t->mode, err);
+        return 1;
+    }
+    int rc = backend_create(&go, &t->gpu, err, sizeof err);
+    if (rc) {
+        t->cpu->ops->destroy(t->cpu);
+        /* bf16 needs an Ampere or newer GPU: an older one skips it, visibly */
+        if (rc == -ENOTSUP && p == PRECISION_BF16) {
+            printf("%s: skipped: %s\n", t->mode, err);
+            return 0;
+        }
+        fprintf(stderr, "gpu-ops: %s: CUDA backend: %s\n", t->mode, err);
+        return 1;
+    }
+    t->act = t->gpu->act;
+    int mismatch = t->cpu->act != t->gpu->act;
+    check(t, !mismatch, "both backends hold activations as %s", t->mode);
+    printf("%s: comparing %s with %s\n", t->mode, t->gpu->ops->name, t->cpu->ops->name);
+    if (!mismatch) run_all(t);
+    check(t, t->gpu->ops->sync(t->gpu) == 0, "no errors left on the GPU stream");
+    t->gpu->ops->destroy(t->gpu);
+    t->cpu->ops->destroy(t->cpu);
+    t->cpu = t->gpu = NULL;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     log_init("gpu-ops");
     if (argc > 1 && !strcmp(argv[1], "--device-count")) {
@@ -484,18 +668,8 @@ int main(int argc, char **argv) {
         return 77;
     }
     ctx t = {.seed = 12345};
-    char err[512];
-    backend_opts o = {.kind = BACKEND_CUDA, .device = 0, .precision = PRECISION_FP32};
-    if (cpu_backend_create(0, 0, &t.cpu, err, sizeof err) ||
-        cuda_backend_create(&o, &t.gpu, err, sizeof err)) {
-        fprintf(stderr, "gpu-ops: %s\n", err);
-        return 1;
-    }
-    printf("comparing %s with %s\n", t.gpu->ops->name, t.cpu->ops->name);
-    run_all(&t);
-    check(&t, t.gpu->ops->sync(t.gpu) == 0, "no errors left on the GPU stream");
-    t.gpu->ops->destroy(t.gpu);
-    t.cpu->ops->destroy(t.cpu);
+    int broken = run_mode(&t, PRECISION_FP32);
+    broken |= run_mode(&t, PRECISION_BF16);
     printf("%d checks, %d failed\n", t.checks, t.failed);
-    return t.failed ? 1 : 0;
+    return broken || t.failed ? 1 : 0;
 }
