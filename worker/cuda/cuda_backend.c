@@ -143,7 +143,6 @@ static void state_free(cuda_state *st) {
     cuda_buf_release(&st->workspace);
     cuda_buf_release(&st->weights);
     cuda_buf_release(&st->partials);
-    if (st->xent_host) cudaFreeHost(st->xent_host);
     if (st->cublas) st->blas.destroy(st->cublas);
     cuda_blas_unload(&st->blas);
     if (st->cudnn) cudnnDestroy(st->cudnn);
@@ -173,7 +172,6 @@ static int state_init(cuda_state *st, const backend_opts *o) {
     CUBLAS_CHECK(st->blas.set_math_mode(st->cublas, o->precision == PRECISION_TF32
                                                         ? CUBLAS_TF32_TENSOR_OP_MATH
                                                         : CUBLAS_DEFAULT_MATH));
-    CUDA_CHECK(cudaMallocHost((void **)&st->xent_host, sizeof *st->xent_host));
     return cuda_conv_init(st);
 }
 

@@ -86,7 +86,6 @@ typedef struct {
     cuda_buf weights;        /* convolution weights and their gradient in cuDNN's layout */
     cuda_buf partials;       /* per-block partial sums of reductions, the loss's scratch */
     cuda_conv_cache *convs;  /* descriptors and algorithms per convolution shape */
-    kern_xent_result *xent_host; /* pinned: where the loss lands on the host */
     int deferred;            /* the first error of an operation that cannot return one */
 } cuda_state;
 
@@ -139,9 +138,9 @@ int cuda_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int3
 int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const void *x, void *y);
 int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx);
 int cuda_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-              float smoothing, void *dlogits, double *loss_sum, int *correct);
+              float smoothing, void *dlogits, backend_loss *out);
 int cuda_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-             const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+             const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
              int nesterov, int first_step);
 
 #endif

@@ -506,19 +506,18 @@ __global__ void xent_kernel(int n, int classes, const float *logits, const int32
 }
 
 /* The batch's sums, in sample order, by one thread (n is a batch). */
-__global__ void xent_finish(int n, const double *loss, const int *hit, kern_xent_result *out) {
+__global__ void xent_finish(int n, const double *loss, const int *hit, backend_loss *out) {
     double total = 0;
     int right = 0;
     for (int i = 0; i < n; i++) total += loss[i], right += hit[i];
-    out->loss_sum = total;
+    out->sum = total;
     out->correct = right;
 }
 
 extern "C" cudaError_t kern_xent(cudaStream_t st, int n, int classes, const float *logits,
                                  const int32_t *labels, float smoothing, float *dlogits,
-                                 void *scratch) {
+                                 void *scratch, backend_loss *out) {
     double *loss = (double *)scratch;
-    kern_xent_result *result = kern_xent_result_at(scratch, n);
     int *hit = (int *)(loss + n);
     if (n > 0 && classes > 0) {
         xent_kernel<<<n, XENT_THREADS, 0, st>>>(n, classes, logits, labels, smoothing, dlogits,
@@ -526,7 +525,7 @@ extern "C" cudaError_t kern_xent(cudaStream_t st, int n, int classes, const floa
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
-    xent_finish<<<1, 1, 0, st>>>(classes > 0 ? n : 0, loss, hit, result);
+    xent_finish<<<1, 1, 0, st>>>(classes > 0 ? n : 0, loss, hit, out);
     return cudaGetLastError();
 }
 
@@ -536,6 +535,7 @@ extern "C" cudaError_t kern_xent(cudaStream_t st, int n, int classes, const floa
  * buf = g on the first step, else momentum*buf + g; the step is buf, or
  * g + momentum*buf with Nesterov. */
 __global__ void sgd_kernel(kern_sgd_args a) {
+    float lr = *a.lr;
     GRID_STRIDE(i, a.n) {
         float g = a.grad[i];
         if (a.weight_decay != 0 && (!a.decay_mask || a.decay_mask[i]))
@@ -545,7 +545,7 @@ __global__ void sgd_kernel(kern_sgd_args a) {
             a.mom[i] = buf;
             g = a.nesterov ? g + a.momentum * buf : buf;
         }
-        a.param[i] -= a.lr * g;
+        a.param[i] -= lr * g;
     }
 }
 

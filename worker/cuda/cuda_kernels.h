@@ -43,25 +43,10 @@ static inline size_t kern_partials_bytes(int rows, int c) {
     return (size_t)kern_row_blocks(rows) * 2 * (size_t)c * sizeof(double);
 }
 
-/* The device-side result of the loss: summed over the batch by one thread,
- * in sample order (as the CPU does), then copied to the host. */
-typedef struct {
-    double loss_sum;
-    int correct;
-} kern_xent_result;
-
 /* xent's device scratch for n samples: the per-sample losses (n doubles)
- * and hits (n ints), then the result at the next 8-byte boundary. */
-static inline size_t kern_xent_result_offset(int n) {
-    return ((size_t)n * (sizeof(double) + sizeof(int)) + 7) / 8 * 8;
-}
-
+ * and hits (n ints). */
 static inline size_t kern_xent_scratch_bytes(int n) {
-    return kern_xent_result_offset(n) + sizeof(kern_xent_result);
-}
-
-static inline kern_xent_result *kern_xent_result_at(void *scratch, int n) {
-    return (kern_xent_result *)((char *)scratch + kern_xent_result_offset(n));
+    return (size_t)n * (sizeof(double) + sizeof(int));
 }
 
 /* ---- batch norm ---- */
@@ -122,9 +107,11 @@ cudaError_t kern_ohwi_to_oihw(cudaStream_t st, int k, int c, int r, int s, const
 
 /* ---- loss and optimiser ---- */
 /* scratch: kern_xent_scratch_bytes(n) of device memory; the batch's
- * result is left at kern_xent_result_at(scratch, n). */
+ * result (summed in sample order by one thread, as the CPU does) goes to
+ * *out, in device memory. */
 cudaError_t kern_xent(cudaStream_t st, int n, int classes, const float *logits,
-                      const int32_t *labels, float smoothing, float *dlogits, void *scratch);
+                      const int32_t *labels, float smoothing, float *dlogits, void *scratch,
+                      backend_loss *out);
 /* The sgd arguments, too many for one line of parameters. */
 typedef struct {
     size_t n;
@@ -132,7 +119,8 @@ typedef struct {
     const float *grad;
     float *mom;
     const uint8_t *decay_mask; /* NULL: every element decays */
-    float lr, momentum, weight_decay;
+    const float *lr; /* device memory, read when the kernel runs */
+    float momentum, weight_decay;
     int nesterov, first_step;
 } kern_sgd_args;
 cudaError_t kern_sgd(cudaStream_t st, const kern_sgd_args *a);
