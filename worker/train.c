@@ -67,6 +67,7 @@ typedef struct {
     float *lr;              /* the step's learning rate, on the backend */
     int eager_steps;        /* steps run without a recording, in this process */
     int recorded;           /* the backend holds a recording of the step */
+    int record_failed;
     int32_t *y;
     FILE *metrics;
     int tty, bar_shown; /* rank 0's stdout is a terminal; the bar is on it */
@@ -428,7 +429,9 @@ static int step_work(trainer *t) {
 
 /* Runs the step's device work: the recording of it, else directly,
  * recording it first once steps have settled. A recording that the
- * backend declares stale (memory it used was freed) is made again. */
+ * backend declares stale (memory it used was freed) is made again. A
+ * recording that fails is an error, not a quiet fallback: the collectives
+ * it held may have left NCCL out of step with the other ranks. */
 static int step_run(trainer *t) {
     backend *be = t->be;
     if (t->recorded) {
@@ -441,14 +444,20 @@ static int step_run(trainer *t) {
         return step_work(t);
     }
     int rc = be->ops->record_begin(be);
-    if (rc) return rc;
-    rc = step_work(t);
-    int end = be->ops->record_end(be);
-    if (rc == 0 && (rc = end) == 0) {
-        t->recorded = 1;
-        rc = be->ops->replay(be);
+    if (rc == 0) {
+        rc = step_work(t);
+        int end = be->ops->record_end(be);
+        if (rc == 0) rc = end;
     }
-    return rc;
+    if (rc) {
+        t->record_failed = 1;
+        return rc;
+    }
+    if (t->env.rank == 0)
+        log_info("from step %lld on, each step replays a CUDA graph of it",
+                 (long long)t->global_step + 1);
+    t->recorded = 1;
+    return be->ops->replay(be);
 }
 
 /* One global step: this rank's share of the batch up, the device work,
@@ -468,6 +477,10 @@ static int train_step(trainer *t, float *stats) {
     /* Collectives report failures where they are waited for: here, on a
      * GPU, where the step's work is waited for. */
     if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
+    if (rc && t->record_failed)
+        return fail(t, "recording step %lld as a CUDA graph failed (%s; the log above says "
+                    "which call): --no-cuda-graph runs steps op by op",
+                    (long long)t->global_step, strerror(-rc));
     if (rc) {
         /* The communicator's own account names the peer or NCCL's error. */
         const char *why = devcomm_error(t->dcomm);

@@ -65,6 +65,7 @@ typedef struct {
     cublasStatus_t (*destroy)(cublasHandle_t handle);
     cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
     cublasStatus_t (*set_math_mode)(cublasHandle_t handle, cublasMath_t mode);
+    cublasStatus_t (*set_workspace)(cublasHandle_t handle, void *workspace, size_t bytes);
     cublasStatus_t (*sgemm)(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
                             int m, int n, int k, const float *alpha, const float *a, int lda,
                             const float *b, int ldb, const float *beta, float *c, int ldc);
@@ -86,13 +87,17 @@ typedef struct {
     cuda_buf weights;        /* convolution weights and their gradient in cuDNN's layout */
     cuda_buf partials;       /* per-block partial sums of reductions, the loss's scratch */
     cuda_conv_cache *convs;  /* descriptors and algorithms per convolution shape */
+    cuda_buf blas_workspace; /* cuBLAS's, given so that it never allocates during a recording */
+    cudaGraphExec_t graph;   /* the recorded step, or NULL */
+    int graph_stale;         /* memory was freed since the recording */
     int deferred;            /* the first error of an operation that cannot return one */
 } cuda_state;
 
 static inline cuda_state *cuda_state_of(const backend *b) { return (cuda_state *)b->impl; }
 
 /* Makes buf at least `bytes` long. Growing waits for the stream first:
- * queued work may still read the old buffer. */
+ * queued work may still read the old buffer (and a recording may hold
+ * it: growing makes the recording stale). */
 int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes);
 void cuda_buf_release(cuda_buf *buf);
 
