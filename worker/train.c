@@ -75,6 +75,7 @@ typedef struct {
     double t_start, t_measure;
     int64_t measured_images;
     int64_t measure_from_step;
+    int64_t images; /* every step's, in this process */
 } trainer;
 
 static double now_s(void) {
@@ -585,6 +586,7 @@ static int run_epochs(trainer *t) {
             t->global_step++;
             if (t->global_step == t->measure_from_step) t->t_measure = now_s(), t->measured_images = 0;
             else t->measured_images += t->global_batch;
+            t->images += t->global_batch;
             int64_t step_in_epoch = (t->pos + t->global_batch - 1) / t->global_batch;
             if (t->pos > t->n) step_in_epoch = t->steps_per_epoch;
             if (t->env.rank == 0)
@@ -649,9 +651,11 @@ int train_run(const train_config *c) {
     if (rc == 0) rc = run_epochs(&t);
     if (t.env.rank == 0) bar_clear(&t);
     if (rc == 0 && t.env.rank == 0) {
-        double el = now_s() - t.t_measure;
-        printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step,
-               el > 0 && t.measured_images > 0 ? t.measured_images / el : 0.0);
+        /* After the warm-up steps; a run too short for that counts them all. */
+        double now = now_s(), ips = 0;
+        if (t.measured_images > 0 && now > t.t_measure) ips = t.measured_images / (now - t.t_measure);
+        else if (t.images > 0 && now > t.t_start) ips = t.images / (now - t.t_start);
+        printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step, ips);
         fflush(stdout);
     }
     cleanup(&t);
