@@ -51,6 +51,13 @@ static inline void conv_shape_init(conv_shape *cs, int n, int h, int w, int c, i
     cs->q = (w + 2 * pad - r) / stride + 1;
 }
 
+/* The loss's result, in backend memory. */
+typedef struct {
+    double sum;      /* of the per-sample losses */
+    int32_t correct; /* samples whose argmax is the label */
+    int32_t pad;
+} backend_loss;
+
 /* Max pooling window (ImageNet stem: 3x3, stride 2, pad 1). */
 typedef struct {
     int n, h, w, c;
@@ -132,17 +139,29 @@ typedef struct {
                       const void *dy, void *dx, float *dw, float *dbias);
 
     /* Softmax cross-entropy with label smoothing, averaged over n: writes
-     * dlogits (already divided by n) and, in host memory, the summed loss
-     * and the count of correct argmax predictions (so it waits for the
-     * device). */
+     * dlogits (already divided by n) and, into *out (backend memory, read
+     * with download), the summed loss and the count of correct argmax
+     * predictions. Nothing waits: a step has no host round trip. */
     int (*xent)(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-                float smoothing, void *dlogits, double *loss_sum, int *correct);
+                float smoothing, void *dlogits, backend_loss *out);
 
     /* One SGD step over a whole parameter buffer: decay (a per-element
-     * 0/1 mask selects which elements get weight decay), momentum, Nesterov. */
+     * 0/1 mask selects which elements get weight decay), momentum, Nesterov.
+     * The learning rate is read from backend memory when the step runs, so
+     * a recorded step (below) follows the schedule. */
     int (*sgd)(backend *b, size_t n, float *param, const float *grad, float *mom,
-               const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+               const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
                int nesterov, int first_step);
+
+    /* Recording a step (CUDA graphs; NULL where the backend cannot). Between
+     * record_begin and record_end the operations are recorded, not run;
+     * replay then runs them all as one launch, with the same memory, so
+     * inputs change by uploading into the same buffers. replay fails with
+     * -ESTALE once memory has been freed since the recording (it may have
+     * been the recording's): record again. */
+    int (*record_begin)(backend *b);
+    int (*record_end)(backend *b);
+    int (*replay)(backend *b);
     void (*destroy)(backend *b);
 } backend_ops;
 

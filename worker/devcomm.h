@@ -24,10 +24,15 @@ typedef struct {
      * the order issued; *req is waited for with wait. On a GPU the call
      * queues after the work already queued on the backend's stream. */
     int (*allreduce_sum_async)(devcomm *d, float *buf, size_t count, void **req);
-    /* Until the request's result is usable by the next backend operation
-     * (on a GPU the compute stream is made to wait; errors and timeouts
-     * are found here). */
+    /* Until the request's result is usable by the next backend operation.
+     * On the CPU this waits, and a failure or timeout is reported here; on
+     * a GPU the compute stream is made to wait, and failures surface in
+     * sync. */
     int (*wait)(devcomm *d, void *req);
+    /* Waits until every collective issued so far has completed, within the
+     * timeout: where a GPU communicator reports errors and timeouts (after
+     * aborting itself). A no-op on the CPU. */
+    int (*sync)(devcomm *d);
     /* root's bytes of backend memory to every rank; returns when done. */
     int (*broadcast)(devcomm *d, void *buf, size_t bytes, int root);
     /* After a failed call, what went wrong ("" while healthy). */
@@ -61,6 +66,7 @@ static inline int devcomm_allreduce_sum_async(devcomm *d, float *buf, size_t cou
     return d->ops->allreduce_sum_async(d, buf, count, req);
 }
 static inline int devcomm_wait(devcomm *d, void *req) { return d->ops->wait(d, req); }
+static inline int devcomm_sync(devcomm *d) { return d->ops->sync(d); }
 static inline int devcomm_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     return d->ops->broadcast(d, buf, bytes, root);
 }

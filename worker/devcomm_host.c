@@ -17,6 +17,11 @@ static int host_wait(devcomm *d, void *req) {
     return comm_wait(req);
 }
 
+static int host_sync(devcomm *d) {
+    (void)d;
+    return 0;
+}
+
 static int host_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     return comm_broadcast(d->impl, buf, bytes, root);
 }
@@ -29,6 +34,7 @@ static const devcomm_ops host_ops = {
     .name = "tcp",
     .allreduce_sum_async = host_allreduce_async,
     .wait = host_wait,
+    .sync = host_sync,
     .broadcast = host_broadcast,
     .error = host_error,
     .destroy = host_destroy,

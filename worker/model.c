@@ -97,9 +97,18 @@ static void op_shapes(model *m, model_op *op, int n) {
     op->c = x->c;
 }
 
+static void set_shapes(model *m, int n) {
+    for (int i = 0; i < m->nops; i++) op_shapes(m, &m->ops[i], n);
+    m->batch = n;
+}
+
 int model_set_batch(model *m, int n) {
-    if (n == m->batch) return 0;
+    if (n <= m->capacity) {
+        if (n != m->batch) set_shapes(m, n);
+        return 0;
+    }
     free_batch_memory(m);
+    m->capacity = m->batch = 0;
     backend *be = m->be;
     size_t largest = 0;
     for (int i = 0; i < m->nacts; i++) {
@@ -121,7 +130,7 @@ int model_set_batch(model *m, int n) {
     m->scratch = be->ops->alloc(be, largest);
     m->labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t));
     if (!m->scratch || !m->labels) return -ENOMEM;
-    m->batch = n;
+    m->capacity = m->batch = n;
     return 0;
 }
 
@@ -178,8 +187,10 @@ int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, in
         m->mom = be->ops->alloc(be, m->nparam * sizeof(float));
         m->buf = be->ops->alloc(be, (m->nbuf ? m->nbuf : 1) * sizeof(float));
         m->decay_mask = be->ops->alloc(be, m->nparam);
+        m->loss = be->ops->alloc(be, sizeof *m->loss);
         host = calloc(m->nparam > m->nbuf ? m->nparam : m->nbuf, sizeof(float));
-        if (!m->param || !m->grad || !m->mom || !m->buf || !m->decay_mask || !host) rc = -ENOMEM;
+        if (!m->param || !m->grad || !m->mom || !m->buf || !m->decay_mask || !m->loss || !host)
+            rc = -ENOMEM;
     }
     if (rc == 0) {
         init_weights(m, seed, host);
@@ -212,6 +223,7 @@ void model_destroy(model *m) {
     be->ops->free(be, m->mom);
     be->ops->free(be, m->buf);
     be->ops->free(be, m->decay_mask);
+    be->ops->free(be, m->loss);
     free(m->pool);
     free(m->ops);
     free(m->acts);
@@ -282,7 +294,7 @@ int model_forward(model *m, const void *x, int n, int train, void **logits) {
 static int grad_get(model *m, int act) {
     model_act *a = &m->acts[act];
     if (a->grad) return 0;
-    size_t bytes = (size_t)m->batch * a->h * a->w * a->c * backend_act_size(m->be);
+    size_t bytes = (size_t)m->capacity * a->h * a->w * a->c * backend_act_size(m->be);
     for (int i = 0; i < m->npool; i++) {
         if (!m->pool[i].used && m->pool[i].bytes == bytes) {
             m->pool[i].used = 1;
@@ -423,16 +435,19 @@ static int has_params(const model_op *op) {
     return op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_LINEAR;
 }
 
-int model_backward(model *m, const int32_t *labels, int n, float smoothing, double *loss_sum,
-                   int *correct) {
+int model_set_labels(model *m, const int32_t *labels, int n) {
+    int rc = model_set_batch(m, n);
+    if (rc == 0) m->be->ops->upload(m->be, m->labels, labels, (size_t)n * sizeof(int32_t));
+    return rc;
+}
+
+int model_backward(model *m, int n, float smoothing) {
     backend *be = m->be;
     for (int i = 0; i < m->nacts; i++) grad_put(m, i), m->acts[i].grad_set = 0;
     model_act *out = &m->acts[m->nacts - 1];
-    be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
     int rc = grad_get(m, m->nacts - 1);
     if (rc == 0)
-        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad,
-                           loss_sum, correct);
+        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad, m->loss);
     if (rc) return rc;
     out->grad_set = 1;
     for (int i = m->nops - 1; i >= 0; i--) {
@@ -446,13 +461,18 @@ int model_backward(model *m, const int32_t *labels, int n, float smoothing, doub
     return 0;
 }
 
-int model_loss(model *m, const int32_t *labels, int n, double *loss_sum, int *correct) {
+int model_loss(model *m, int n) {
     backend *be = m->be;
     model_act *out = &m->acts[m->nacts - 1];
-    be->ops->upload(be, m->labels, labels, (size_t)n * sizeof(int32_t));
     int rc = grad_get(m, m->nacts - 1); /* xent writes dlogits; here just scratch */
-    if (rc == 0)
-        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, 0, out->grad, loss_sum, correct);
+    if (rc == 0) rc = be->ops->xent(be, n, m->classes, out->data, m->labels, 0, out->grad, m->loss);
     grad_put(m, m->nacts - 1);
     return rc;
+}
+
+void model_read_loss(model *m, double *loss_sum, int *correct) {
+    backend_loss l;
+    m->be->ops->download(m->be, &l, m->loss, sizeof l);
+    *loss_sum = l.sum;
+    *correct = l.correct;
 }

@@ -71,7 +71,10 @@ struct model {
     backend *be;
     char arch[32];
     int in_c, in_h, in_w, classes;
-    int batch; /* activations are sized for this many samples */
+    int batch;    /* the current batch's samples */
+    int capacity; /* activations are sized for this many (a smaller batch
+                     reuses them, so memory stays where a recorded step
+                     put it) */
     model_op *ops;
     int nops, cap_ops;
     model_act *acts;
@@ -97,6 +100,7 @@ struct model {
     float bn_momentum, bn_eps;
     model_hooks hooks;
     int32_t *labels;           /* device copy of the batch's labels */
+    backend_loss *loss;        /* device: the last loss's result */
 };
 
 /* Builds a model by name ("resnet20", "resnet18", ...) for inputs of
@@ -106,19 +110,24 @@ struct model {
 int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, int classes,
                  uint64_t seed, model **out, char *err, size_t errlen);
 void model_destroy(model *m);
-/* (Re)allocates activations for batches of n. */
+/* Sets the batch size to n, allocating activations when n exceeds
+ * every batch before it. */
 int model_set_batch(model *m, int n);
+/* Uploads the n labels of the batch (host memory) for the next
+ * model_backward or model_loss. */
+int model_set_labels(model *m, const int32_t *labels, int n);
 /* Runs forward on x (n x H x W x C, device memory, the backend's
- * activation type); returns the logits (n x classes, likewise). train: batch statistics (and running
- * statistics updated); else running statistics. */
+ * activation type); returns the logits (n x classes, likewise). train: batch
+ * statistics (and running statistics updated); else running statistics. */
 int model_forward(model *m, const void *x, int n, int train, void **logits);
 /* Loss and backward for the last forward: gradients land in m->grad (for
- * one rank's batch, averaged over its n samples). loss_sum and correct
- * count come back on the host. */
-int model_backward(model *m, const int32_t *labels, int n, float smoothing, double *loss_sum,
-                   int *correct);
-/* Loss and accuracy only (evaluation). */
-int model_loss(model *m, const int32_t *labels, int n, double *loss_sum, int *correct);
+ * one rank's batch, averaged over its n samples), the loss in m->loss.
+ * Only queues work: nothing here waits for the device. */
+int model_backward(model *m, int n, float smoothing);
+/* Loss and accuracy only (evaluation), into m->loss. */
+int model_loss(model *m, int n);
+/* The last loss's sum and correct count, downloaded (waits for the device). */
+void model_read_loss(model *m, double *loss_sum, int *correct);
 
 /* Helpers for resnet.c. */
 int model_add_act(model *m, int h, int w, int c);

@@ -64,6 +64,10 @@ typedef struct {
     int64_t *order, *idx;
     float *x_nchw, *x_host; /* the batch as the data set gives it; as NHWC (or bf16) */
     void *x;                /* the model's input, on the backend */
+    float *lr;              /* the step's learning rate, on the backend */
+    int eager_steps;        /* steps run without a recording, in this process */
+    int recorded;           /* the backend holds a recording of the step */
+    int record_failed;
     int32_t *y;
     FILE *metrics;
     int tty, bar_shown; /* rank 0's stdout is a terminal; the bar is on it */
@@ -71,6 +75,7 @@ typedef struct {
     double t_start, t_measure;
     int64_t measured_images;
     int64_t measure_from_step;
+    int64_t images; /* every step's, in this process */
 } trainer;
 
 static double now_s(void) {
@@ -400,8 +405,64 @@ static void log_step(trainer *t, double loss, double acc, double lr, int64_t ste
     fflush(stdout);
 }
 
-/* One global step: this rank's share of the batch, forward, backward with
- * DDP, SGD. Returns 0, or 1 after a failure (already reported). */
+/* A step is recorded (where the backend can) once it has run this many
+ * times in this process: the first allocates what a step needs, the
+ * optimizer's first step differs from the rest. */
+#define RECORD_AFTER 2
+
+/* The device work of one step: forward, backward with DDP's all-reduce,
+ * SGD. It only queues work, so a GPU backend can record it and replay the
+ * recording; the inputs (batch, labels, learning rate) are uploaded into
+ * the same buffers before each step. */
+static int step_work(trainer *t) {
+    const train_config *c = t->cfg;
+    model *m = t->m;
+    void *logits;
+    int rc = model_forward(m, t->x, t->batch, 1, &logits);
+    if (rc) return rc;
+    ddp_begin(t->ddp);
+    if ((rc = model_backward(m, t->batch, (float)c->label_smoothing))) return rc;
+    if ((rc = ddp_finish(t->ddp))) return rc;
+    return m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
+                           c->decay_all ? NULL : m->decay_mask, t->lr, (float)c->momentum,
+                           (float)c->weight_decay, c->nesterov, t->optimizer_steps == 0);
+}
+
+/* Runs the step's device work: the recording of it, else directly,
+ * recording it first once steps have settled. A recording that the
+ * backend declares stale (memory it used was freed) is made again. A
+ * recording that fails is an error, not a quiet fallback: the collectives
+ * it held may have left NCCL out of step with the other ranks. */
+static int step_run(trainer *t) {
+    backend *be = t->be;
+    if (t->recorded) {
+        int rc = be->ops->replay(be);
+        if (rc != -ESTALE) return rc;
+        t->recorded = 0;
+    }
+    if (!be->ops->record_begin || t->cfg->no_cuda_graph || t->eager_steps < RECORD_AFTER) {
+        t->eager_steps++;
+        return step_work(t);
+    }
+    int rc = be->ops->record_begin(be);
+    if (rc == 0) {
+        rc = step_work(t);
+        int end = be->ops->record_end(be);
+        if (rc == 0) rc = end;
+    }
+    if (rc) {
+        t->record_failed = 1;
+        return rc;
+    }
+    if (t->env.rank == 0)
+        log_info("from step %lld on, each step replays a CUDA graph of it",
+                 (long long)t->global_step + 1);
+    t->recorded = 1;
+    return be->ops->replay(be);
+}
+
+/* One global step: this rank's share of the batch up, the device work,
+ * the loss back. Returns 0, or 1 after a failure (already reported). */
 static int train_step(trainer *t, float *stats) {
     const train_config *c = t->cfg;
     model *m = t->m;
@@ -410,25 +471,27 @@ static int train_step(trainer *t, float *stats) {
     sampler_rank_batch(t->order, t->n, t->pos, t->env.world, t->env.rank, t->batch, t->idx);
     dataset_batch(t->train, t->idx, t->batch, c->augment, c->seed, t->epoch, t->x_nchw, t->y);
     upload_batch(t, t->batch, ch, h, w);
-    void *logits;
-    double loss = 0;
-    int correct = 0;
-    int rc = model_forward(m, t->x, t->batch, 1, &logits);
-    if (rc) return fail(t, "forward pass failed: %s", strerror(-rc));
-    ddp_begin(t->ddp);
-    rc = model_backward(m, t->y, t->batch, (float)c->label_smoothing, &loss, &correct);
-    if (rc == 0) rc = ddp_finish(t->ddp);
+    float lr = (float)current_lr(t);
+    m->be->ops->upload(m->be, t->lr, &lr, sizeof lr);
+    int rc = model_set_labels(m, t->y, t->batch);
+    if (rc) return fail(t, "out of memory for a batch of %d", t->batch);
+    /* Collectives report failures where they are waited for: here, on a
+     * GPU, where the step's work is waited for. */
+    if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
+    if (rc && t->record_failed)
+        return fail(t, "recording step %lld as a CUDA graph failed (%s; the log above says "
+                    "which call): --no-cuda-graph runs steps op by op",
+                    (long long)t->global_step, strerror(-rc));
     if (rc) {
         /* The communicator's own account names the peer or NCCL's error. */
         const char *why = devcomm_error(t->dcomm);
-        return fail(t, "backward pass / gradient all-reduce failed at step %lld: %s",
-                    (long long)t->global_step, why[0] ? why : strerror(-rc));
+        return fail(t, "training step %lld failed: %s", (long long)t->global_step,
+                    why[0] ? why : strerror(-rc));
     }
-    float lr = (float)current_lr(t);
-    m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
-                    c->decay_all ? NULL : m->decay_mask, lr, (float)c->momentum,
-                    (float)c->weight_decay, c->nesterov, t->optimizer_steps == 0);
     t->optimizer_steps++;
+    double loss;
+    int correct;
+    model_read_loss(m, &loss, &correct);
     stats[0] = (float)loss, stats[1] = (float)correct, stats[2] = (float)t->batch;
     stats[3] = stop_requested ? 1.0f : 0.0f;
     return 0;
@@ -450,9 +513,11 @@ static int evaluate(trainer *t) {
         void *logits;
         double loss;
         int correct;
-        int rc = model_forward(m, t->x, n, 0, &logits);
-        if (rc == 0) rc = model_loss(m, t->y, n, &loss, &correct);
+        int rc = model_set_labels(m, t->y, n);
+        if (rc == 0) rc = model_forward(m, t->x, n, 0, &logits);
+        if (rc == 0) rc = model_loss(m, n);
         if (rc) return fail(t, "evaluation failed: %s", strerror(-rc));
+        model_read_loss(m, &loss, &correct);
         tot[0] += (float)loss, tot[1] += (float)correct, tot[2] += (float)n;
     }
     /* Every rank takes part in the sum, even one with nothing left to test. */
@@ -479,7 +544,10 @@ static int allocate_batch(trainer *t) {
     t->x_host = malloc((size_t)t->batch * per * sizeof(float));
     t->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * backend_act_size(t->be));
     t->y = malloc((size_t)t->batch * sizeof *t->y);
-    return t->order && t->idx && t->x_nchw && t->x_host && t->x && t->y ? 0 : fail(t, "out of memory");
+    t->lr = t->be->ops->alloc(t->be, sizeof *t->lr);
+    return t->order && t->idx && t->x_nchw && t->x_host && t->x && t->y && t->lr
+               ? 0
+               : fail(t, "out of memory");
 }
 
 /* The per-rank batch: --batch-size, or, when resuming a run that had
@@ -518,6 +586,7 @@ static int run_epochs(trainer *t) {
             t->global_step++;
             if (t->global_step == t->measure_from_step) t->t_measure = now_s(), t->measured_images = 0;
             else t->measured_images += t->global_batch;
+            t->images += t->global_batch;
             int64_t step_in_epoch = (t->pos + t->global_batch - 1) / t->global_batch;
             if (t->pos > t->n) step_in_epoch = t->steps_per_epoch;
             if (t->env.rank == 0)
@@ -547,6 +616,7 @@ static void cleanup(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     free(t->order), free(t->idx), free(t->x_nchw), free(t->x_host), free(t->y);
     if (t->be && t->x) t->be->ops->free(t->be, t->x);
+    if (t->be && t->lr) t->be->ops->free(t->be, t->lr);
     ddp_destroy(t->ddp);
     devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);
@@ -581,9 +651,11 @@ int train_run(const train_config *c) {
     if (rc == 0) rc = run_epochs(&t);
     if (t.env.rank == 0) bar_clear(&t);
     if (rc == 0 && t.env.rank == 0) {
-        double el = now_s() - t.t_measure;
-        printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step,
-               el > 0 && t.measured_images > 0 ? t.measured_images / el : 0.0);
+        /* After the warm-up steps; a run too short for that counts them all. */
+        double now = now_s(), ips = 0;
+        if (t.measured_images > 0 && now > t.t_measure) ips = t.measured_images / (now - t.t_measure);
+        else if (t.images > 0 && now > t.t_start) ips = t.images / (now - t.t_start);
+        printf("done: %lld steps, img/s=%.1f\n", (long long)t.global_step, ips);
         fflush(stdout);
     }
     cleanup(&t);

@@ -290,8 +290,9 @@ static void test_weight_cache(ctx *t) {
     FWD_SAME("an upload of new weights");
     float *g = hrand(t, np, -1, 1), *gg = dput(t, g, np * 4);
     float *m = hzero(t, np), *gm = dnew(t, np * 4);
-    if (calls_ok(t, CPU(sgd, np, p, g, m, NULL, 0.5f, 0.9f, 0, 0, 1),
-                 GPU(sgd, np, gp, gg, gm, NULL, 0.5f, 0.9f, 0, 0, 1), "weight cache: sgd"))
+    float lr = 0.5f, *glr = dput(t, &lr, sizeof lr);
+    if (calls_ok(t, CPU(sgd, np, p, g, m, NULL, &lr, 0.9f, 0, 0, 1),
+                 GPU(sgd, np, gp, gg, gm, NULL, glr, 0.9f, 0, 0, 1), "weight cache: sgd"))
         FWD_SAME("an sgd step");
     /* The backward pass after a step reads the new weights too. */
     if (calls_ok(t, CPU(conv_bwd, &s, x, w, dy, dx, dw), GPU(conv_bwd, &s, gx, gw, gdy, gdx, gdw),
@@ -538,16 +539,19 @@ static void test_xent(ctx *t, int n, int classes, float smoothing) {
     void *z = hact(t, zf, nz), *dz = azero(t, nz);
     void *gz = dput(t, z, nz * a), *gdz = dnew(t, nz * a);
     int32_t *gl = dput(t, labels, n * sizeof *labels);
-    double loss = 0, gloss = 0;
-    int right = 0, gright = -1;
-    if (!calls_ok(t, CPU(xent, n, classes, z, labels, smoothing, dz, &loss, &right),
-                  GPU(xent, n, classes, gz, gl, smoothing, gdz, &gloss, &gright),
+    backend_loss cl = {0}, gl_host = {.correct = -1};
+    backend_loss *gout = dnew(t, sizeof *gout);
+    if (!calls_ok(t, CPU(xent, n, classes, z, labels, smoothing, dz, &cl),
+                  GPU(xent, n, classes, gz, gl, smoothing, gdz, gout),
                   "xent n%d classes %d smoothing %.1f", n, classes, smoothing)) {
         done(t);
         return;
     }
     close_act(t, gdz, dz, nz, t->tol, "xent n%d classes %d smoothing %.1f: dlogits", n, classes,
               smoothing);
+    t->gpu->ops->download(t->gpu, &gl_host, gout, sizeof gl_host);
+    double loss = cl.sum, gloss = gl_host.sum;
+    int right = cl.correct, gright = gl_host.correct;
     check(t, fabs(gloss - loss) <= 1e-9 * fabs(loss), "xent n%d classes %d: loss %.9g (CPU %.9g)",
           n, classes, gloss, loss);
     check(t, gright == right, "xent n%d classes %d: %d correct (CPU %d)", n, classes, gright, right);
@@ -565,12 +569,13 @@ static void test_sgd(ctx *t, size_t n, sgd_case c) {
     for (size_t i = 0; i < n; i++) mask[i] = frand(t) > 0;
     float *gp = dput(t, p, n * 4), *gg = dput(t, g, n * 4), *gm = dput(t, m, n * 4);
     uint8_t *gmask = dput(t, mask, n);
+    float lr = 0.1f, *glr = dput(t, &lr, sizeof lr);
     char name[96];
     snprintf(name, sizeof name, "sgd momentum %.1f wd %.0e nesterov %d first %d mask %d",
              c.momentum, c.weight_decay, c.nesterov, c.first_step, c.masked);
-    if (calls_ok(t, CPU(sgd, n, p, g, m, c.masked ? mask : NULL, 0.1f, c.momentum, c.weight_decay,
+    if (calls_ok(t, CPU(sgd, n, p, g, m, c.masked ? mask : NULL, &lr, c.momentum, c.weight_decay,
                         c.nesterov, c.first_step),
-                 GPU(sgd, n, gp, gg, gm, c.masked ? gmask : NULL, 0.1f, c.momentum,
+                 GPU(sgd, n, gp, gg, gm, c.masked ? gmask : NULL, glr, c.momentum,
                      c.weight_decay, c.nesterov, c.first_step), "%s", name)) {
         close_to(t, gp, p, n, TOL, "%s: params", name);
         close_to(t, gm, m, n, TOL, "%s: momentum", name);

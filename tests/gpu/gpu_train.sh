@@ -7,7 +7,11 @@
 #     never received;
 #  2. three steps on the GPU with a checkpoint, resumed on the CPU to step 6
 #     and back on the GPU to step 9: checkpoints hold host copies, so they
-#     move between backends, and the step counters carry on.
+#     move between backends, and the step counters carry on;
+#  3. eight steps replayed from a CUDA graph (recorded at the third) end
+#     with the same bits as eight steps run op by op (--no-cuda-graph);
+#  4. two bf16 steps on the GPU land near two on the CPU's emulated bf16
+#     (within 1e-2: the same roundings, sums in another order).
 # Skips (77) with a build without CUDA and on a machine without a GPU.
 source "$(dirname "$0")/../lib/train.bash"
 [ -x "$ROOT/build/tests/gpu-ops" ] || { echo "skipped: built without CUDA (no build/tests/gpu-ops)"; exit 77; }
@@ -16,9 +20,10 @@ gpus=$("$ROOT/build/tests/gpu-ops" --device-count)
 
 common=(--data synthetic --input-shape 3x32x32 --model resnet20 --no-eval --log-every 1
         --batch-size 32 --seed 7 --threads 4)
-train() { # log name, device, checkpoint directory, max steps
+train() { # log name, device, checkpoint directory, max steps, more flags...
     local name=$1 device=$2 dir=$3 steps=$4
-    ddp-train "${common[@]}" --device "$device" --ckpt-dir "$dir" --max-steps "$steps" \
+    shift 4
+    ddp-train "${common[@]}" --device "$device" --ckpt-dir "$dir" --max-steps "$steps" "$@" \
         > "$SCRATCH/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$SCRATCH/$name.log"; exit 1; }
     grep -q "loss nan" "$SCRATCH/$name.log" && { echo "FAIL: $name: the loss is NaN"; cat "$SCRATCH/$name.log"; exit 1; }
     grep "^epoch" "$SCRATCH/$name.log" | tail -n 1
@@ -31,6 +36,15 @@ if have_numpy; then
     train gpu-one cuda "$SCRATCH/gpu-one" 1
     train cpu-one cpu "$SCRATCH/cpu-one" 1
     compare "$SCRATCH/gpu-one" "$SCRATCH/cpu-one" --rtol 1e-4 || { echo "FAIL: GPU and CPU steps differ"; exit 1; }
+    train gpu-graph cuda "$SCRATCH/graph" 8
+    grep -q "from step 3 on, each step replays a CUDA graph" "$SCRATCH/gpu-graph.log" ||
+        { echo "FAIL: the steps were not recorded as a CUDA graph"; cat "$SCRATCH/gpu-graph.log"; exit 1; }
+    train gpu-eager cuda "$SCRATCH/eager" 8 --no-cuda-graph
+    grep -q "CUDA graph" "$SCRATCH/gpu-eager.log" && { echo "FAIL: --no-cuda-graph recorded"; exit 1; }
+    compare "$SCRATCH/graph" "$SCRATCH/eager" --exact || { echo "FAIL: replayed steps differ from steps run op by op"; exit 1; }
+    train gpu-bf16 cuda "$SCRATCH/gpu-bf16" 2 --precision bf16
+    train cpu-bf16 cpu "$SCRATCH/cpu-bf16" 2 --precision bf16
+    compare "$SCRATCH/gpu-bf16" "$SCRATCH/cpu-bf16" --rtol 1e-2 || { echo "FAIL: GPU and CPU bf16 steps differ"; exit 1; }
 else
     echo "(numpy is missing: the GPU-against-CPU weights comparison is left out)"
 fi

@@ -198,11 +198,11 @@ static int linear_bwd(backend *b, int n, int in, int out, const void *x, const f
 }
 
 static int xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-                float smoothing, void *dlogits, double *loss_sum, int *correct) {
+                float smoothing, void *dlogits, backend_loss *out) {
     size_t nl = (size_t)n * classes;
     float *L = widen(b, 0, logits, nl), *D = scratch(b, 1, nl);
     if (!L || !D) return -ENOMEM;
-    int rc = inner(b)->ops->xent(inner(b), n, classes, L, labels, smoothing, D, loss_sum, correct);
+    int rc = inner(b)->ops->xent(inner(b), n, classes, L, labels, smoothing, D, out);
     return narrow(rc, dlogits, D, nl);
 }
 
@@ -239,7 +239,7 @@ static int scale(backend *b, size_t n, float alpha, float *x) {
 }
 
 static int sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-               const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+               const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
                int nesterov, int first_step) {
     return inner(b)->ops->sgd(inner(b), n, param, grad, mom, decay_mask, lr, momentum,
                               weight_decay, nesterov, first_step);

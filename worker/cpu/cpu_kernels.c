@@ -381,7 +381,7 @@ int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const void *x_, const
 /* ---- loss ----------------------------------------------------------------------- */
 
 int cpu_xent(backend *b, int n, int classes, const void *logits_, const int32_t *labels,
-             float smoothing, void *dlogits_, double *loss_sum, int *correct) {
+             float smoothing, void *dlogits_, backend_loss *out) {
     const float *logits = logits_;
     float *dlogits = dlogits_;
     (void)b;
@@ -408,8 +408,8 @@ int cpu_xent(backend *b, int n, int classes, const void *logits_, const int32_t 
         total += li;
         right += best == labels[i];
     }
-    *loss_sum = total;
-    *correct = right;
+    out->sum = total;
+    out->correct = right;
     return 0;
 }
 
@@ -418,9 +418,10 @@ int cpu_xent(backend *b, int n, int classes, const void *logits_, const int32_t 
 /* PyTorch's SGD: g = grad + wd*p; buf = g on the first step, else
  * momentum*buf + g; the step is buf, or g + momentum*buf with Nesterov. */
 int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-            const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+            const uint8_t *decay_mask, const float *lr_, float momentum, float weight_decay,
             int nesterov, int first_step) {
     (void)b;
+    float lr = *lr_;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];

@@ -36,9 +36,9 @@ int cpu_linear_fwd_ref(backend *b, int n, int in, int out, const void *x, const 
 int cpu_linear_bwd_ref(backend *b, int n, int in, int out, const void *x, const float *w,
                        const void *dy, void *dx, float *dw, float *dbias);
 int cpu_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-             float smoothing, void *dlogits, double *loss_sum, int *correct);
+             float smoothing, void *dlogits, backend_loss *out);
 int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-            const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+            const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
             int nesterov, int first_step);
 int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
 int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const void *x, const float *w,

@@ -36,6 +36,7 @@ int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
         CUDA_CHECK(cudaStreamSynchronize(st->stream));
         CUDA_CHECK(cudaFree(buf->p));
         buf->p = NULL, buf->bytes = 0;
+        if (st->graph) st->graph_stale = 1;
     }
     /* Half again as much, so a run of slightly growing shapes does not
      * reallocate each time. */
@@ -86,6 +87,7 @@ static int free_now(cuda_state *st, void *p) {
     /* Queued work may still use p: cudaFree must not run ahead of it. */
     CUDA_CHECK(cudaStreamSynchronize(st->stream));
     CUDA_CHECK(cudaFree(p));
+    if (st->graph) st->graph_stale = 1;
     return cuda_weights_clear(st);
 }
 
@@ -143,18 +145,57 @@ static int cuda_sync(backend *b) {
     return rc;
 }
 
+/* ---- recording a step ------------------------------------------------------------------- */
+
+/* Thread-local capture: a call on this thread that cannot be recorded
+ * (an allocation, a synchronisation) fails the recording instead of
+ * running outside it; other threads (NCCL's) are left alone. The work
+ * queued while recording does not run: replay runs it. */
+static int cuda_record_begin(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (st->graph) {
+        CUDA_CHECK(cudaStreamSynchronize(st->stream));
+        CUDA_CHECK(cudaGraphExecDestroy(st->graph));
+        st->graph = NULL;
+    }
+    cuda_weights_invalidate(st);
+    CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+    return 0;
+}
+
+static int cuda_record_end(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    cudaGraph_t g = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(st->stream, &g));
+    cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) st->graph = NULL;
+    CUDA_CHECK(e);
+    st->graph_stale = 0;
+    return 0;
+}
+
+static int cuda_replay(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (!st->graph || st->graph_stale) return -ESTALE;
+    CUDA_CHECK(cudaGraphLaunch(st->graph, st->stream));
+    cuda_weights_invalidate(st); /* the replayed optimizer step moved the weights */
+    return 0;
+}
+
 /* ---- life cycle ------------------------------------------------------------------------ */
 
 static void state_free(cuda_state *st) {
     if (!st) return;
     if (st->stream) cudaStreamSynchronize(st->stream);
+    if (st->graph) cudaGraphExecDestroy(st->graph);
     cuda_conv_destroy(st);
     cuda_weights_destroy(st);
+    cuda_buf_release(&st->blas_workspace);
     cuda_buf_release(&st->workspace);
     cuda_buf_release(&st->wgrad);
     cuda_buf_release(&st->product);
     cuda_buf_release(&st->partials);
-    if (st->xent_host) cudaFreeHost(st->xent_host);
     if (st->cublas) st->blas.destroy(st->cublas);
     cuda_blas_unload(&st->blas);
     if (st->cudnn) cudnnDestroy(st->cudnn);
@@ -187,8 +228,12 @@ static int state_init(cuda_state *st, const backend_opts *o) {
     CUBLAS_CHECK(st->blas.set_math_mode(st->cublas, o->precision == PRECISION_TF32
                                                         ? CUBLAS_TF32_TENSOR_OP_MATH
                                                         : CUBLAS_DEFAULT_MATH));
-    CUDA_CHECK(cudaMallocHost((void **)&st->xent_host, sizeof *st->xent_host));
-    int rc = cuda_weights_init(st);
+    /* 32 MiB: what cuBLAS's documentation recommends for Hopper. */
+    int rc = cuda_buf_reserve(st, &st->blas_workspace, 32u << 20);
+    if (rc) return rc;
+    CUBLAS_CHECK(st->blas.set_workspace(st->cublas, st->blas_workspace.p,
+                                        st->blas_workspace.bytes));
+    rc = cuda_weights_init(st);
     return rc ? rc : cuda_conv_init(st);
 }
 
@@ -222,6 +267,9 @@ static const backend_ops cuda_ops = {
     .linear_bwd = cuda_linear_bwd,
     .xent = cuda_xent,
     .sgd = cuda_sgd,
+    .record_begin = cuda_record_begin,
+    .record_end = cuda_record_end,
+    .replay = cuda_replay,
     .destroy = cuda_destroy,
 };
 

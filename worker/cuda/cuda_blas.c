@@ -58,6 +58,7 @@ int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen) {
     if (!rc) rc = lookup(bl, "cublasSgemm_v2", &bl->sgemm, err, errlen);
     if (!rc) rc = lookup(bl, "cublasSetMathMode", &bl->set_math_mode, err, errlen);
     if (!rc) rc = lookup(bl, "cublasGemmEx", &bl->gemm_ex, err, errlen);
+    if (!rc) rc = lookup(bl, "cublasSetWorkspace_v2", &bl->set_workspace, err, errlen);
     if (rc) cuda_blas_unload(bl);
     return rc;
 }

@@ -66,6 +66,7 @@ typedef struct {
     cublasStatus_t (*destroy)(cublasHandle_t handle);
     cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
     cublasStatus_t (*set_math_mode)(cublasHandle_t handle, cublasMath_t mode);
+    cublasStatus_t (*set_workspace)(cublasHandle_t handle, void *workspace, size_t bytes);
     cublasStatus_t (*sgemm)(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
                             int m, int n, int k, const float *alpha, const float *a, int lda,
                             const float *b, int ldb, const float *beta, float *c, int ldc);
@@ -95,14 +96,17 @@ typedef struct {
     cuda_buf partials;       /* per-block partial sums of reductions, the loss's scratch */
     cuda_conv_cache *convs;  /* descriptors and algorithms per convolution shape */
     cuda_weight_cache *wcache; /* parameters in the layout and type cuDNN and cuBLAS read */
-    kern_xent_result *xent_host; /* pinned: where the loss lands on the host */
+    cuda_buf blas_workspace; /* cuBLAS's, given so that it never allocates during a recording */
+    cudaGraphExec_t graph;   /* the recorded step, or NULL */
+    int graph_stale;         /* memory was freed since the recording */
     int deferred;            /* the first error of an operation that cannot return one */
 } cuda_state;
 
 static inline cuda_state *cuda_state_of(const backend *b) { return (cuda_state *)b->impl; }
 
 /* Makes buf at least `bytes` long. Growing waits for the stream first:
- * queued work may still read the old buffer. */
+ * queued work may still read the old buffer (and a recording may hold
+ * it: growing makes the recording stale). */
 int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes);
 void cuda_buf_release(cuda_buf *buf);
 
@@ -131,8 +135,12 @@ static inline int cuda_weights_native(const cuda_state *st, int c, int r, int s)
     return st->act == DTYPE_F32 && (r * s == 1 || c == 1);
 }
 void cuda_weights_written(cuda_state *st, const void *p, size_t bytes);
-/* Drops every cached copy; the stream must be idle (nothing queued may
- * still read them). */
+/* Marks every copy out of date, keeping its memory: a recording then
+ * converts every weight it reads (its replays run the optimizer the host
+ * never sees), and after a replay the next conversion is redone. */
+void cuda_weights_invalidate(cuda_state *st);
+/* Drops every cached copy (a recording that converts into them goes
+ * stale); the stream must be idle (nothing queued may still read them). */
 int cuda_weights_clear(cuda_state *st);
 
 /* cuda_conv.c: convolution through cuDNN. */
@@ -177,9 +185,9 @@ int cuda_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int3
 int cuda_avgpool_fwd(backend *b, int n, int hw, int c, const void *x, void *y);
 int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx);
 int cuda_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-              float smoothing, void *dlogits, double *loss_sum, int *correct);
+              float smoothing, void *dlogits, backend_loss *out);
 int cuda_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-             const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+             const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
              int nesterov, int first_step);
 
 #endif

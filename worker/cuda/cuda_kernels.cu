@@ -745,11 +745,11 @@ __global__ void xent_kernel(int n, int classes, const T *logits, const int32_t *
 }
 
 /* The batch's sums, in sample order, by one thread (n is a batch). */
-__global__ void xent_finish(int n, const double *loss, const int *hit, kern_xent_result *out) {
+__global__ void xent_finish(int n, const double *loss, const int *hit, backend_loss *out) {
     double total = 0;
     int right = 0;
     for (int i = 0; i < n; i++) total += loss[i], right += hit[i];
-    out->loss_sum = total;
+    out->sum = total;
     out->correct = right;
 }
 
@@ -761,15 +761,15 @@ static cudaError_t xent_launch(cudaStream_t st, const kern_xent_args *a, double 
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void *scratch) {
+extern "C" cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void *scratch,
+                                 backend_loss *out) {
     double *loss = (double *)scratch;
-    kern_xent_result *result = kern_xent_result_at(scratch, a->n);
     int *hit = (int *)(loss + a->n);
     if (a->n > 0 && a->classes > 0) {
         cudaError_t e = DISPATCH(a->dt, xent_launch, st, a, loss, hit);
         if (e != cudaSuccess) return e;
     }
-    xent_finish<<<1, 1, 0, st>>>(a->classes > 0 ? a->n : 0, loss, hit, result);
+    xent_finish<<<1, 1, 0, st>>>(a->classes > 0 ? a->n : 0, loss, hit, out);
     return cudaGetLastError();
 }
 
@@ -779,6 +779,7 @@ extern "C" cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void 
  * buf = g on the first step, else momentum*buf + g; the step is buf, or
  * g + momentum*buf with Nesterov. */
 __global__ void sgd_kernel(kern_sgd_args a) {
+    float lr = *a.lr;
     GRID_STRIDE(i, a.n) {
         float g = a.grad[i];
         if (a.weight_decay != 0 && (!a.decay_mask || a.decay_mask[i]))
@@ -788,7 +789,7 @@ __global__ void sgd_kernel(kern_sgd_args a) {
             a.mom[i] = buf;
             g = a.nesterov ? g + a.momentum * buf : buf;
         }
-        a.param[i] -= a.lr * g;
+        a.param[i] -= lr * g;
     }
 }
 

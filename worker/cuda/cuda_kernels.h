@@ -44,25 +44,10 @@ static inline size_t kern_partials_bytes(int rows, int c) {
     return (size_t)kern_row_blocks(rows) * 2 * (size_t)c * sizeof(double);
 }
 
-/* The device-side result of the loss: summed over the batch by one thread,
- * in sample order (as the CPU does), then copied to the host. */
-typedef struct {
-    double loss_sum;
-    int correct;
-} kern_xent_result;
-
 /* xent's device scratch for n samples: the per-sample losses (n doubles)
- * and hits (n ints), then the result at the next 8-byte boundary. */
-static inline size_t kern_xent_result_offset(int n) {
-    return ((size_t)n * (sizeof(double) + sizeof(int)) + 7) / 8 * 8;
-}
-
+ * and hits (n ints). */
 static inline size_t kern_xent_scratch_bytes(int n) {
-    return kern_xent_result_offset(n) + sizeof(kern_xent_result);
-}
-
-static inline kern_xent_result *kern_xent_result_at(void *scratch, int n) {
-    return (kern_xent_result *)((char *)scratch + kern_xent_result_offset(n));
+    return (size_t)n * (sizeof(double) + sizeof(int));
 }
 
 /* ---- batch norm ---- */
@@ -150,7 +135,8 @@ cudaError_t kern_weights_from_krsc(cudaStream_t st, backend_dtype dt, int k, int
 
 /* ---- loss and optimiser ---- */
 /* scratch: kern_xent_scratch_bytes(n) of device memory; the batch's
- * result is left at kern_xent_result_at(scratch, n). */
+ * result (summed in sample order by one thread, as the CPU does) goes to
+ * *out, in device memory. */
 typedef struct {
     backend_dtype dt;
     int n, classes;
@@ -159,7 +145,8 @@ typedef struct {
     float smoothing;
     void *dlogits;
 } kern_xent_args;
-cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void *scratch);
+cudaError_t kern_xent(cudaStream_t st, const kern_xent_args *a, void *scratch,
+                      backend_loss *out);
 /* The sgd arguments, too many for one line of parameters. */
 typedef struct {
     size_t n;
@@ -167,7 +154,8 @@ typedef struct {
     const float *grad;
     float *mom;
     const uint8_t *decay_mask; /* NULL: every element decays */
-    float lr, momentum, weight_decay;
+    const float *lr; /* device memory, read when the kernel runs */
+    float momentum, weight_decay;
     int nesterov, first_step;
 } kern_sgd_args;
 cudaError_t kern_sgd(cudaStream_t st, const kern_sgd_args *a);

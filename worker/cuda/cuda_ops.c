@@ -141,28 +141,21 @@ int cuda_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx)
 
 /* ---- loss and optimiser ----------------------------------------------------------------- */
 
-/* The per-sample losses and the batch's result live in the partials
- * scratch; the result is copied into pinned host memory, and the stream is
- * waited for so *loss_sum and *correct hold it on return. */
+/* The per-sample losses live in the partials scratch, the batch's result
+ * goes to *out; nothing waits. */
 int cuda_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-              float smoothing, void *dlogits, double *loss_sum, int *correct) {
+              float smoothing, void *dlogits, backend_loss *out) {
     cuda_state *st = cuda_state_of(b);
     int rc = cuda_buf_reserve(st, &st->partials, kern_xent_scratch_bytes(n));
     if (rc) return rc;
     kern_xent_args a = {.dt = st->act, .n = n, .classes = classes, .logits = logits,
                         .labels = labels, .smoothing = smoothing, .dlogits = dlogits};
-    CUDA_CHECK(kern_xent(st->stream, &a, st->partials.p));
-    const kern_xent_result *dev = kern_xent_result_at(st->partials.p, n);
-    CUDA_CHECK(cudaMemcpyAsync(st->xent_host, dev, sizeof *dev, cudaMemcpyDeviceToHost,
-                               st->stream));
-    CUDA_CHECK(cudaStreamSynchronize(st->stream));
-    *loss_sum = st->xent_host->loss_sum;
-    *correct = st->xent_host->correct;
+    CUDA_CHECK(kern_xent(st->stream, &a, st->partials.p, out));
     return 0;
 }
 
 int cuda_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-             const uint8_t *decay_mask, float lr, float momentum, float weight_decay,
+             const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
              int nesterov, int first_step) {
     cuda_state *st = cuda_state_of(b);
     wrote(st, param, n);

@@ -46,6 +46,7 @@ int cuda_weights_init(cuda_state *st) {
 int cuda_weights_clear(cuda_state *st) {
     cuda_weight_cache *wc = st->wcache;
     int rc = 0;
+    if (wc->n && st->graph) st->graph_stale = 1; /* it may convert into these copies */
     for (int i = 0; i < wc->n; i++) {
         cudaError_t e = cudaFree(wc->e[i].copy);
         if (e != cudaSuccess && !rc) {
@@ -64,6 +65,10 @@ void cuda_weights_destroy(cuda_state *st) {
     free(st->wcache->e);
     free(st->wcache);
     st->wcache = NULL;
+}
+
+void cuda_weights_invalidate(cuda_state *st) {
+    for (int i = 0; i < st->wcache->n; i++) st->wcache->e[i].valid = 0;
 }
 
 void cuda_weights_written(cuda_state *st, const void *p, size_t bytes) {

@@ -12,17 +12,21 @@
  * on the backend's compute stream and makes the NCCL stream wait for it, so
  * a collective sees everything queued before it; wait makes the compute
  * stream wait for the collective's completion event, so everything queued
- * after sees its result. Issuing a collective waits only for NCCL to put
- * it on its stream, never for it to run, which keeps the buckets
- * overlapping with backward. The backend is told which memory each
+ * after sees its result. Neither waits on the host: issuing a collective
+ * waits only for NCCL to put it on its stream, never for it to run, which
+ * keeps the buckets overlapping with backward, and a step containing
+ * collectives can be recorded as a CUDA graph (the NCCL stream joins the
+ * recording through those events). The backend is told which memory each
  * collective writes, so it converts any weights there again (a broadcast
  * of the parameters) instead of using stale copies.
  *
- * Failure: wait supervises the collective from the host (the completion
- * event, NCCL's asynchronous error, the deadline). An NCCL error or a
- * collective past its timeout aborts the communicator and leaves it
- * broken: every later call returns the same error at once, ddp-train exits
- * non-zero and the launcher restarts the group instead of it hanging. */
+ * Failure: sync supervises everything issued so far from the host (an
+ * event after it on the compute stream, NCCL's asynchronous error, the
+ * deadline); broadcast, used outside steps, supervises itself. An NCCL
+ * error or a collective past its timeout aborts the communicator and
+ * leaves it broken: every later call returns the same error at once,
+ * ddp-train exits non-zero and the launcher restarts the group instead of
+ * it hanging. */
 #include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -65,6 +69,8 @@ typedef struct {
     cudaStream_t compute; /* the backend's stream (not owned) */
     cudaStream_t stream;  /* NCCL's stream */
     cudaEvent_t ready;    /* "the stream got this far", waited for by another */
+    cudaEvent_t synced;   /* on the compute stream: everything issued is done */
+    int64_t oldest_ns;    /* when the oldest collective not yet synced was issued */
     nc_req *free, *all;
     int timeout_ms;
     int up;               /* set-up finished: failures are logged from now on */
@@ -259,9 +265,10 @@ static int nc_enqueue(nc *n, nc_req *r, void *buf) {
     return 0;
 }
 
-/* Supervises r to completion, then orders the compute stream after it (a
- * formality once the event has completed, but it keeps the ordering
- * stated where it is needed rather than implied by the host wait). */
+/* Supervises r to completion from the host, then orders the compute
+ * stream after it (a formality once the event has completed, but it keeps
+ * the ordering stated where it is needed rather than implied by the host
+ * wait). */
 static int nc_finish(nc *n, nc_req *r) {
     describe(n, r);
     int rc = nc_poll(n, r->done, r->issued_ns + ms_to_ns(n->timeout_ms));
@@ -277,6 +284,7 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
     nc_req *r = NULL;
     *req = NULL;
     int rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
+    if (rc == 0 && !n->oldest_ns) n->oldest_ns = r->issued_ns;
     if (rc == 0) rc = nc_enqueue(n, r, buf);
     cuda_backend_written(n->be, buf, count * sizeof(float)); /* even half done */
     if (rc) {
@@ -287,12 +295,37 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
     return 0;
 }
 
+/* The compute stream waits for r; the host does not (sync supervises).
+ * r's event may be recorded again by a later request: the wait is on the
+ * recording made for r. */
+static int nc_order_after(nc *n, nc_req *r) {
+    describe(n, r);
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
+    return 0;
+}
+
 static int nc_wait(devcomm *d, void *req) {
     nc *n = d->impl;
     nc_req *r = req;
     assert(r);
-    int rc = n->broken ? n->broken : nc_finish(n, r);
+    int rc = n->broken ? n->broken : nc_order_after(n, r);
     req_put(n, r);
+    return rc;
+}
+
+/* Everything issued so far, and the compute stream's work up to here,
+ * done within the timeout of the oldest collective among them (or of now,
+ * for a replayed step, whose collectives the host never issued). */
+static int nc_sync(devcomm *d) {
+    nc *n = d->impl;
+    if (n->broken) return n->broken;
+    snprintf(n->op, sizeof n->op, "step (its all-reduces and the work waiting on them)");
+    int64_t deadline = (n->oldest_ns ? n->oldest_ns : comm_now_ns()) + ms_to_ns(n->timeout_ms);
+    CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, n->ready, 0));
+    CUDA_CHECK(n, cudaEventRecord(n->synced, n->compute));
+    int rc = nc_poll(n, n->synced, deadline);
+    if (rc == 0) n->oldest_ns = 0;
     return rc;
 }
 
@@ -342,6 +375,7 @@ static void nc_destroy(devcomm *d) {
         free(r);
     }
     if (n->ready && (e1 = cudaEventDestroy(n->ready)) != cudaSuccess) e = e1;
+    if (n->synced && (e1 = cudaEventDestroy(n->synced)) != cudaSuccess) e = e1;
     if (n->stream && (e1 = cudaStreamDestroy(n->stream)) != cudaSuccess) e = e1;
     /* Nothing is left to return an error to; say so in the log. */
     if (e != cudaSuccess)
@@ -354,6 +388,7 @@ static const devcomm_ops nccl_ops = {
     .name = "nccl",
     .allreduce_sum_async = nc_allreduce_async,
     .wait = nc_wait,
+    .sync = nc_sync,
     .broadcast = nc_broadcast,
     .error = nc_error,
     .destroy = nc_destroy,
@@ -439,6 +474,7 @@ static int setup_device(nc *n) {
     CUDA_CHECK(n, cudaDeviceGetStreamPriorityRange(&least, &greatest));
     CUDA_CHECK(n, cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest));
     CUDA_CHECK(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
+    CUDA_CHECK(n, cudaEventCreateWithFlags(&n->synced, cudaEventDisableTiming));
     return 0;
 }
 
