@@ -3,8 +3,12 @@
 # same run, taking turns: ResNet-50 at 3x224x224 with batch 256 and
 # ResNet-20 at 3x32x32 with batch 512, synthetic data, one rank. Target:
 # at least 1.1x PyTorch's images per second.
+# Both sides time cuDNN's algorithms (PyTorch's cudnn.benchmark = True, our
+# --cudnn-benchmark) and both record nothing else: ours replays its step
+# as a CUDA graph from the third step (its default), PyTorch runs eager.
 # Environment: BENCH_PRECISIONS (default "bf16 tf32"), BENCH_STEPS (30),
-# BENCH_WARMUP (10), BENCH_ROUNDS (3), PY (python3 with torch and CUDA).
+# BENCH_WARMUP (10), BENCH_ROUNDS (3), BENCH_OURS_FLAGS (default
+# --cudnn-benchmark), PY (python3 with torch and CUDA).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -12,19 +16,20 @@ steps=${BENCH_STEPS:-30}
 warmup=${BENCH_WARMUP:-10}
 rounds=${BENCH_ROUNDS:-3}
 precisions=${BENCH_PRECISIONS:-bf16 tf32}
+read -r -a our_flags <<< "${BENCH_OURS_FLAGS---cudnn-benchmark}"
 nvidia-smi -L > /dev/null 2>&1 || { echo "bench-gpu: no GPU (nvidia-smi -L failed)"; exit 1; }
 "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
     { echo "bench-gpu: $PY has no torch with CUDA"; exit 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
-echo "command: make bench-gpu (BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROUNDS=$rounds)"
+echo "command: make bench-gpu (BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROUNDS=$rounds BENCH_OURS_FLAGS='${our_flags[*]}')"
 
 ours() { # MODEL SHAPE BATCH PRECISION: img/s, or "failed"
     local out
     out=$(build/bin/ddp-train --device cuda --precision "$4" --model "$1" --data synthetic \
         --input-shape "$2" --classes "$([ "$1" = resnet50 ] && echo 1000 || echo 10)" \
         --batch-size "$3" --max-steps $((steps + warmup)) --throughput-warmup "$warmup" \
-        --log-every 100000 --no-eval --no-augment 2>&1)
+        --log-every 100000 --no-eval --no-augment "${our_flags[@]}" 2>&1)
     local ips
     ips=$(sed -n 's/.*img\/s=\([0-9.]*\).*/\1/p' <<< "$out" | tail -n1)
     if [ -n "$ips" ]; then echo "$ips"; else echo "failed"; echo "$out" | tail -n3 >&2; fi

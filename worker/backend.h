@@ -183,6 +183,7 @@ typedef struct {
     int threads;   /* CPU: compute threads (0: OpenMP's default) */
     int device;    /* CUDA: device ordinal (ddp-train passes LOCAL_RANK mod the count) */
     backend_precision precision;
+    int benchmark; /* CUDA: choose convolution algorithms by timing them (--cudnn-benchmark) */
 } backend_opts;
 
 /* Creates the backend o asks for; BACKEND_AUTO is CUDA when this build has

@@ -64,6 +64,9 @@ static const char usage[] =
     "                          on the CPU emulated, for checking numerics)\n"
     "  --no-cuda-graph         on a GPU, run every step op by op instead of replaying\n"
     "                          a CUDA graph of it (recorded from the third step on)\n"
+    "  --cudnn-benchmark       on a GPU, choose convolution algorithms by timing them\n"
+    "                          (torch.backends.cudnn.benchmark): faster, but runs may\n"
+    "                          choose differently and differ in the last bits\n"
     "  --threads N             compute threads (default: OMP_NUM_THREADS, else all cores)\n"
     "  --timeout S             a collective taking longer fails the rank (default 600)\n"
     "  --bucket-mb N           gradient bucket size after the first 1 MiB (default 25)\n"
@@ -78,7 +81,7 @@ enum {
     O_BATCH, O_LR, O_LR_SCALE, O_WARMUP, O_SCHEDULE, O_MILESTONES, O_GAMMA, O_MOMENTUM,
     O_NESTEROV, O_WD, O_DECAY_ALL, O_SMOOTH, O_SYNC_BN, O_SEED, O_NO_EVAL, O_CKPT_DIR,
     O_CKPT_EVERY, O_KEEP, O_METRICS, O_LOG_EVERY, O_THREADS, O_TIMEOUT, O_BUCKET, O_NO_SHM,
-    O_REFERENCE, O_LOCAL_RANK, O_TPUT_WARMUP, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_HELP,
+    O_REFERENCE, O_LOCAL_RANK, O_TPUT_WARMUP, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_BENCHMARK, O_HELP,
 };
 
 static const struct option options[] = {
@@ -99,7 +102,7 @@ static const struct option options[] = {
     {"reference-kernels", 0, 0, O_REFERENCE}, {"local_rank", 1, 0, O_LOCAL_RANK},
     {"local-rank", 1, 0, O_LOCAL_RANK}, {"throughput-warmup", 1, 0, O_TPUT_WARMUP},
     {"device", 1, 0, O_DEVICE}, {"precision", 1, 0, O_PRECISION},
-    {"no-cuda-graph", 0, 0, O_NO_GRAPH},
+    {"no-cuda-graph", 0, 0, O_NO_GRAPH}, {"cudnn-benchmark", 0, 0, O_BENCHMARK},
     {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 };
 
@@ -204,6 +207,7 @@ static int apply(train_config *c, int opt, const char *a) {
     case O_BUCKET: rc = whole("bucket-mb", a, 1, 4096, &v), c->bucket_bytes = (int64_t)v << 20; break;
     case O_NO_SHM: c->no_shm = 1; break;
     case O_NO_GRAPH: c->no_cuda_graph = 1; break;
+    case O_BENCHMARK: c->cudnn_benchmark = 1; break;
     case O_REFERENCE: c->reference = 1; break;
     case O_LOCAL_RANK: rc = whole("local_rank", a, 0, 1e6, &v), c->legacy_local_rank = (int)v; break;
     case O_TPUT_WARMUP: rc = whole("throughput-warmup", a, 0, 1e9, &v), c->warmup_steps = (int)v; break;

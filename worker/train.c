@@ -153,7 +153,8 @@ static int setup_model(trainer *t) {
     const train_config *c = t->cfg;
     char err[512];
     backend_opts bo = {.kind = c->reference ? BACKEND_CPU_REFERENCE : c->device,
-                       .threads = c->threads, .precision = c->precision};
+                       .threads = c->threads, .precision = c->precision,
+                       .benchmark = c->cudnn_benchmark};
     int gpus = cuda_device_count();
     bo.device = gpus > 0 ? t->env.local_rank % gpus : 0;
     /* NCCL takes one GPU per rank: with more ranks on this node than GPUs,

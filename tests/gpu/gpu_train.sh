@@ -8,6 +8,7 @@
 #  2. three steps on the GPU with a checkpoint, resumed on the CPU to step 6
 #     and back on the GPU to step 9: checkpoints hold host copies, so they
 #     move between backends, and the step counters carry on;
+#     the same with algorithms chosen by timing (--cudnn-benchmark);
 #  3. eight steps replayed from a CUDA graph (recorded at the third) end
 #     with the same bits as eight steps run op by op (--no-cuda-graph);
 #  4. two bf16 steps on the GPU land near two on the CPU's emulated bf16
@@ -36,6 +37,8 @@ if have_numpy; then
     train gpu-one cuda "$SCRATCH/gpu-one" 1
     train cpu-one cpu "$SCRATCH/cpu-one" 1
     compare "$SCRATCH/gpu-one" "$SCRATCH/cpu-one" --rtol 1e-4 || { echo "FAIL: GPU and CPU steps differ"; exit 1; }
+    train gpu-timed cuda "$SCRATCH/gpu-timed" 1 --cudnn-benchmark
+    compare "$SCRATCH/gpu-timed" "$SCRATCH/cpu-one" --rtol 1e-4 || { echo "FAIL: timed algorithms give another step"; exit 1; }
     train gpu-graph cuda "$SCRATCH/graph" 8
     grep -q "from step 3 on, each step replays a CUDA graph" "$SCRATCH/gpu-graph.log" ||
         { echo "FAIL: the steps were not recorded as a CUDA graph"; cat "$SCRATCH/gpu-graph.log"; exit 1; }

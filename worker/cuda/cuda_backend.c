@@ -216,6 +216,7 @@ static void cuda_destroy(backend *b) {
 static int state_init(cuda_state *st, const backend_opts *o) {
     st->device = o->device;
     st->precision = o->precision;
+    st->benchmark = o->benchmark;
     st->act = o->precision == PRECISION_BF16 ? DTYPE_BF16 : DTYPE_F32;
     CUDA_CHECK(cudaSetDevice(o->device));
     /* Non-blocking: nothing queued on the legacy default stream (by a

@@ -23,8 +23,12 @@
  * preference, are deterministic and (in fp32 mode) compute directly rather
  * than through Winograd or FFT transforms, which lose a few more bits. A
  * heuristic ranking is a function of the shape and the GPU, not of timing,
- * so runs choose the same algorithms and stay reproducible. If cuDNN
- * refuses a candidate when it runs, the next one is tried. */
+ * so runs choose the same algorithms and stay reproducible. With
+ * --cudnn-benchmark (torch.backends.cudnn.benchmark) cuDNN times every
+ * algorithm instead, on the first call's own buffers, and the same
+ * preferences apply to the fastest first: faster, but another run may
+ * time them otherwise and choose differently. If cuDNN refuses a
+ * candidate when it runs, the next one is tried. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +71,7 @@ struct cuda_conv_cache {
     int next_evict; /* when full, entries are replaced round robin */
 };
 
-/* One heuristic result, whatever the direction's perf struct. */
+/* One heuristic or timing result, whatever the direction's perf struct. */
 typedef struct {
     int algo;
     cudnnStatus_t status;
@@ -75,6 +79,18 @@ typedef struct {
     cudnnDeterminism_t determinism;
     cudnnMathType_t math;
 } candidate;
+
+/* The operands of one cuDNN call; which of them a direction reads or
+ * writes is in run_algo. */
+typedef struct {
+    const void *x, *w, *dy;
+    void *out; /* y, dx or dw */
+} conv_io;
+
+#define AS_CANDIDATES(p, got, c)                                                               \
+    for (int i_ = 0; i_ < (got); i_++)                                                         \
+        (c)[i_] = (candidate){(p)[i_].algo, (p)[i_].status, (p)[i_].memory,                    \
+                              (p)[i_].determinism, (p)[i_].mathType}
 
 int cuda_conv_init(cuda_state *st) {
     st->convs = calloc(1, sizeof *st->convs);
@@ -209,21 +225,59 @@ static int heuristics(cuda_state *st, conv_entry *e, conv_dir d, candidate *c, i
         cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
             st->cudnn, e->x, e->w, e->conv, e->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, p));
-        for (int i = 0; i < got; i++)
-            c[i] = (candidate){p[i].algo, p[i].status, p[i].memory, p[i].determinism, p[i].mathType};
+        AS_CANDIDATES(p, got, c);
     } else if (d == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
             st->cudnn, e->w, e->y, e->conv, e->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, p));
-        for (int i = 0; i < got; i++)
-            c[i] = (candidate){p[i].algo, p[i].status, p[i].memory, p[i].determinism, p[i].mathType};
+        AS_CANDIDATES(p, got, c);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             st->cudnn, e->x, e->y, e->conv, e->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
             p));
-        for (int i = 0; i < got; i++)
-            c[i] = (candidate){p[i].algo, p[i].status, p[i].memory, p[i].determinism, p[i].mathType};
+        AS_CANDIDATES(p, got, c);
+    }
+    *n = got;
+    return 0;
+}
+
+/* cuDNN's timing of the algorithms for one direction, fastest first, run
+ * on the call's own buffers (its output is overwritten; the chosen
+ * algorithm then computes it for real), with as much workspace as the
+ * hungriest heuristic candidate within the limit. */
+static int timings(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io, candidate *c,
+                   int *n) {
+    candidate h[MAX_ALGOS];
+    int nh = 0, got = 0;
+    int rc = heuristics(st, e, d, h, &nh);
+    if (rc) return rc;
+    size_t most = 0;
+    for (int i = 0; i < nh; i++)
+        if (h[i].status == CUDNN_STATUS_SUCCESS && h[i].memory <= WORKSPACE_LIMIT &&
+            h[i].memory > most)
+            most = h[i].memory;
+    if ((rc = cuda_buf_reserve(st, &st->workspace, most))) return rc;
+    void *ws = st->workspace.p;
+    size_t wsb = st->workspace.bytes;
+    if (d == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            st->cudnn, e->x, io->x, e->w, io->w, e->conv, e->y, io->out,
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, p, ws, wsb));
+        AS_CANDIDATES(p, got, c);
+    } else if (d == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            st->cudnn, e->w, io->w, e->y, io->dy, e->conv, e->x, io->out,
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, p, ws, wsb));
+        AS_CANDIDATES(p, got, c);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            st->cudnn, e->x, io->x, e->y, io->dy, e->conv, e->w, io->out,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, p, ws, wsb));
+        AS_CANDIDATES(p, got, c);
     }
     *n = got;
     return 0;
@@ -265,12 +319,12 @@ static void add_candidate(cuda_state *st, conv_entry *e, conv_dir d, const candi
     l->n++;
 }
 
-static int choose(cuda_state *st, conv_entry *e, conv_dir d) {
+static int choose(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io) {
     algo_list *l = &e->dirs[d];
     candidate c[MAX_ALGOS];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, requested_math(st)));
-    int rc = heuristics(st, e, d, c, &n);
+    int rc = st->benchmark ? timings(st, e, d, io, c, &n) : heuristics(st, e, d, c, &n);
     if (rc) return rc;
     memset(l, 0, sizeof *l);
     for (int pref = 0; pref < 4; pref++)
@@ -283,13 +337,6 @@ static int choose(cuda_state *st, conv_entry *e, conv_dir d) {
 }
 
 /* ---- running ------------------------------------------------------------------------------ */
-
-/* The operands of one cuDNN call; which of them a direction reads or
- * writes is in run_algo. */
-typedef struct {
-    const void *x, *w, *dy;
-    void *out; /* y, dx or dw */
-} conv_io;
 
 static cudnnStatus_t run_algo(cuda_state *st, conv_entry *e, conv_dir d, int i,
                               const conv_io *io) {
@@ -315,7 +362,7 @@ static int conv_run(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io
     algo_list *l = &e->dirs[d];
     char desc[160];
     if (!l->ready) {
-        int rc = choose(st, e, d);
+        int rc = choose(st, e, d, io);
         if (rc) return rc;
     }
     for (; l->cur < l->n; l->cur++) {

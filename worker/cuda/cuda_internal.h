@@ -85,6 +85,7 @@ const char *cuda_blas_status_name(cublasStatus_t s);
 typedef struct {
     int device;
     backend_precision precision;
+    int benchmark;           /* convolution algorithms by timing (cuda_conv.c) */
     backend_dtype act;       /* activations' type: bf16 under PRECISION_BF16, else fp32 */
     cudaStream_t stream;     /* every operation is queued here */
     cudnnHandle_t cudnn;     /* bound to stream */
