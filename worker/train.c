@@ -67,6 +67,7 @@ typedef struct {
     float *lr;              /* the step's learning rate, on the backend */
     int eager_steps;        /* steps run without a recording, in this process */
     int recorded;           /* the backend holds a recording of the step */
+    int recordings;         /* made so far (the first is logged) */
     int record_failed;
     int32_t *y;
     FILE *metrics;
@@ -430,15 +431,19 @@ static int step_work(trainer *t) {
 }
 
 /* Runs the step's device work: the recording of it, else directly,
- * recording it first once steps have settled. A recording that the
- * backend declares stale (memory it used was freed) is made again. A
- * recording that fails is an error, not a quiet fallback: the collectives
- * it held may have left NCCL out of step with the other ranks. */
+ * recording it first once steps have settled. Whether a step is recorded
+ * must be the same on every rank (NCCL treats the capture of a collective
+ * as collective), so the decision rests only on what every rank shares:
+ * the step count since start or since the last evaluation, which runs
+ * other batch sizes and may move memory (it drops the recording on every
+ * rank). A recording gone stale otherwise (the backend saw memory freed)
+ * is recorded again alone only where there is no other rank; with others
+ * it is an error, as is a recording that fails. */
 static int step_run(trainer *t) {
     backend *be = t->be;
     if (t->recorded) {
         int rc = be->ops->replay(be);
-        if (rc != -ESTALE) return rc;
+        if (rc != -ESTALE || t->env.world > 1) return rc;
         t->recorded = 0;
     }
     if (!be->ops->record_begin || t->cfg->no_cuda_graph || t->eager_steps < RECORD_AFTER) {
@@ -455,7 +460,7 @@ static int step_run(trainer *t) {
         t->record_failed = 1;
         return rc;
     }
-    if (t->env.rank == 0)
+    if (t->env.rank == 0 && t->recordings++ == 0)
         log_info("from step %lld on, each step replays a CUDA graph of it",
                  (long long)t->global_step + 1);
     t->recorded = 1;
@@ -483,6 +488,10 @@ static int train_step(trainer *t, float *stats) {
         return fail(t, "recording step %lld as a CUDA graph failed (%s; the log above says "
                     "which call): --no-cuda-graph runs steps op by op",
                     (long long)t->global_step, strerror(-rc));
+    if (rc == -ESTALE)
+        return fail(t, "the CUDA graph of the step went stale at step %lld (memory it used was "
+                    "freed) and the other ranks replay theirs: --no-cuda-graph runs steps op "
+                    "by op", (long long)t->global_step);
     if (rc) {
         /* The communicator's own account names the peer or NCCL's error. */
         const char *why = devcomm_error(t->dcomm);
@@ -604,6 +613,7 @@ static int run_epochs(trainer *t) {
                 return 1;
         }
         if (evaluate(t)) return 1;
+        t->recorded = 0, t->eager_steps = 0; /* every rank: see step_run */
         int ep = t->epoch;
         t->epoch++, t->pos = 0; /* the checkpoint records the next epoch's start */
         int rc = save_checkpoint(t);
