@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # timeout: 300
 # ddp-train on the GPU under ddprun: the NCCL communicator is set up (its
-# id through the job's store when there are peers), two steps of ResNet-20
-# run on the CUDA backend, and rank 0's output ends with the "img/s=" line,
-# so set-up, the step's collectives and the communicator's shutdown all
-# went through. One rank always; two as well where there are two GPUs
+# id through the job's store when there are peers), five steps of ResNet-20
+# run on the CUDA backend, the last three replayed from a CUDA graph that
+# holds the step's collectives, and rank 0's output ends with the "img/s="
+# line, so set-up, the step's collectives (recorded and replayed) and the
+# communicator's shutdown all went through. One rank always; two as well where there are two GPUs
 # (NCCL does not put two ranks on one GPU).
 #
 # Skips (77) on a machine without a GPU and with a ddp-train built without
@@ -15,7 +16,7 @@ source "$(dirname "$0")/../lib/train.bash"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 [ "${gpus:-0}" -ge 1 ] || { echo "skipped: no GPU"; exit 77; }
 
-args=(--device cuda --data synthetic --input-shape 3x32x32 --model resnet20 --max-steps 2
+args=(--device cuda --data synthetic --input-shape 3x32x32 --model resnet20 --max-steps 5
       --timeout 120)
 
 run() { # name, ranks
@@ -33,6 +34,8 @@ run() { # name, ranks
         echo "--- stderr"; cat "$SCRATCH/$name.err"
         exit 1
     fi
+    grep -q "from step 3 on, each step replays a CUDA graph" "$SCRATCH/$name.err" ||
+        { echo "FAIL $name: the step was not recorded"; cat "$SCRATCH/$name.err"; exit 1; }
     echo "$name: $last"
 }
 
