@@ -14,5 +14,8 @@ cleanup() {
 trap cleanup EXIT
 # Small, quick runs: Fashion-MNIST, ResNet-20, one thread per rank.
 TRAIN_ARGS=(--model resnet20 --data fashion-mnist --threads 1 --no-eval --log-every 1000)
-compare() { /usr/bin/python3 "$ROOT/tests/tools/ckpt_compare.py" "$@"; }
-have_numpy() { /usr/bin/python3 -c 'import numpy' 2>/dev/null; }
+# Debian's python3 (with numpy) unless TEST_PY names another, as on a GPU
+# machine whose python3 is a virtual environment's (scripts/gpu-run).
+TEST_PY=${TEST_PY:-/usr/bin/python3}
+compare() { "$TEST_PY" "$ROOT/tests/tools/ckpt_compare.py" "$@"; }
+have_numpy() { "$TEST_PY" -c 'import numpy' 2>/dev/null; }
