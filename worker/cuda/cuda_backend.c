@@ -167,7 +167,10 @@ static int cuda_record_end(backend *b) {
     cuda_state *st = cuda_state_of(b);
     cudaGraph_t g = NULL;
     CUDA_CHECK(cudaStreamEndCapture(st->stream, &g));
-    cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g, 0);
+    /* Node priorities, copied from the streams while recording: NCCL's
+     * high-priority stream keeps the buckets ahead of backward's kernels. */
+    cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g,
+                                                  cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) st->graph = NULL;
     CUDA_CHECK(e);
