@@ -28,6 +28,19 @@ void cuda_backend_written(const backend *b, const void *p, size_t bytes) {
     cuda_weights_written(cuda_state_of(b), p, bytes);
 }
 
+void cuda_backend_drop_recording(const backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (!st->graph) return;
+    /* An executable graph still in flight is freed once it completes
+     * (cuGraphExecDestroy), so no wait: a replay stuck in a collective
+     * ends when NCCL's abort stops its kernels. */
+    cudaError_t e = cudaGraphExecDestroy(st->graph);
+    if (e != cudaSuccess)
+        log_error("%s:%d: CUDA: destroying the recorded step: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(e));
+    st->graph = NULL;
+}
+
 /* ---- device buffers ----------------------------------------------------------- */
 
 int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
@@ -166,7 +179,12 @@ static int cuda_record_begin(backend *b) {
 static int cuda_record_end(backend *b) {
     cuda_state *st = cuda_state_of(b);
     cudaGraph_t g = NULL;
-    CUDA_CHECK(cudaStreamEndCapture(st->stream, &g));
+    cudaError_t ended = cudaStreamEndCapture(st->stream, &g);
+    /* The conversions the recording queued have not run (a replay runs
+     * them), yet they marked their copies current: an eager call before
+     * the first replay, or after a failed recording, must convert again. */
+    cuda_weights_invalidate(st);
+    CUDA_CHECK(ended);
     /* Node priorities, copied from the streams while recording: NCCL's
      * high-priority stream keeps the buckets ahead of backward's kernels. */
     cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g,

@@ -18,5 +18,12 @@ cudaStream_t cuda_backend_stream(const backend *b);
  * by a backend operation (by NCCL), so the backend's converted copies of
  * any weights there are stale (cuda_weights.c). */
 void cuda_backend_written(const backend *b, const void *p, size_t bytes);
+/* Destroys the backend's recorded step, if any, without waiting for a
+ * replay still running (CUDA frees it when that completes); a later
+ * replay fails with -ESTALE. NCCL calls this before finalising or
+ * aborting its communicator: a recording that holds collectives keeps a
+ * reference on the communicator, and NCCL's finalise and abort wait (with
+ * no timeout) until every graph holding one has been destroyed. */
+void cuda_backend_drop_recording(const backend *b);
 
 #endif

@@ -94,6 +94,10 @@ static int ms_left(int64_t deadline_ns) {
  * its kernels' abort flag and joins any set-up still under way. */
 static void nc_abort(nc *n) {
     if (!n->comm) return;
+    /* A recorded step holding collectives keeps a reference on the
+     * communicator that ncclCommAbort waits for without a bound: the
+     * recording goes first (see cuda_backend_drop_recording). */
+    cuda_backend_drop_recording(n->be);
     ncclResult_t r = ncclCommAbort(n->comm);
     if (r != ncclSuccess && r != ncclInProgress)
         log_error("rank %d: ncclCommAbort failed: %s", n->d.rank, ncclGetErrorString(r));
@@ -356,6 +360,10 @@ static int nc_shutdown(nc *n) {
     CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
     int rc = nc_poll(n, n->ready, deadline);
     if (rc) return rc;
+    /* Finalising waits until no CUDA graph holds the communicator's
+     * collectives (NCCL's commDestroySync): drop the recorded step first,
+     * or every run that recorded one would wait here for the timeout. */
+    cuda_backend_drop_recording(n->be);
     NCCL_CHECK(n, ncclCommFinalize(n->comm));
     if ((rc = nc_poll(n, NULL, deadline))) return rc;
     ncclComm_t c = n->comm;
