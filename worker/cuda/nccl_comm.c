@@ -104,10 +104,26 @@ static void nc_abort(nc *n) {
     n->comm = NULL;
 }
 
+/* Whether the compute stream is being recorded (a capture under way, valid
+ * or already invalidated: either way it has not ended). */
+static int recording(const nc *n) {
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    return n->compute && cudaStreamIsCapturing(n->compute, &s) == cudaSuccess &&
+           s != cudaStreamCaptureStatusNone;
+}
+
 /* Marks the communicator broken with its first failure and aborts it: the
  * first failure is the cause, later ones are its consequences, and once
  * one rank has failed a collective the ranks' orders of collectives no
- * longer match, so nothing that follows could be trusted anyway. */
+ * longer match, so nothing that follows could be trusted anyway.
+ *
+ * Except while the step is being recorded: collectives already captured
+ * belong to a graph that exists until the capture ends, and ncclCommAbort
+ * waits, unbounded, until no graph holds any (see cuda_backend_drop_
+ * recording), so aborting here would never return. Nothing captured has
+ * run, so nothing is stuck on the device; the communicator stays broken
+ * (every call returns the error), the trainer ends the recording and
+ * fails the step, and destroy aborts it then. */
 static int nc_fail(nc *n, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int nc_fail(nc *n, int rc, const char *fmt, ...) {
     if (n->broken) return n->broken;
@@ -123,7 +139,7 @@ static int nc_fail(nc *n, int rc, const char *fmt, ...) {
     /* The trainer reports only the errno of a failed step; the detail is
      * here. During set-up the caller prints the message itself. */
     if (n->up) log_error("%s", n->err);
-    nc_abort(n);
+    if (!recording(n)) nc_abort(n);
     return rc;
 }
 
