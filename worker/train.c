@@ -484,7 +484,8 @@ static int train_step(trainer *t, float *stats) {
     /* Collectives report failures where they are waited for: here, on a
      * GPU, where the step's work is waited for. */
     if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
-    if (rc && t->record_failed)
+    const char *why = devcomm_error(t->dcomm); /* names the peer or NCCL's error */
+    if (rc && t->record_failed && !why[0])
         return fail(t, "recording step %lld as a CUDA graph failed (%s; the log above says "
                     "which call): --no-cuda-graph runs steps op by op",
                     (long long)t->global_step, strerror(-rc));
@@ -492,12 +493,9 @@ static int train_step(trainer *t, float *stats) {
         return fail(t, "the CUDA graph of the step went stale at step %lld (memory it used was "
                     "freed) and the other ranks replay theirs: --no-cuda-graph runs steps op "
                     "by op", (long long)t->global_step);
-    if (rc) {
-        /* The communicator's own account names the peer or NCCL's error. */
-        const char *why = devcomm_error(t->dcomm);
+    if (rc)
         return fail(t, "training step %lld failed: %s", (long long)t->global_step,
                     why[0] ? why : strerror(-rc));
-    }
     t->optimizer_steps++;
     double loss;
     int correct;
