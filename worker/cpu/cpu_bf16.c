@@ -2,8 +2,9 @@
  * are bf16 and whose every operation widens its bf16 inputs to fp32, runs
  * the fp32 CPU backend's operation, and rounds the results to bf16 (to
  * nearest even, as a GPU does). Weights are rounded to bf16 where a
- * convolution or the linear layer reads them; sums, statistics and weight
- * gradients stay fp32. That is the arithmetic of the CUDA backend's bf16
+ * convolution or the linear layer reads them, and a convolution's weight
+ * gradient is rounded as cuDNN writes it; sums, statistics and the linear
+ * layer's weight gradient stay fp32. That is the arithmetic of the CUDA backend's bf16
  * (bf16 storage, fp32 accumulation), so this is its reference in
  * tests/gpu, and it lets the model's bf16 path run in make check. It is
  * for checking numerics: it is slower than fp32, not faster. */
@@ -83,6 +84,9 @@ static int conv_bwd(backend *b, const conv_shape *s, const void *x, const float 
     float *DY = widen(b, 2, dy, conv_out(s)), *DX = dx ? scratch(b, 3, conv_in(s)) : NULL;
     if (!X || !W || !DY || (dx && !DX)) return -ENOMEM;
     int rc = inner(b)->ops->conv_bwd(inner(b), s, X, W, DY, DX, dw);
+    /* cuDNN writes the filter gradient in the data type, bf16: so here. */
+    if (rc == 0)
+        for (size_t k = 0, n = conv_weights(s); k < n; k++) dw[k] = bf16_round(dw[k]);
     return dx ? narrow(rc, dx, DX, conv_in(s)) : rc;
 }
 
