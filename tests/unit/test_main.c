@@ -5,6 +5,7 @@
 #include "tests/unit/test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -85,15 +86,20 @@ static int run_one(const test_case *t, int timeout_s, const char *suite) {
         exit(0); /* not _exit: LeakSanitizer checks at exit */
     }
     close(fds[1]);
+    /* The test's end first, then its message: a process the test forked
+     * and left behind (a failed test skips its clean-up) holds the pipe
+     * open, so reading to the end of it could wait forever. Everything the
+     * test wrote is in the pipe by the time it has exited. */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    kill(-pid, SIGKILL); /* anything the test started and left behind */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
     char msg[1024] = {0};
     size_t got = 0;
     ssize_t n;
     while (got < sizeof msg - 1 && (n = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0)
         got += (size_t)n;
     close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    kill(-pid, SIGKILL); /* anything the test started and left behind */
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     double ms = now_ms() - t0;
     if (msg[0] == 'S') {
