@@ -117,9 +117,9 @@ int model_set_batch(model *m, int n) {
         if (bytes > largest) largest = bytes;
         if (i > 0 && !(a->data = be->ops->alloc(be, bytes))) return -ENOMEM;
     }
+    set_shapes(m, n);
     for (int i = 0; i < m->nops; i++) {
         model_op *op = &m->ops[i];
-        op_shapes(m, op, n);
         if (op->kind == OP_BN && !(op->stats = be->ops->alloc(be, 4 * (size_t)op->c * sizeof(float))))
             return -ENOMEM;
         if (op->kind == OP_MAXPOOL) {
@@ -130,7 +130,7 @@ int model_set_batch(model *m, int n) {
     m->scratch = be->ops->alloc(be, largest);
     m->labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t));
     if (!m->scratch || !m->labels) return -ENOMEM;
-    m->capacity = m->batch = n;
+    m->capacity = n;
     return 0;
 }
 

@@ -285,6 +285,15 @@ static int nc_enqueue(nc *n, nc_req *r, void *buf) {
     return 0;
 }
 
+/* The compute stream waits for r; the host does not (sync supervises).
+ * r's event may be recorded again by a later request: the wait is on the
+ * recording made for r. */
+static int nc_order_after(nc *n, nc_req *r) {
+    describe(n, r);
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
+    return 0;
+}
+
 /* Supervises r to completion from the host, then orders the compute
  * stream after it (a formality once the event has completed, but it keeps
  * the ordering stated where it is needed rather than implied by the host
@@ -292,9 +301,7 @@ static int nc_enqueue(nc *n, nc_req *r, void *buf) {
 static int nc_finish(nc *n, nc_req *r) {
     describe(n, r);
     int rc = nc_poll(n, r->done, r->issued_ns + ms_to_ns(n->timeout_ms));
-    if (rc) return rc;
-    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
-    return 0;
+    return rc ? rc : nc_order_after(n, r);
 }
 
 /* --- the operations ------------------------------------------------------ */
@@ -312,15 +319,6 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
         return rc;
     }
     *req = r;
-    return 0;
-}
-
-/* The compute stream waits for r; the host does not (sync supervises).
- * r's event may be recorded again by a later request: the wait is on the
- * recording made for r. */
-static int nc_order_after(nc *n, nc_req *r) {
-    describe(n, r);
-    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
     return 0;
 }
 
