@@ -25,6 +25,7 @@
 typedef struct {
     size_t min_bytes, max_bytes;
     int iters, warmup, no_shm, timeout_ms, no_bind;
+    int own_memory; /* 1: a malloc'd buffer instead of comm_alloc's */
 } bench_opts;
 
 static double now_s(void) {
@@ -62,7 +63,7 @@ static int parse_size(const char *s, size_t *out) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ddp-allreduce-bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-            "                           [--no-shm] [--no-bind] [--timeout-ms N]\n"
+            "                           [--no-shm] [--no-bind] [--own-memory] [--timeout-ms N]\n"
             "Measures all-reduce (sum of floats) across the ranks a launcher started\n"
             "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), e.g.\n"
             "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n"
@@ -74,11 +75,14 @@ static void usage(FILE *f) {
             "  --no-shm        TCP between every pair of ranks, even on one host\n"
             "  --no-bind       with more ranks on this host than CPUs, do not bind\n"
             "                  each rank to one CPU (local rank mod CPUs)\n"
+            "  --own-memory    all-reduce a malloc'd buffer, which goes through shared\n"
+            "                  memory by copies, rather than one from comm_alloc, which\n"
+            "                  the ranks of a host read in place (as ddp-train's gradients)\n"
             "  --timeout-ms N  a collective taking longer fails (default 120000)\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000, 0};
+    *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -89,6 +93,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             continue;
         } else if (!strcmp(a, "--no-bind")) {
             o->no_bind = 1;
+            continue;
+        } else if (!strcmp(a, "--own-memory")) {
+            o->own_memory = 1;
             continue;
         }
         /* Every other option takes a value: a size or a whole number. */
@@ -233,17 +240,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank, err);
         return 1;
     }
-    float *buf = malloc(o.max_bytes / sizeof(float) * sizeof(float) + sizeof(float));
-    if (!buf) {
+    size_t buf_bytes = o.max_bytes / sizeof(float) * sizeof(float) + sizeof(float);
+    void *buf = NULL;
+    const char *memory = "own memory (--own-memory)";
+    if (!o.own_memory) {
+        rc = comm_alloc(c, buf_bytes, &buf, err, sizeof err);
+        memory = rc == 0 ? "shared windows (comm_alloc)" : "own memory (no shared window)";
+        if (rc && rc != -ENOTSUP && rc != -ENOMEM) {
+            fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank, err);
+            comm_destroy(c);
+            return 1;
+        }
+        if (rc == -ENOMEM && co.rank == 0)
+            fprintf(stderr, "ddp-allreduce-bench: warning: %s; using own memory\n", err);
+    }
+    int shared = buf != NULL;
+    if (!buf && !(buf = malloc(buf_bytes))) {
         fprintf(stderr, "ddp-allreduce-bench: cannot allocate %zu bytes\n", o.max_bytes);
         comm_destroy(c);
         return 1;
     }
+    rc = 0;
     if (co.rank == 0) {
-        fprintf(stderr, "# ddp-allreduce-bench: %d ranks, %s, sizes %zu to %zu bytes%s\n",
+        fprintf(stderr, "# ddp-allreduce-bench: %d ranks, %s, %s, sizes %zu to %zu bytes%s\n",
                 co.world,
                 o.no_shm ? "TCP only (--no-shm)" : "shared memory within a host, TCP between",
-                o.min_bytes, o.max_bytes,
+                memory, o.min_bytes, o.max_bytes,
                 bound >= 0 ? ", ranks bound to CPUs (more ranks than CPUs)" : "");
         printf("%12s %12s %12s %12s\n", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps");
         fflush(stdout);
@@ -255,7 +277,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank,
                     comm_error(c)[0] ? comm_error(c) : strerror(-rc));
     }
-    free(buf);
+    if (shared)
+        comm_free(c, buf);
+    else
+        free(buf);
     comm_destroy(c);
     return rc ? 1 : 0;
 }

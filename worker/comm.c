@@ -195,6 +195,31 @@ int comm_allgather(comm *c, const void *send, void *recv, size_t bytes) {
 
 int comm_barrier(comm *c) { return run_sync(c, &(op_args){.kind = OP_BARRIER}); }
 
+int comm_alloc(comm *c, size_t bytes, void **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (errlen) err[0] = 0;
+    if (!c->shm) {
+        snprintf(err, errlen, "no other rank shares this host");
+        return -ENOTSUP;
+    }
+    comm_async_drain(c);
+    int rc = atomic_load(&c->broken);
+    if (rc) {
+        snprintf(err, errlen, "%s", c->err);
+        return rc;
+    }
+    char msg[sizeof c->err - 32] = "";
+    comm_call k = comm_call_start("shared allocation", c->timeout_ms, &c->cancel, msg, sizeof msg);
+    rc = comm_shm_window(c->shm, bytes, out, &k);
+    if (rc && rc != -ENOMEM) comm_fail(c, &k, rc);
+    snprintf(err, errlen, "%s", rc == -ENOMEM ? msg : rc ? c->err : "");
+    return rc;
+}
+
+void comm_free(comm *c, void *p) {
+    if (c && c->shm && p) comm_shm_window_free(c->shm, p);
+}
+
 int comm_rank(const comm *c) { return c->rank; }
 int comm_world(const comm *c) { return c->world; }
 

@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x53504444u /* "DDPS" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 /* Bytes per rank per set: the unit of one step or round. Measured on a
  * 2-CPU VM with 2 and 4 ranks (25 MiB all-reduces): 128 KiB beat 256 KiB
  * by ~10%, and 512 KiB to 4 MiB were slower still (the rounds in flight
@@ -79,7 +79,18 @@ typedef struct {
     _Alignas(64) _Atomic uint64_t copied;
     _Atomic uint64_t reduced;
     _Atomic uint64_t consumed;
+    /* What this rank passed to its current pipelined all-reduce, stored
+     * before its first publication in it: the op's first round, the
+     * buffer's offset in a shared window (SHM_PRIVATE if none) and the
+     * count. Every rank compares them before it reads anyone's data. */
+    _Atomic uint64_t op_round, op_off, op_count;
+    /* Making a window: the bytes this rank asked for, and 0 or the -errno
+     * of its part of the set-up. */
+    _Atomic uint64_t win_bytes;
+    _Atomic int64_t win_err;
 } shm_progress;
+
+#define SHM_PRIVATE UINT64_MAX
 
 typedef struct {
     uint32_t magic, version;
@@ -101,6 +112,15 @@ typedef struct {
 /* Data starts on the first page after the header. */
 #define SHM_HDR_BYTES ((sizeof(shm_hdr) + 4095) & ~(size_t)4095)
 
+/* A window (comm_shm_window): one mapping of nlocal parts, part i local
+ * rank i's memory. */
+typedef struct {
+    uint8_t *base;
+    size_t part, map_bytes;
+} shm_window;
+
+#define SHM_MAX_WINDOWS 16
+
 struct comm_shm {
     shm_hdr *h;
     uint8_t *data;    /* the slots: set s, rank i at data + (s * nlocal + i) * slot_bytes */
@@ -113,7 +133,10 @@ struct comm_shm {
     int oversub;      /* more local ranks than CPUs: yield rather than spin */
     int64_t next_peer_check_ns;
     int unlinked;     /* the name is gone (or was never ours to remove) */
-    char name[128];
+    char name[128];   /* the segment's; windows are named after it */
+    shm_window win[SHM_MAX_WINDOWS];
+    int nwin;
+    unsigned windows_made; /* numbers the windows' names */
 };
 
 static inline void cpu_relax(void) {
@@ -314,11 +337,24 @@ static int allreduce_oneshot(comm_shm *s, float *buf, size_t count, comm_call *k
     return 0;
 }
 
-/* Large: pipelined rounds of one slot each. In round g, rank i publishes
- * its data but for its own share (copy-in), sums the i-th share of every
- * rank's data into its own buffer and publishes the sum (reduce), then
- * copies every other rank's summed share out (copy-out). A rank's own share
- * never goes through shared memory.
+/* Large: pipelined rounds of one slot's worth each, in one of two modes.
+ *
+ * Copy mode (any buffer): in round g, rank i publishes its data but for its
+ * own share (copy-in), sums the i-th share of every rank's data into its
+ * own buffer and publishes the sum (reduce), then copies every other rank's
+ * summed share out (copy-out). A rank's own share never goes through
+ * shared memory.
+ *
+ * Shared mode (every rank's buffer in a window at the same offset): the
+ * ranks read each other's buffers in place. There is no copy-in: a rank
+ * publishes every round at once on entry. Rank i sums the i-th share of
+ * each round from every rank's buffer into its own, and copies the other
+ * shares from their owners' buffers once summed, so each rank reads its
+ * data about twice and writes it once, instead of copying it through the
+ * slots as well. Nobody writes what another still reads: rank j's i-th
+ * share is read by rank i's reduce alone, and rank j overwrites it (its
+ * copy-out) only after that reduce. A rank returns only once every rank
+ * has finished copying out, since until then they read its buffer.
  *
  * Instead of meeting at barriers, ranks publish how far each stage has got
  * and do whatever work is ready: a reduce once every rank has published
@@ -376,10 +412,14 @@ static int wait_epoch(comm_shm *s, uint32_t e, int *spun, int *who, comm_call *k
 typedef struct {
     float *buf;
     size_t count, per_round;
-    uint64_t g0; /* the op's first round */
+    uint64_t g0;  /* the op's first round */
+    uint64_t off; /* shared mode: the buffer's byte offset in its window; else SHM_PRIVATE */
+    const float *peer[COMM_SHM_MAX_LOCAL]; /* shared mode: every local rank's buffer */
 } pipe_op;
 
-/* Round g's share bounds for rank i: [*a, *b) of the round's n floats. */
+static int shared_mode(const pipe_op *op) { return op->off != SHM_PRIVATE; }
+
+/* Round g's length: the last round may be short. */
 static size_t round_len(const pipe_op *op, uint64_t g) {
     size_t off = (size_t)(g - op->g0) * op->per_round;
     return op->count - off < op->per_round ? op->count - off : op->per_round;
@@ -390,6 +430,14 @@ static void share_of(int L, int i, size_t n, size_t *a, size_t *b) {
     size_t share = ((n + (size_t)L - 1) / (size_t)L + 15) & ~(size_t)15;
     *a = (size_t)i * share < n ? (size_t)i * share : n;
     *b = *a + share < n ? *a + share : n;
+}
+
+/* Where rank i's round g starts: its published copy (copy mode: its slot,
+ * which holds its input until it has reduced, then its share's sum) or its
+ * own buffer (shared mode). */
+static const float *round_src(const comm_shm *s, const pipe_op *op, uint64_t g, int i) {
+    if (shared_mode(op)) return op->peer[i] + (g - op->g0) * op->per_round;
+    return (const float *)pipe_slot(s, g, i);
 }
 
 static void copy_in(comm_shm *s, const pipe_op *op, uint64_t g) {
@@ -406,9 +454,10 @@ static void reduce(comm_shm *s, const pipe_op *op, uint64_t g) {
     if (b == a) return;
     float *data = op->buf + (g - op->g0) * op->per_round;
     const float *src[COMM_SHM_MAX_LOCAL];
-    for (int i = 0; i < s->nlocal; i++)
-        src[i] = (i == s->index ? data : (const float *)pipe_slot(s, g, i)) + a;
-    sum_ordered(data + a, (float *)pipe_slot(s, g, s->index) + a, src, s->nlocal, b - a);
+    for (int i = 0; i < s->nlocal; i++) src[i] = (i == s->index ? data : round_src(s, op, g, i)) + a;
+    /* In copy mode the sum also goes to this rank's slot for the others. */
+    float *publish_to = shared_mode(op) ? NULL : (float *)pipe_slot(s, g, s->index) + a;
+    sum_ordered(data + a, publish_to, src, s->nlocal, b - a);
 }
 
 static void copy_out(comm_shm *s, const pipe_op *op, uint64_t g) {
@@ -417,30 +466,83 @@ static void copy_out(comm_shm *s, const pipe_op *op, uint64_t g) {
     for (int i = 0; i < s->nlocal; i++) {
         size_t a, b;
         share_of(s->nlocal, i, n, &a, &b);
-        if (i != s->index)
-            memcpy(data + a, (const float *)pipe_slot(s, g, i) + a, (b - a) * sizeof(float));
+        if (i != s->index) memcpy(data + a, round_src(s, op, g, i) + a, (b - a) * sizeof(float));
     }
+}
+
+/* Before this rank reads anyone's data: did every rank pass the same
+ * count, and the same kind of buffer? (A shared-mode rank would otherwise
+ * read slots that a copy-mode rank never filled, or the other way round.)
+ * Called once every rank has published the op's first round, so each has
+ * stored what it passed. */
+static int check_same_op(comm_shm *s, const pipe_op *op, comm_call *k) {
+    for (int i = 0; i < s->nlocal; i++) {
+        const shm_progress *p = &s->h->prog[i];
+        uint64_t round = atomic_load(&p->op_round), off = atomic_load(&p->op_off),
+                 count = atomic_load(&p->op_count);
+        if (round == op->g0 && off == op->off && count == op->count) continue;
+        int rc = -EINVAL;
+        if (count != op->count || round != op->g0)
+            rc = comm_call_fail(k, rc,
+                                "%s: local rank %d passed %llu floats and this rank (local rank "
+                                "%d) %zu: every rank must pass the same count",
+                                k->op, i, (unsigned long long)count, s->index, op->count);
+        else
+            rc = comm_call_fail(k, rc,
+                                "%s: local rank %d passed %s and this rank (local rank %d) %s: "
+                                "either every rank passes memory from comm_alloc, at the same "
+                                "offset, or none does",
+                                k->op, i, off == SHM_PRIVATE ? "its own memory" : "shared memory",
+                                s->index, shared_mode(op) ? "shared memory" : "its own memory");
+        comm_shm_abort(s, rc);
+        return rc;
+    }
+    return 0;
 }
 
 typedef struct {
     uint64_t in, red, out, end; /* the next round of each stage; the op's end */
+    uint64_t ahead;             /* shared mode: how far reduces may run ahead of copy-outs */
 } pipe_pos;
 
-/* Which stage can run now (0: none). Others wait on a reduce (to copy
- * out) more than on a copy-in (to reduce), so reduces go first. */
-static int ready_stage(const comm_shm *s, const pipe_pos *p) {
-    if (p->red < p->in && min_progress(s, 0) > p->red) return 2;
-    if (p->in < p->end && min_progress(s, 2) + s->pipe_sets > p->in) return 1;
-    if (p->out < p->red && min_progress(s, 1) > p->out) return 3;
-    return 0;
+enum { STAGE_NONE, STAGE_COPY_IN, STAGE_REDUCE, STAGE_COPY_OUT };
+
+/* Which stage can run now. In copy mode, others wait on a reduce (to copy
+ * out) more than on a copy-in (to reduce), so reduces go first. In shared
+ * mode a copy-out goes first while what it reads is still in the caches;
+ * reduces run ahead at most `ahead` rounds. */
+static int ready_stage(const comm_shm *s, const pipe_op *op, const pipe_pos *p) {
+    int copy_out_ready = p->out < p->red && min_progress(s, 1) > p->out;
+    if (shared_mode(op)) {
+        if (copy_out_ready) return STAGE_COPY_OUT;
+        if (p->red < p->end && p->red - p->out < p->ahead && min_progress(s, 0) > p->red)
+            return STAGE_REDUCE;
+        return STAGE_NONE;
+    }
+    if (p->red < p->in && min_progress(s, 0) > p->red) return STAGE_REDUCE;
+    if (p->in < p->end && min_progress(s, 2) + s->pipe_sets > p->in) return STAGE_COPY_IN;
+    return copy_out_ready ? STAGE_COPY_OUT : STAGE_NONE;
 }
 
-static int allreduce_pipelined(comm_shm *s, float *buf, size_t count, comm_call *k) {
-    pipe_op op = {buf, count, s->slot_bytes / sizeof(float), s->round};
-    pipe_pos p = {op.g0, op.g0, op.g0, op.g0 + (count + op.per_round - 1) / op.per_round};
+/* Done once this rank has copied out every round and, in shared mode,
+ * every other rank has too (they read this rank's buffer until then). */
+static int op_done(const comm_shm *s, const pipe_op *op, const pipe_pos *p) {
+    return p->out == p->end && (!shared_mode(op) || min_progress(s, 2) >= p->end);
+}
+
+static int allreduce_pipelined(comm_shm *s, pipe_op *op, comm_call *k) {
+    op->per_round = s->slot_bytes / sizeof(float);
+    op->g0 = s->round;
+    uint64_t end = op->g0 + (op->count + op->per_round - 1) / op->per_round;
+    pipe_pos p = {op->g0, op->g0, op->g0, end, s->pipe_sets};
     int spun = 0, rc = 0;
-    s->round = p.end;
-    while (p.out < p.end) {
+    s->round = end;
+    shm_progress *me = &s->h->prog[s->index];
+    atomic_store(&me->op_round, op->g0);
+    atomic_store(&me->op_off, op->off);
+    atomic_store(&me->op_count, op->count);
+    if (shared_mode(op)) publish(s, 0, p.in = end);
+    while (!op_done(s, op, &p)) {
         uint32_t e = atomic_load(&s->h->epoch);
         if (atomic_load(&s->h->abort_err)) return aborted(s, k);
         /* Bounded even while progressing (a clock read per round is free). */
@@ -448,14 +550,18 @@ static int allreduce_pipelined(comm_shm *s, float *buf, size_t count, comm_call 
             comm_shm_abort(s, rc);
             return rc;
         }
-        switch (ready_stage(s, &p)) {
-        case 1: copy_in(s, &op, p.in); publish(s, 0, ++p.in); break;
-        case 2: reduce(s, &op, p.red); publish(s, 1, ++p.red); break;
-        case 3: copy_out(s, &op, p.out); publish(s, 2, ++p.out); break;
+        switch (ready_stage(s, op, &p)) {
+        case STAGE_COPY_IN: copy_in(s, op, p.in); publish(s, 0, ++p.in); break;
+        case STAGE_REDUCE:
+            if (p.red == op->g0 && (rc = check_same_op(s, op, k))) return rc;
+            reduce(s, op, p.red);
+            publish(s, 1, ++p.red);
+            break;
+        case STAGE_COPY_OUT: copy_out(s, op, p.out); publish(s, 2, ++p.out); break;
         default: {
             int who = -1;
             rc = wait_epoch(s, e, &spun, &who, k);
-            if (rc && !ready_stage(s, &p)) return wait_fail(s, k, rc, who);
+            if (rc && !ready_stage(s, op, &p) && !op_done(s, op, &p)) return wait_fail(s, k, rc, who);
             continue;
         }
         }
@@ -464,9 +570,31 @@ static int allreduce_pipelined(comm_shm *s, float *buf, size_t count, comm_call 
     return 0;
 }
 
+/* The window holding [p, p + bytes) in this rank's part, and p's offset
+ * in that part; NULL if none does. */
+static const shm_window *window_of(const comm_shm *s, const void *p, size_t bytes, size_t *off) {
+    uintptr_t a = (uintptr_t)p;
+    for (int w = 0; w < s->nwin; w++) {
+        uintptr_t mine = (uintptr_t)s->win[w].base + (uintptr_t)s->index * s->win[w].part;
+        if (a >= mine && a - mine <= s->win[w].part && bytes <= s->win[w].part - (a - mine)) {
+            *off = a - mine;
+            return &s->win[w];
+        }
+    }
+    return NULL;
+}
+
 int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, comm_call *k) {
     if (count * sizeof(float) <= SHM_ONESHOT_BYTES) return allreduce_oneshot(s, buf, count, k);
-    return allreduce_pipelined(s, buf, count, k);
+    pipe_op op = {.buf = buf, .count = count, .off = SHM_PRIVATE};
+    size_t off = 0;
+    const shm_window *w = window_of(s, buf, count * sizeof(float), &off);
+    if (w) {
+        op.off = off;
+        for (int i = 0; i < s->nlocal; i++)
+            op.peer[i] = (const float *)(w->base + (size_t)i * w->part + off);
+    }
+    return allreduce_pipelined(s, &op, k);
 }
 
 int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, comm_call *k) {
@@ -497,6 +625,88 @@ int comm_shm_allgather(comm_shm *s, const void *send, void *recv, size_t bytes, 
 }
 
 int comm_shm_barrier(comm_shm *s, comm_call *k) { return barrier(s, k); }
+
+/* --- windows ------------------------------------------------------------- */
+
+/* The set-up of a window is collective: the first rank makes a segment of
+ * nlocal equal parts, the others map it once it exists, and the first
+ * removes its name once all have (so, as the main segment, it dies with
+ * its last user). Every rank ends with the same outcome: a rank that could
+ * not map it makes the others give it up too. */
+
+static int window_map(const char *name, size_t bytes, int create, uint8_t **out) {
+    int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC : O_RDWR | O_CLOEXEC,
+                      0600);
+    if (fd < 0) return -errno;
+    int rc = create ? -posix_fallocate(fd, 0, (off_t)bytes) : 0;
+    void *map = MAP_FAILED;
+    if (rc == 0) {
+        map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) rc = -errno;
+    }
+    close(fd);
+    if (rc && create) shm_unlink(name);
+    *out = rc ? NULL : map;
+    return rc;
+}
+
+int comm_shm_window(comm_shm *s, size_t bytes, void **mine, comm_call *k) {
+    *mine = NULL;
+    if (s->nwin == SHM_MAX_WINDOWS)
+        return comm_call_fail(k, -ENOMEM, "%s: this communicator already has %d windows", k->op,
+                              SHM_MAX_WINDOWS);
+    size_t part = ((bytes ? bytes : 1) + 4095) & ~(size_t)4095;
+    if (part > SIZE_MAX / (size_t)s->nlocal)
+        return comm_call_fail(k, -ENOMEM, "%s: %zu bytes per rank is too much", k->op, bytes);
+    size_t total = part * (size_t)s->nlocal;
+    char name[sizeof s->name + 16];
+    snprintf(name, sizeof name, "%s-w%u", s->name, s->windows_made++);
+    shm_progress *me = &s->h->prog[s->index];
+    uint8_t *base = NULL;
+    atomic_store(&me->win_bytes, bytes);
+    atomic_store(&me->win_err, s->index == 0 ? window_map(name, total, 1, &base) : 0);
+    int rc = barrier(s, k);
+    for (int i = 0; rc == 0 && i < s->nlocal; i++) {
+        uint64_t b = atomic_load(&s->h->prog[i].win_bytes);
+        if (b != bytes) {
+            rc = comm_call_fail(k, -EINVAL,
+                                "%s: local rank %d asked for %llu bytes and this rank (local "
+                                "rank %d) for %zu: every rank must ask for the same",
+                                k->op, i, (unsigned long long)b, s->index, bytes);
+            comm_shm_abort(s, rc);
+        }
+    }
+    if (rc == 0 && s->index != 0 && atomic_load(&s->h->prog[0].win_err) == 0)
+        atomic_store(&me->win_err, window_map(name, total, 0, &base));
+    if (rc == 0) rc = barrier(s, k);
+    if (s->index == 0 && base) shm_unlink(name);
+    for (int i = 0; rc == 0 && i < s->nlocal; i++) {
+        int err = (int)atomic_load(&s->h->prog[i].win_err);
+        if (err)
+            rc = comm_call_fail(k, -ENOMEM,
+                                "cannot %s %zu bytes of shared memory (%zu per rank for %d ranks): "
+                                "%s at local rank %d (is /dev/shm full or too small?)",
+                                i == 0 ? "allocate" : "map", total, part, s->nlocal,
+                                strerror(-err), i);
+    }
+    if (rc) {
+        if (base) munmap(base, total);
+        return rc;
+    }
+    s->win[s->nwin++] = (shm_window){base, part, total};
+    *mine = base + (size_t)s->index * part;
+    return 0;
+}
+
+int comm_shm_window_free(comm_shm *s, void *mine) {
+    for (int w = 0; w < s->nwin; w++) {
+        if ((uint8_t *)mine != s->win[w].base + (size_t)s->index * s->win[w].part) continue;
+        munmap(s->win[w].base, s->win[w].map_bytes);
+        s->win[w] = s->win[--s->nwin];
+        return 0;
+    }
+    return -EINVAL;
+}
 
 /* --- setup --------------------------------------------------------------- */
 
@@ -636,6 +846,7 @@ int comm_shm_attach(const char *name, int nlocal, int index, comm_shm **out, com
         return comm_call_fail(k, -ENOMEM, "out of memory");
     }
     s->unlinked = 1;
+    snprintf(s->name, sizeof s->name, "%s", name);
     *out = s;
     return 0;
 }
@@ -652,6 +863,7 @@ int comm_shm_ready(comm_shm *s, comm_call *k) {
 void comm_shm_destroy(comm_shm *s) {
     if (!s) return;
     if (!s->unlinked) shm_unlink(s->name);
+    for (int w = 0; w < s->nwin; w++) munmap(s->win[w].base, s->win[w].map_bytes);
     munmap(s->h, s->map_bytes);
     free(s);
 }

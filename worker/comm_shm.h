@@ -2,7 +2,9 @@
  * segment: every rank copies into its own slot, and reads what it needs
  * from the others' slots once they are ready (a barrier for small
  * collectives; published per-round progress for large all-reduces, which
- * are pipelined: rank i sums the i-th share of each round). Sums are taken
+ * are pipelined: rank i sums the i-th share of each round; a buffer in a
+ * shared window, which the ranks allocate together, is read in place by
+ * the others instead of copied through the slots). Sums are taken
  * in local-rank order, so every rank gets the same bits on every run.
  *
  * The segment is created by the host's first rank under a name unique to
@@ -36,6 +38,19 @@ int comm_shm_ready(comm_shm *s, comm_call *k);
 /* Unmaps (and unlinks the name if comm_shm_ready never did). NULL is fine. */
 void comm_shm_destroy(comm_shm *s);
 
+/* Shared windows: memory every local rank can read. Collective: every
+ * local rank calls it with the same bytes. *mine is this rank's part,
+ * zeroed and page-aligned. -ENOMEM (with a message) when the memory
+ * cannot be had, on every rank alike; other errors break the segment. */
+int comm_shm_window(comm_shm *s, size_t bytes, void **mine, comm_call *k);
+/* Unmaps the window whose part this rank got as mine (not collective);
+ * -EINVAL if mine is no such part. */
+int comm_shm_window_free(comm_shm *s, void *mine);
+
+/* A large all-reduce of a buffer in a window reads the peers' buffers in
+ * place: every local rank must then pass its own part at the same offset
+ * (a rank passing other memory, or another count, fails every rank with
+ * -EINVAL and a message saying so). */
 int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, comm_call *k);
 int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, comm_call *k);
 /* recv (nlocal x bytes) gets every local rank's send, in local-rank order. */

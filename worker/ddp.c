@@ -5,6 +5,7 @@
 #include "worker/ddp.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define DEFAULT_FIRST_BUCKET (1u << 20)
@@ -24,6 +25,9 @@ struct ddp {
     int next; /* the next bucket to launch (in launch order) */
     int sync_bn;
     int failed;
+    float *own_grad;   /* the model's gradient buffer while the shared one stands in */
+    const char *grad_where; /* for logs */
+    char grad_why[256];     /* why they are not in shared memory, where it exists */
 };
 
 /* Bucket boundaries fall between parameter tensors, walking from the last
@@ -67,16 +71,50 @@ static int bn_allreduce(void *ctx, float *buf, size_t n) {
     return rc ? rc : devcomm_wait(d->c, req);
 }
 
+/* Moves the gradients where the communicator reads them in place (on the
+ * CPU: a window that the host's ranks share), if it has such memory. Not
+ * having it is no error: the all-reduces then copy. */
+static int place_gradients(ddp *d, char *err, size_t errlen) {
+    model *m = d->m;
+    void *shared = NULL;
+    char why[256];
+    int rc = devcomm_alloc(d->c, m->nparam * sizeof(float), &shared, why, sizeof why);
+    if (rc == 0) {
+        m->be->ops->copy(m->be, shared, m->grad, m->nparam * sizeof(float));
+        d->own_grad = m->grad;
+        m->grad = shared;
+        d->grad_where = "gradients in shared memory";
+        return 0;
+    }
+    if (devcomm_error(d->c)[0]) {
+        snprintf(err, errlen, "%s", devcomm_error(d->c));
+        return rc;
+    }
+    if (rc != -ENOTSUP) { /* not worth a word where none exists (GPUs, a rank per host) */
+        d->grad_where = "gradients in own memory";
+        snprintf(d->grad_why, sizeof d->grad_why, "%s", why);
+    }
+    return 0;
+}
+
 int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
-               ddp **out) {
+               ddp **out, char *err, size_t errlen) {
+    if (errlen) err[0] = 0;
     ddp *d = calloc(1, sizeof *d);
-    if (!d) return -ENOMEM;
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     d->m = m;
     d->c = c;
+    d->grad_where = "";
     d->sync_bn = sync_bn;
     int rc = plan_buckets(d, first_bucket_bytes ? first_bucket_bytes : DEFAULT_FIRST_BUCKET,
                           bucket_bytes ? bucket_bytes : DEFAULT_BUCKET);
+    if (rc == 0 && c->world > 1) rc = place_gradients(d, err, errlen);
     if (rc) {
+        if (!err[0]) snprintf(err, errlen, "out of memory");
+        free(d->b);
         free(d);
         return rc;
     }
@@ -93,6 +131,10 @@ int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_by
 void ddp_destroy(ddp *d) {
     if (!d) return;
     d->m->hooks = (model_hooks){0};
+    if (d->own_grad) {
+        devcomm_free(d->c, d->m->grad);
+        d->m->grad = d->own_grad;
+    }
     free(d->b);
     free(d);
 }
@@ -123,6 +165,9 @@ int ddp_finish(ddp *d) {
     backend *be = d->m->be;
     return be->ops->scale(be, d->m->nparam, 1.0f / (float)world, d->m->grad);
 }
+
+const char *ddp_grad_memory(const ddp *d) { return d->grad_where; }
+const char *ddp_grad_why(const ddp *d) { return d->grad_why; }
 
 int ddp_buckets(const ddp *d, size_t *largest_bytes) {
     size_t big = 0;

@@ -11,6 +11,7 @@
 #ifndef DDPRUN_WORKER_DEVCOMM_H
 #define DDPRUN_WORKER_DEVCOMM_H
 
+#include <errno.h>
 #include <stddef.h>
 
 #include "worker/backend.h"
@@ -37,6 +38,13 @@ typedef struct {
     int (*broadcast)(devcomm *d, void *buf, size_t bytes, int root);
     /* After a failed call, what went wrong ("" while healthy). */
     const char *(*error)(const devcomm *d);
+    /* Optional (NULL where there is none): backend memory placed where the
+     * collectives read it in place, for buffers all-reduced every step
+     * (on the CPU, comm_alloc's shared windows). Collective, as comm_alloc:
+     * 0, or -errno and why; the caller then keeps to its own memory unless
+     * error() says the communicator broke. */
+    int (*alloc)(devcomm *d, size_t bytes, void **out, char *why, size_t whylen);
+    void (*free)(devcomm *d, void *p);
     void (*destroy)(devcomm *d);
 } devcomm_ops;
 
@@ -71,6 +79,17 @@ static inline int devcomm_broadcast(devcomm *d, void *buf, size_t bytes, int roo
     return d->ops->broadcast(d, buf, bytes, root);
 }
 static inline const char *devcomm_error(const devcomm *d) { return d->ops->error(d); }
+static inline int devcomm_alloc(devcomm *d, size_t bytes, void **out, char *why, size_t whylen) {
+    if (!d->ops->alloc) {
+        *out = NULL;
+        if (whylen) why[0] = 0;
+        return -ENOTSUP;
+    }
+    return d->ops->alloc(d, bytes, out, why, whylen);
+}
+static inline void devcomm_free(devcomm *d, void *p) {
+    if (d->ops->free && p) d->ops->free(d, p);
+}
 static inline void devcomm_destroy(devcomm *d) {
     if (d) d->ops->destroy(d);
 }

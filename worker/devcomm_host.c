@@ -28,6 +28,12 @@ static int host_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
 
 static const char *host_error(const devcomm *d) { return comm_error(d->impl); }
 
+static int host_alloc(devcomm *d, size_t bytes, void **out, char *why, size_t whylen) {
+    return comm_alloc(d->impl, bytes, out, why, whylen);
+}
+
+static void host_free(devcomm *d, void *p) { comm_free(d->impl, p); }
+
 static void host_destroy(devcomm *d) { free(d); }
 
 static const devcomm_ops host_ops = {
@@ -37,6 +43,8 @@ static const devcomm_ops host_ops = {
     .sync = host_sync,
     .broadcast = host_broadcast,
     .error = host_error,
+    .alloc = host_alloc,
+    .free = host_free,
     .destroy = host_destroy,
 };
 

@@ -198,8 +198,12 @@ static int setup_model(trainer *t) {
     } else if (devcomm_host_create(t->comm, &t->dcomm)) {
         return fail(t, "out of memory setting up the communicator");
     }
-    if (ddp_create(t->m, t->dcomm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp))
-        return fail(t, "out of memory setting up DDP");
+    if (ddp_create(t->m, t->dcomm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp, err,
+                   sizeof err))
+        return fail(t, "setting up DDP: %s", err);
+    if (ddp_grad_why(t->ddp)[0] && t->env.local_rank == 0)
+        log_warn("gradients stay in each rank's own memory, so every all-reduce copies them "
+                 "through shared memory (slower): %s", ddp_grad_why(t->ddp));
     return 0;
 }
 
@@ -652,9 +656,10 @@ int train_run(const train_config *c) {
         size_t big;
         int nb = ddp_buckets(t.ddp, &big);
         log_info("%s: %zu parameters, %d ranks (%s), %d per rank, global batch %d, %d "
-                 "gradient buckets, %s",
+                 "gradient buckets%s%s, %s",
                  c->model, t.m->nparam, t.env.world, t.env.launcher, t.batch, t.global_batch,
-                 nb, t.be->ops->name);
+                 nb, ddp_grad_memory(t.ddp)[0] ? ", " : "", ddp_grad_memory(t.ddp),
+                 t.be->ops->name);
     }
     t.tty = isatty(STDOUT_FILENO);
     if (rc == 0) rc = run_epochs(&t);

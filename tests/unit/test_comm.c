@@ -44,6 +44,7 @@ typedef struct {
     int rc[MAX_RANKS];
     double ms[MAX_RANKS];
     atomic_int counter;
+    int use_window; /* until_failure: all-reduce window memory (comm_alloc) */
 } shared_out;
 
 static double now_ms(void) {
@@ -172,9 +173,8 @@ static void run_group(const store_proc *f, const group *g) {
  * known whatever the order of the additions. */
 static float val(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 3) % 11) - 5); }
 
-static void check_allreduce(comm *c, int rank, int world, size_t count) {
-    float *b = malloc(count * sizeof *b);
-    CHECK(b != NULL);
+/* All-reduces b (count floats, any memory) and checks every element. */
+static void check_sum_in(comm *c, int rank, int world, float *b, size_t count) {
     for (size_t i = 0; i < count; i++) b[i] = val(rank, i);
     int rc = comm_allreduce_sum(c, b, count);
     if (rc) test_fail(__FILE__, __LINE__, "rank %d: all-reduce of %zu: %s", rank, count,
@@ -186,6 +186,12 @@ static void check_allreduce(comm *c, int rank, int world, size_t count) {
             test_fail(__FILE__, __LINE__, "rank %d: all-reduce of %zu floats: [%zu] = %g, want %g",
                       rank, count, i, (double)b[i], (double)want);
     }
+}
+
+static void check_allreduce(comm *c, int rank, int world, size_t count) {
+    float *b = malloc(count * sizeof *b);
+    CHECK(b != NULL);
+    check_sum_in(c, rank, world, b, count);
     free(b);
 }
 
@@ -364,6 +370,170 @@ TEST(comm_deterministic_shm) { determinism_test(4, 0, NULL, 1); }
 TEST(comm_deterministic_tcp) { determinism_test(3, 1, NULL, 0); }
 TEST(comm_deterministic_hosts) { determinism_test(4, 0, "abab", 0); }
 
+/* --- shared windows (comm_alloc) ---------------------------------------- */
+
+#define WIN_FLOATS ((1u << 20) + 40)
+
+/* Window memory where this rank shares its host, else its own (what a
+ * caller of comm_alloc does); *shared says which. */
+static float *window_or_own(comm *c, int rank, size_t bytes, int *shared) {
+    void *p = NULL;
+    char err[512];
+    int rc = comm_alloc(c, bytes, &p, err, sizeof err);
+    *shared = rc == 0;
+    if (rc == -ENOTSUP) return calloc(1, bytes);
+    if (rc) test_fail(__FILE__, __LINE__, "rank %d: comm_alloc: %s (%s)", rank, err, strerror(-rc));
+    for (size_t i = 0; i < bytes; i++)
+        if (((uint8_t *)p)[i]) test_fail(__FILE__, __LINE__, "rank %d: byte %zu not zeroed", rank, i);
+    CHECK((uintptr_t)p % 4096 == 0);
+    return p;
+}
+
+static void release(comm *c, float *p, int shared) {
+    if (shared) comm_free(c, p);
+    else free(p);
+}
+
+/* Exact sums of window memory: whole (a round's multiple and not), a
+ * range inside it (as DDP's buckets are), small (one step), async ones
+ * queued back to back, and a second window beside the first. */
+static void window_sums(comm *c, int rank, int world, void *arg) {
+    (void)arg;
+    int shared = 0, shared2 = 0;
+    float *w = window_or_own(c, rank, WIN_FLOATS * sizeof(float), &shared);
+    check_sum_in(c, rank, world, w, WIN_FLOATS);
+    check_sum_in(c, rank, world, w, 1 << 17);
+    check_sum_in(c, rank, world, w + 1000, 70001);
+    check_sum_in(c, rank, world, w + 5, 300);
+    float *w2 = window_or_own(c, rank, 3 << 20, &shared2);
+    check_sum_in(c, rank, world, w2, (3 << 20) / sizeof(float));
+    comm_req *req[3];
+    const size_t lo[3] = {600000, 200000, 0}, hi[3] = {WIN_FLOATS, 600000, 200000};
+    for (int j = 0; j < 3; j++) {
+        for (size_t i = lo[j]; i < hi[j]; i++) w[i] = val(rank + j, i);
+        CHECK_EQ(comm_allreduce_sum_async(c, w + lo[j], hi[j] - lo[j], &req[j]), 0);
+    }
+    for (int j = 0; j < 3; j++) {
+        if (comm_wait(req[j])) test_fail(__FILE__, __LINE__, "rank %d: %s", rank, comm_error(c));
+        for (size_t i = lo[j]; i < hi[j]; i++) {
+            float want = 0;
+            for (int r = 0; r < world; r++) want += val(r + j, i);
+            if (w[i] != want)
+                test_fail(__FILE__, __LINE__, "rank %d: async %d: [%zu] = %g, want %g", rank, j,
+                          i, (double)w[i], (double)want);
+        }
+    }
+    release(c, w, shared);
+    release(c, w2, shared2);
+}
+
+static void window_test(int world, int no_shm, const char *hosts) {
+    store_proc f = store_start();
+    group g = {.world = world, .no_shm = no_shm, .hosts = hosts, .fn = window_sums,
+               .kill_rank = -1};
+    run_group(&f, &g);
+    store_stop(&f);
+}
+
+TEST(comm_window_2) { window_test(2, 0, NULL); }
+TEST(comm_window_3) { window_test(3, 0, NULL); }
+/* Hosts of two and of one rank: the lone one keeps its own memory. */
+TEST(comm_window_hosts) { window_test(5, 0, "abcab"); }
+
+TEST(comm_window_tcp_only) {
+    store_proc f = store_start();
+    group g = {.world = 2, .no_shm = 1, .fn = window_sums, .kill_rank = -1};
+    run_group(&f, &g);
+    store_stop(&f);
+}
+
+/* The same random sums in window memory and in private memory: the same
+ * bits (shared mode reads in place what copy mode copies). */
+static void window_bits(comm *c, int rank, int world, void *arg) {
+    (void)world;
+    shared_out *out = arg;
+    int shared = 0;
+    float *w = window_or_own(c, rank, DET_COUNT * sizeof(float), &shared);
+    float *own = malloc(DET_COUNT * sizeof(float));
+    CHECK(shared && own);
+    fill_random(w, DET_COUNT, rank);
+    fill_random(own, DET_COUNT, rank);
+    if (comm_allreduce_sum(c, w, DET_COUNT) || comm_allreduce_sum(c, own, DET_COUNT))
+        test_fail(__FILE__, __LINE__, "rank %d: %s", rank, comm_error(c));
+    out->digest[rank][0] = digest(w, DET_COUNT * sizeof(float));
+    out->digest[rank][1] = digest(own, DET_COUNT * sizeof(float));
+    release(c, w, shared);
+    free(own);
+}
+
+TEST(comm_window_same_bits) {
+    store_proc f = store_start();
+    shared_out *out = shared_alloc(sizeof *out);
+    group g = {.world = 3, .fn = window_bits, .arg = out, .kill_rank = -1};
+    run_group(&f, &g);
+    store_stop(&f);
+    for (int r = 0; r < 3; r++) {
+        if (out->digest[r][0] != out->digest[r][1])
+            test_fail(__FILE__, __LINE__, "rank %d: window and private sums differ", r);
+        CHECK(out->digest[r][0] == out->digest[0][0]);
+    }
+}
+
+/* Misuse, each failing every rank with a message that says what: ranks
+ * asking for windows of different sizes; one rank all-reducing window
+ * memory while another passes its own; counts that differ. */
+typedef struct {
+    shared_out out;
+    int mode;
+    char msg[MAX_RANKS][512];
+} misuse_arg;
+
+static void misuse(comm *c, int rank, int world, void *arg) {
+    (void)world;
+    misuse_arg *m = arg;
+    size_t n = 1 << 18;
+    void *p = NULL;
+    char err[512];
+    int rc = comm_alloc(c, (m->mode == 0 && rank == 1 ? 2 : 1) * n * sizeof(float), &p, err,
+                        sizeof err);
+    if (m->mode != 0) {
+        if (rc) test_fail(__FILE__, __LINE__, "rank %d: comm_alloc: %s", rank, err);
+        float *own = calloc(n, sizeof(float));
+        CHECK(own != NULL);
+        float *buf = m->mode == 1 && rank == 1 ? own : p;
+        size_t count = m->mode == 2 && rank == 0 ? n - 4096 : n;
+        rc = comm_allreduce_sum(c, buf, count);
+        snprintf(err, sizeof err, "%s", comm_error(c));
+        free(own);
+        comm_free(c, p);
+    }
+    m->out.rc[rank] = rc;
+    snprintf(m->msg[rank], sizeof m->msg[rank], "%s", err);
+}
+
+static void misuse_test(int mode, const char *want) {
+    store_proc f = store_start();
+    misuse_arg *m = shared_alloc(sizeof *m);
+    m->mode = mode;
+    group g = {.world = 2, .fn = misuse, .arg = m, .timeout_ms = 5000, .kill_rank = -1};
+    double t0 = now_ms();
+    run_group(&f, &g);
+    store_stop(&f);
+    CHECK(now_ms() - t0 < 4000); /* found out, not timed out */
+    for (int r = 0; r < 2; r++) {
+        if (m->out.rc[r] != -EINVAL && m->out.rc[r] != -ECONNABORTED)
+            test_fail(__FILE__, __LINE__, "rank %d: rc %d (%s)", r, m->out.rc[r], m->msg[r]);
+    }
+    /* At least one rank names the problem (the other may only hear that
+     * its peer gave up). */
+    if (!strstr(m->msg[0], want) && !strstr(m->msg[1], want))
+        test_fail(__FILE__, __LINE__, "no message names it: '%s' / '%s'", m->msg[0], m->msg[1]);
+}
+
+TEST(comm_window_size_mismatch) { misuse_test(0, "every rank must ask for the same"); }
+TEST(comm_window_mixed_memory) { misuse_test(1, "memory from comm_alloc"); }
+TEST(comm_window_count_mismatch) { misuse_test(2, "every rank must pass the same count"); }
+
 /* --- failures ------------------------------------------------------------ */
 
 /* All-reduces until one fails; records the error and how long after the
@@ -372,7 +542,9 @@ static void until_failure(comm *c, int rank, int world, void *arg) {
     (void)world;
     shared_out *out = arg;
     size_t n = 1 << 18;
-    float *b = calloc(n, sizeof *b);
+    int shared = 0;
+    float *b = out->use_window ? window_or_own(c, rank, n * sizeof *b, &shared)
+                               : calloc(n, sizeof *b);
     CHECK(b != NULL);
     int rc = 0;
     double t0 = now_ms();
@@ -381,12 +553,13 @@ static void until_failure(comm *c, int rank, int world, void *arg) {
     out->ms[rank] = now_ms() - t0;
     /* The communicator stays broken: the next call fails at once. */
     if (rc) CHECK_EQ(comm_barrier(c), rc);
-    free(b);
+    release(c, b, shared);
 }
 
-static void kill_test(int world, int no_shm, const char *hosts) {
+static void kill_test(int world, int no_shm, const char *hosts, int use_window) {
     store_proc f = store_start();
     shared_out *out = shared_alloc(sizeof *out);
+    out->use_window = use_window;
     int victim = world - 2, kill_after = 300;
     group g = {.world = world, .no_shm = no_shm, .hosts = hosts, .fn = until_failure,
                .arg = out, .timeout_ms = 10000, .kill_rank = victim, .kill_after_ms = kill_after};
@@ -404,9 +577,11 @@ static void kill_test(int world, int no_shm, const char *hosts) {
     }
 }
 
-TEST(comm_peer_killed_shm) { kill_test(3, 0, NULL); }
-TEST(comm_peer_killed_tcp) { kill_test(3, 1, NULL); }
-TEST(comm_peer_killed_hosts) { kill_test(4, 0, "aabb"); }
+TEST(comm_peer_killed_shm) { kill_test(3, 0, NULL, 0); }
+TEST(comm_peer_killed_tcp) { kill_test(3, 1, NULL, 0); }
+TEST(comm_peer_killed_hosts) { kill_test(4, 0, "aabb", 0); }
+/* Killed while the others read its buffer in place. */
+TEST(comm_peer_killed_window) { kill_test(3, 0, NULL, 1); }
 
 /* Rank 1 arrives late: rank 0's call gives up after its timeout. */
 static void late_peer(comm *c, int rank, int world, void *arg) {
