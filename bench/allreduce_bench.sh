@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The all-reduce benchmark (`make bench-allreduce`): ddp-allreduce-bench
-# (our CPU communicator: shared memory between the ranks of this host)
+# (our CPU communicator: shared memory between the ranks of this host; its
+# buffer from comm_alloc, which the ranks read in place, as ddp-train's
+# gradients; also with --own-memory at 25 MiB, a malloc'd buffer copied
+# through shared memory)
 # against torch.distributed's gloo backend (bench/gloo_allreduce.py, Debian's
 # torch), both started by ddprun with 2 and then 4 ranks on this machine, in
 # the same run, taking turns, because these machines are shared and noisy
@@ -53,7 +56,8 @@ for f in "$DDPRUN" "$OURS"; do [ -x "$f" ] || die "$f is not built (run make)"; 
 run() {
     local name=$1 n=$2 out=$3 rc
     shift 3
-    if [ "$name" = ours ]; then
+    if [ "$name" = ours ] || [ "$name" = ours_own ]; then
+        [ "$name" = ours_own ] && set -- "$@" --own-memory
         timeout 900 "$DDPRUN" --standalone --nproc-per-node "$n" --no-python "$OURS" "$@" \
             > "$TMP/run.out" 2> "$TMP/run.err"
     else
@@ -114,7 +118,7 @@ echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "- machine: $(nproc) CPUs ($model), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, Linux $(uname -r); load average $(cut -d' ' -f1-3 /proc/loadavg) when the run started"
 echo "- command: \`make bench-allreduce\` (bench/allreduce_bench.sh; BENCH_ROUNDS=$ROUNDS, BENCH_TABLE_ROUNDS=$TABLE_ROUNDS)"
-echo "- ours: \`ddprun --standalone --nproc-per-node N --no-python build/bin/ddp-allreduce-bench\` (shared memory); gloo: \`ddprun --standalone --nproc-per-node N bench/gloo_allreduce.py\` (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null), gloo over loopback TCP)"
+echo "- ours: \`ddprun --standalone --nproc-per-node N --no-python build/bin/ddp-allreduce-bench\` (shared memory, the buffer a shared window from comm_alloc that the ranks read in place, as ddp-train's gradients); gloo: \`ddprun --standalone --nproc-per-node N bench/gloo_allreduce.py\` (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null), gloo over loopback TCP)"
 echo "- placement: with more ranks than CPUs (4 ranks here), both programs bind rank r to CPU r mod $(nproc), as" '`mpirun --bind-to core`' "would (each has --no-bind); with 2 ranks neither binds"
 echo "- time: one in-place all-reduce of fp32 sums, the mean over ranks of each rank's mean over the timed iterations; busbw = algbw * 2(n-1)/n as nccl-tests; each figure the median of the runs, the programs taking turns"
 echo
@@ -125,6 +129,7 @@ for n in $RANKS; do
             run "$who" "$n" "$TMP/h_${who}_${n}_4k_$i" --min-bytes 4K --max-bytes 4K
             run "$who" "$n" "$TMP/h_${who}_${n}_25m_$i" --min-bytes 25M --max-bytes 25M
         done
+        run ours_own "$n" "$TMP/h_ours_own_${n}_25m_$i" --min-bytes 25M --max-bytes 25M
     done
     for i in $(seq "$TABLE_ROUNDS"); do
         for who in ours gloo; do run "$who" "$n" "$TMP/t_${who}_${n}_$i" --max-bytes "$MAX"; done
@@ -152,6 +157,16 @@ for n in $RANKS; do
         fi
         echo "| $n | $label | $ot | $gt | ${lat}x | $ob | $gb | ${bw}x | $verdict |"
     done
+done
+echo
+echo "25 MiB from a caller's own (malloc'd) buffer, \`--own-memory\`: copied through shared memory (median of $ROUNDS runs):"
+echo
+echo "| ranks | ours own-memory time µs | gloo time µs | time gloo/ours | ours shared-window time µs | own/shared |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+for n in $RANKS; do
+    o=$(median "$TMP"/h_ours_own_"${n}"_25m_*) g=$(median "$TMP"/h_gloo_"${n}"_25m_*)
+    w=$(median "$TMP"/h_ours_"${n}"_25m_*)
+    echo "| $n | ${o#* } | ${g#* } | $(ratio "${g#* }" "${o#* }")x | ${w#* } | $(ratio "${o#* }" "${w#* }")x |"
 done
 echo
 echo "CPU time per 25 MiB all-reduce, all ranks together (user + sys; (70 runs - 10 runs) / 60):"
