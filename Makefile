@@ -71,7 +71,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops
 endif
 
-.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-allreduce bench-gpu clean
+.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -189,6 +189,10 @@ bench-allreduce: deps
 bench-train: deps
 	@$(MAKE) --no-print-directory all
 	@bench/train_bench.sh
+
+bench-ddp: deps
+	@$(MAKE) --no-print-directory all
+	@bench/ddp_bench.sh
 
 # On a machine with a GPU and PyTorch with CUDA (python3, or PY=...).
 bench-gpu: all
