@@ -102,7 +102,17 @@ static void set_shapes(model *m, int n) {
     m->batch = n;
 }
 
+int model_max_batch(const model *m) {
+    size_t per_image = 1;
+    for (int i = 0; i < m->nacts; i++) {
+        size_t e = (size_t)m->acts[i].h * m->acts[i].w * m->acts[i].c;
+        if (e > per_image) per_image = e;
+    }
+    return (int)(INT32_MAX / per_image);
+}
+
 int model_set_batch(model *m, int n) {
+    if (n > model_max_batch(m)) return -EOVERFLOW;
     if (n <= m->capacity) {
         if (n != m->batch) set_shapes(m, n);
         return 0;
@@ -470,9 +480,13 @@ int model_loss(model *m, int n) {
     return rc;
 }
 
-void model_read_loss(model *m, double *loss_sum, int *correct) {
-    backend_loss l;
+int model_read_loss(model *m, double *loss_sum, int *correct) {
+    backend_loss l = {0};
     m->be->ops->download(m->be, &l, m->loss, sizeof l);
-    *loss_sum = l.sum;
-    *correct = l.correct;
+    /* The memory operations report their failures (a GPU's) at the next
+     * sync: the step's uploads, and this download. */
+    int rc = m->be->ops->sync(m->be);
+    *loss_sum = rc ? 0 : l.sum;
+    *correct = rc ? 0 : l.correct;
+    return rc;
 }

@@ -111,8 +111,12 @@ int model_create(backend *be, const char *arch, int in_c, int in_h, int in_w, in
                  uint64_t seed, model **out, char *err, size_t errlen);
 void model_destroy(model *m);
 /* Sets the batch size to n, allocating activations when n exceeds
- * every batch before it. */
+ * every batch before it. -EOVERFLOW above model_max_batch. */
 int model_set_batch(model *m, int n);
+/* The largest batch whose every activation tensor has at most INT32_MAX
+ * elements: the backends index them (max pooling's argmax, say) with
+ * 32-bit integers. */
+int model_max_batch(const model *m);
 /* Uploads the n labels of the batch (host memory) for the next
  * model_backward or model_loss. */
 int model_set_labels(model *m, const int32_t *labels, int n);
@@ -126,8 +130,10 @@ int model_forward(model *m, const void *x, int n, int train, void **logits);
 int model_backward(model *m, int n, float smoothing);
 /* Loss and accuracy only (evaluation), into m->loss. */
 int model_loss(model *m, int n);
-/* The last loss's sum and correct count, downloaded (waits for the device). */
-void model_read_loss(model *m, double *loss_sum, int *correct);
+/* The last loss's sum and correct count, downloaded (waits for the device).
+ * Also where a failure of the memory operations since the last sync (the
+ * batch's upload, say) is reported: 0 or -errno. */
+int model_read_loss(model *m, double *loss_sum, int *correct);
 
 /* Helpers for resnet.c. */
 int model_add_act(model *m, int h, int w, int c);

@@ -258,14 +258,20 @@ static int save_checkpoint(trainer *t) {
     m->be->ops->download(m->be, hp, m->param, np);
     m->be->ops->download(m->be, hm, m->mom, np);
     m->be->ops->download(m->be, hb, m->buf, nb);
+    int rc = m->be->ops->sync(m->be); /* a failed download: write nothing */
+    if (rc) {
+        free(header);
+        free(host);
+        return fail(t, "reading the model for a checkpoint failed: %s", strerror(-rc));
+    }
     ckpt_tensor ts[] = {
         {"params", CKPT_F32, hp, np},
         {"buffers", CKPT_F32, hb, nb},
         {"momentum", CKPT_F32, hm, np},
     };
     char path[1200], err[1024];
-    int rc = ckpt_write(c->ckpt_dir, (uint64_t)t->global_step, header, ts, 3, c->keep, path,
-                        sizeof path, err, sizeof err);
+    rc = ckpt_write(c->ckpt_dir, (uint64_t)t->global_step, header, ts, 3, c->keep, path,
+                    sizeof path, err, sizeof err);
     free(header);
     free(host);
     if (rc) return fail(t, "%s", err);
@@ -334,8 +340,12 @@ static int resume(trainer *t) {
             m->be->ops->upload(m->be, m->param, p, np);
             m->be->ops->upload(m->be, m->buf, b, nb);
             m->be->ops->upload(m->be, m->mom, mo, nm);
-            log_info("resuming from %s: epoch %d, step %lld", path, t->epoch + 1,
-                     (long long)t->global_step);
+            if ((rc = m->be->ops->sync(m->be)))
+                rc = fail(t, "loading checkpoint %s into the model failed: %s", path,
+                          strerror(-rc));
+            else
+                log_info("resuming from %s: epoch %d, step %lld", path, t->epoch + 1,
+                         (long long)t->global_step);
         }
     }
     if (t->env.rank != 0) free(header);
@@ -503,7 +513,8 @@ static int train_step(trainer *t, float *stats) {
     t->optimizer_steps++;
     double loss;
     int correct;
-    model_read_loss(m, &loss, &correct);
+    if ((rc = model_read_loss(m, &loss, &correct)))
+        return fail(t, "training step %lld failed: %s", (long long)t->global_step, strerror(-rc));
     stats[0] = (float)loss, stats[1] = (float)correct, stats[2] = (float)t->batch;
     stats[3] = stop_requested ? 1.0f : 0.0f;
     return 0;
@@ -528,8 +539,8 @@ static int evaluate(trainer *t) {
         int rc = model_set_labels(m, t->y, n);
         if (rc == 0) rc = model_forward(m, t->x, n, 0, &logits);
         if (rc == 0) rc = model_loss(m, n);
+        if (rc == 0) rc = model_read_loss(m, &loss, &correct);
         if (rc) return fail(t, "evaluation failed: %s", strerror(-rc));
-        model_read_loss(m, &loss, &correct);
         tot[0] += (float)loss, tot[1] += (float)correct, tot[2] += (float)n;
     }
     /* Every rank takes part in the sum, even one with nothing left to test. */
@@ -573,6 +584,12 @@ static int choose_batch(trainer *t) {
                     "resume with a world size that divides it",
                     t->global_batch, world);
     t->batch = t->global_batch / world;
+    if (t->batch > model_max_batch(t->m))
+        return fail(t,
+                    "a batch of %d per rank is too large for %s on these inputs: at most %d "
+                    "(an activation tensor would have over 2^31 elements, more than the "
+                    "kernels' 32-bit indices reach)",
+                    t->batch, t->cfg->model, model_max_batch(t->m));
     if (t->batch != t->cfg->batch && t->env.rank == 0)
         log_info("world size changed: %d per rank keeps the global batch of %d", t->batch,
                  t->global_batch);

@@ -21,6 +21,8 @@ fails 2 "--batch-size: 'many' is not a whole number from 1 to 1048576" --batch-s
 fails 2 "--epochs: '2.5' is not a whole number" --epochs 2.5
 fails 2 "--lr: 'fast' is not a number from 0 to 1000" --lr fast
 fails 2 "--device: 'tpu' is not auto, cpu or cuda" --device tpu
+fails 1 "a batch of 3000 per rank is too large for resnet18 on these inputs: at most 2674" \
+    --model resnet18 --data synthetic --input-shape 3x224x224 --batch-size 3000 --threads 1 --no-eval
 
 # A checkpoint of another model: refused, and left as it was.
 synth=(--data synthetic --input-shape 3x16x16 --synthetic-size 256 "${quick[@]}")

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     if (rc == 0)
         rc = model_set_labels(m, y, n) || model_forward(m, nhwc, n, 1, &logits) ||
              model_backward(m, n, 0);
-    if (rc == 0) model_read_loss(m, &loss, &correct);
+    if (rc == 0) rc = model_read_loss(m, &loss, &correct);
     if (rc == 0)
         rc = write_file(dir, "input.f32", x, n * per * 4) || write_file(dir, "labels.i32", y, n * 4) ||
              write_file(dir, "grads.f32", m->grad, m->nparam * 4);

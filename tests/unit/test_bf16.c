@@ -181,8 +181,8 @@ TEST(bf16_training_step_is_close_to_fp32) {
         CHECK_EQ(model_forward(mf, x, n, 1, &logits), 0);
         CHECK_EQ(model_backward(mf, n, 0.1f), 0);
     }
-    model_read_loss(mh, &lh, &ch);
-    model_read_loss(mf, &lf, &cf);
+    CHECK_EQ(model_read_loss(mh, &lh, &ch), 0);
+    CHECK_EQ(model_read_loss(mf, &lf, &cf), 0);
     CHECK(fabs(lh - lf) < 1e-2 * fabs(lf));
     double ratio, head_ratio;
     double cosine = grad_cosine(mh, mf, 0, mf->nparam, &ratio);

@@ -71,7 +71,7 @@ static double loss_of(model *m, const float *x, int n, const int32_t *y) {
     int correct;
     if (model_set_labels(m, y, n) || model_forward(m, x, n, 1, &logits) || model_loss(m, n))
         test_fail(__FILE__, __LINE__, "forward failed");
-    model_read_loss(m, &loss, &correct);
+    CHECK_EQ(model_read_loss(m, &loss, &correct), 0);
     return loss / n;
 }
 
@@ -141,8 +141,8 @@ TEST(model_onednn_step_matches_reference) {
     CHECK_EQ(model_set_labels(c, y, n), 0);
     CHECK_EQ(model_backward(a, n, 0.1f), 0);
     CHECK_EQ(model_backward(c, n, 0.1f), 0);
-    model_read_loss(a, &l1, &c1);
-    model_read_loss(c, &l2, &c2);
+    CHECK_EQ(model_read_loss(a, &l1, &c1), 0);
+    CHECK_EQ(model_read_loss(c, &l2, &c2), 0);
     CHECK(fabs(l1 - l2) < 1e-5 * fabs(l1));
     double worst = 0, scale = 1e-3;
     for (size_t i = 0; i < a->nparam; i++) scale = fmax(scale, fabs(a->grad[i]));
@@ -171,6 +171,19 @@ TEST(model_eval_uses_running_statistics) {
     CHECK_EQ(model_forward(m, x, n, 0, &l), 0);
     CHECK_MEM(l, sizeof second, second, sizeof second);
     free(x);
+    model_destroy(m);
+    b->ops->destroy(b);
+}
+
+/* Batches whose activations would pass 2^31 elements are refused before
+ * anything is allocated: the backends index them with 32-bit integers. */
+TEST(model_batch_limited_by_32_bit_indices) {
+    backend *b = mk(0);
+    model *m = build(b, "resnet18", 3, 224, 1000);
+    /* The largest activation per image: the stem's 112 x 112 x 64. */
+    CHECK_EQ(model_max_batch(m), INT32_MAX / (112 * 112 * 64));
+    CHECK_EQ(model_set_batch(m, model_max_batch(m) + 1), -EOVERFLOW);
+    CHECK_EQ(model_set_batch(m, 2), 0);
     model_destroy(m);
     b->ops->destroy(b);
 }

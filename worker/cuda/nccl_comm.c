@@ -223,6 +223,10 @@ static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
             if (e == cudaSuccess) return 0;
             if (e != cudaErrorNotReady)
                 return cuda_failed(n, e, "cudaEventQuery", __FILE__, __LINE__);
+            /* "Not ready" is also recorded as the thread's last error,
+             * which the next kernel launch's cudaGetLastError would
+             * report as its own failure: clear it. */
+            (void)cudaGetLastError();
         } else if (st == ncclSuccess) {
             return 0;
         }
