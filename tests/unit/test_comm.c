@@ -10,6 +10,7 @@
  * Modes: shared memory (one host), TCP only (no_shm: a ring of every
  * rank) and hierarchical ("hosts" simulated on this machine with
  * DDPRUN_COMM_HOST_ID: shared memory inside each, a ring between them). */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -374,6 +375,24 @@ TEST(comm_deterministic_hosts) { determinism_test(4, 0, "abab", 0); }
 
 #define WIN_FLOATS ((1u << 20) + 40)
 
+/* Names this test process's ranks left in /dev/shm (segments and windows
+ * are named after the key prefix, "/test_comm/<pid>/run_<n>/"); each is
+ * meant to be unlinked once every local rank has mapped it. */
+static int shm_leftovers(void) {
+    char want[64];
+    snprintf(want, sizeof want, "ddp-test_comm_%d_", (int)getpid());
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, want, strlen(want))) {
+            fprintf(stderr, "left in /dev/shm: %s\n", e->d_name);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
 /* Window memory where this rank shares its host, else its own (what a
  * caller of comm_alloc does); *shared says which. */
 static float *window_or_own(comm *c, int rank, size_t bytes, int *shared) {
@@ -433,6 +452,7 @@ static void window_test(int world, int no_shm, const char *hosts) {
                .kill_rank = -1};
     run_group(&f, &g);
     store_stop(&f);
+    CHECK_EQ(shm_leftovers(), 0);
 }
 
 TEST(comm_window_2) { window_test(2, 0, NULL); }
@@ -575,6 +595,8 @@ static void kill_test(int world, int no_shm, const char *hosts, int use_window) 
                       out->rc[r]);
         CHECK(out->rc[r] == -ECONNRESET || out->rc[r] == -ECONNABORTED);
     }
+    /* Even with a rank killed, nothing stays behind in /dev/shm. */
+    CHECK_EQ(shm_leftovers(), 0);
 }
 
 TEST(comm_peer_killed_shm) { kill_test(3, 0, NULL, 0); }
