@@ -26,7 +26,7 @@ echo "command: make bench-gpu (BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROU
 
 ours() { # MODEL SHAPE BATCH PRECISION: img/s, or "failed"
     local out
-    out=$(build/bin/ddp-train --device cuda --precision "$4" --model "$1" --data synthetic \
+    out=$(timeout 150 build/bin/ddp-train --device cuda --precision "$4" --model "$1" --data synthetic \
         --input-shape "$2" --classes "$([ "$1" = resnet50 ] && echo 1000 || echo 10)" \
         --batch-size "$3" --max-steps $((steps + warmup)) --throughput-warmup "$warmup" \
         --log-every 100000 --no-eval --no-augment "${our_flags[@]}" 2>&1)
@@ -35,7 +35,7 @@ ours() { # MODEL SHAPE BATCH PRECISION: img/s, or "failed"
     if [ -n "$ips" ]; then echo "$ips"; else echo "failed"; echo "$out" | tail -n3 >&2; fi
 }
 theirs() {
-    "$PY" bench/torch_gpu_train.py --model "$1" --shape "$2" --batch "$3" --precision "$4" \
+    timeout 150 "$PY" bench/torch_gpu_train.py --model "$1" --shape "$2" --batch "$3" --precision "$4" \
         --steps "$steps" --warmup "$warmup" | sed -n 's/.*img_per_s=\([0-9.]*\).*/\1/p'
 }
 median() { sort -n | awk '{a[NR]=$1} END{if (NR) print a[int((NR+1)/2)]; else print "failed"}'; }

@@ -663,6 +663,9 @@ static int run_mode(ctx *t, backend_precision p) {
 }
 
 int main(int argc, char **argv) {
+    /* Line by line even into a file: a crash or a kill keeps every check
+     * printed before it. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     log_init("gpu-ops");
     if (argc > 1 && !strcmp(argv[1], "--device-count")) {
         printf("%d\n", cuda_device_count());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 300
+# timeout: 180
 # Every operation of the CUDA backend against the CPU backend's on random
 # inputs (build/tests/gpu-ops, from tests/gpu/gpu_ops.c): one line per
 # check, fp32 results within 1e-5 of the CPU's relative to each tensor's

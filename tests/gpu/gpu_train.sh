@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 300
+# timeout: 180
 # ddp-train on the GPU, end to end, without ddprun:
 #  1. one step of ResNet-20 on the GPU and on the CPU from the same seed end
 #     with the same weights (within 1e-4: the sums are added in another
@@ -26,7 +26,7 @@ train() { # log name, device, checkpoint directory, max steps, more flags...
     shift 4
     ddp-train "${common[@]}" --device "$device" --ckpt-dir "$dir" --max-steps "$steps" "$@" \
         > "$SCRATCH/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$SCRATCH/$name.log"; exit 1; }
-    grep -q "loss nan" "$SCRATCH/$name.log" && { echo "FAIL: $name: the loss is NaN"; cat "$SCRATCH/$name.log"; exit 1; }
+    grep -Eq "loss -?(nan|inf)" "$SCRATCH/$name.log" && { echo "FAIL: $name: the loss is NaN"; cat "$SCRATCH/$name.log"; exit 1; }
     grep "^epoch" "$SCRATCH/$name.log" | tail -n 1
 }
 step_of() { # the newest checkpoint's global_step in a directory (no Python: GPU machines may lack it)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 300
+# timeout: 180
 # ddp-train on the GPU under ddprun: the NCCL communicator is set up (its
 # id through the job's store when there are peers), five steps of ResNet-20
 # run on the CUDA backend, the last three replayed from a CUDA graph that
