@@ -634,14 +634,19 @@ int comm_shm_barrier(comm_shm *s, comm_call *k) { return barrier(s, k); }
  * its last user). Every rank ends with the same outcome: a rank that could
  * not map it makes the others give it up too. */
 
-static int window_map(const char *name, size_t bytes, int create, uint8_t **out) {
+/* Opens (or, with create, makes) the segment name of bytes and maps it
+ * whole. Making one allocates its memory at once, which turns a full
+ * /dev/shm into an error here rather than a SIGBUS in the middle of a
+ * collective; a failed make removes the name. 0 or -errno. */
+static int segment_map(const char *name, size_t bytes, int create, int populate, uint8_t **out) {
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC : O_RDWR | O_CLOEXEC,
                       0600);
     if (fd < 0) return -errno;
     int rc = create ? -posix_fallocate(fd, 0, (off_t)bytes) : 0;
     void *map = MAP_FAILED;
     if (rc == 0) {
-        map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+                   fd, 0);
         if (map == MAP_FAILED) rc = -errno;
     }
     close(fd);
@@ -664,7 +669,7 @@ int comm_shm_window(comm_shm *s, size_t bytes, void **mine, comm_call *k) {
     shm_progress *me = &s->h->prog[s->index];
     uint8_t *base = NULL;
     atomic_store(&me->win_bytes, bytes);
-    atomic_store(&me->win_err, s->index == 0 ? window_map(name, total, 1, &base) : 0);
+    atomic_store(&me->win_err, s->index == 0 ? segment_map(name, total, 1, 0, &base) : 0);
     int rc = barrier(s, k);
     for (int i = 0; rc == 0 && i < s->nlocal; i++) {
         uint64_t b = atomic_load(&s->h->prog[i].win_bytes);
@@ -677,7 +682,7 @@ int comm_shm_window(comm_shm *s, size_t bytes, void **mine, comm_call *k) {
         }
     }
     if (rc == 0 && s->index != 0 && atomic_load(&s->h->prog[0].win_err) == 0)
-        atomic_store(&me->win_err, window_map(name, total, 0, &base));
+        atomic_store(&me->win_err, segment_map(name, total, 0, 0, &base));
     if (rc == 0) rc = barrier(s, k);
     if (s->index == 0 && base) shm_unlink(name);
     for (int i = 0; rc == 0 && i < s->nlocal; i++) {
@@ -771,25 +776,14 @@ int comm_shm_create(const char *name_hint, int nlocal, const pid_t *pids, comm_s
     char nm[128];
     make_name(nm, sizeof nm, name_hint);
     size_t sets = pipe_sets(nlocal), bytes = map_size(nlocal, sets);
-    int fd = shm_open(nm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return comm_call_fail(k, -errno, "cannot create shared memory %s: %s", nm, strerror(errno));
-    /* Allocating now turns a full /dev/shm into an error here rather than
-     * a SIGBUS in the middle of a collective. */
-    int rc = posix_fallocate(fd, 0, (off_t)bytes);
-    void *map = MAP_FAILED;
-    if (rc == 0) map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    else errno = rc;
-    int saved = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        shm_unlink(nm);
-        return comm_call_fail(k, -saved,
-                              "cannot allocate %zu bytes of shared memory (%s) for %d ranks: %s "
+    uint8_t *map = NULL;
+    int rc = segment_map(nm, bytes, 1, 1, &map);
+    if (rc)
+        return comm_call_fail(k, rc,
+                              "cannot make %zu bytes of shared memory (%s) for %d ranks: %s "
                               "(is /dev/shm full or too small?)",
-                              bytes, nm, nlocal, strerror(saved));
-    }
-    shm_hdr *h = map;
+                              bytes, nm, nlocal, strerror(-rc));
+    shm_hdr *h = (shm_hdr *)map;
     h->magic = SHM_MAGIC;
     h->version = SHM_VERSION;
     h->nlocal = nlocal;
@@ -829,7 +823,7 @@ int comm_shm_attach(const char *name, int nlocal, int index, comm_shm **out, com
     if (map == MAP_FAILED)
         return comm_call_fail(k, -EPROTO, "cannot map shared memory %s (%lld bytes): %s", name,
                               (long long)st.st_size, strerror(saved));
-    shm_hdr *h = map;
+    shm_hdr *h = (shm_hdr *)map;
     size_t sets = h->pipe_sets;
     if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->nlocal != nlocal ||
         sets < SHM_PIPE_MIN_SETS || sets > SHM_PIPE_MAX_SETS || h->map_bytes != bytes ||
