@@ -14,13 +14,13 @@ B := build
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The library every program links: one concept per file, grouped by folder.
-LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c) launcher/config.c
+LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 
-# The GPU backend (worker/cuda/) is built when nvcc, cuDNN and NCCL are all
-# found; otherwise worker/nocuda/ stands in and --device cuda explains why
-# it cannot. `make CUDA=0` forces the build without it.
+# The GPU backend (worker/backend/cuda/ and NCCL's worker/comm/nccl/) is built
+# when nvcc, cuDNN and NCCL are all found; otherwise worker/backend/nocuda/ and
+# worker/comm/nonccl/ stand in and --device cuda explains why it cannot. `make CUDA=0` forces the build without it.
 CUDA_HOME ?= /usr/local/cuda
 ifndef NVCC
 NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
@@ -34,20 +34,21 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) --Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror -MMD -MP
 CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)
 comma := ,
-NOCUDA_SRC := $(wildcard worker/nocuda/*.c)
+NOCUDA_SRC := $(wildcard worker/backend/nocuda/*.c worker/comm/nonccl/*.c)
 
-# ddp-train's runtime (everything but its main) is a second library.
-WORKER_MAINS := worker/main.c worker/allreduce_bench.c
-WORKER_BASE := $(filter-out $(WORKER_MAINS),$(wildcard worker/*.c worker/cpu/*.c))
+# ddp-train's runtime (everything but its main) is a second library, one
+# folder a layer (see docs/architecture.md).
+WORKER_BASE := $(wildcard $(addsuffix /*.c,worker/backend worker/backend/cpu worker/data \
+	worker/comm worker/model worker/train))
 WORKER_CPU_LIBS := -ldnnl -fopenmp
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
 $(error CUDA=1, but nvcc is neither on PATH nor in $(CUDA_HOME)/bin: set NVCC or CUDA_HOME, or build with CUDA=0)
 endif
-WORKER_SRC := $(WORKER_BASE) $(wildcard worker/cuda/*.c)
-WORKER_CU_OBJ := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard worker/cuda/*.cu))
+WORKER_SRC := $(WORKER_BASE) $(wildcard worker/backend/cuda/*.c worker/comm/nccl/*.c)
+WORKER_CU_OBJ := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard worker/backend/cuda/*.cu))
 # The rpath lets the binaries find the libraries without LD_LIBRARY_PATH
-# (cuBLAS too, which worker/cuda/cuda_blas.c opens only when a GPU is
+# (cuBLAS too, which worker/backend/cuda/cuda_blas.c opens only when a GPU is
 # used); the kernels' host code needs the C++ runtime.
 CUDA_LIBS := $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS)) \
 	-lcudnn -lcudart -lnccl -lstdc++ -ldl
@@ -87,9 +88,9 @@ $(B)/obj/worker/%.o: worker/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fopenmp -c $< -o $@
 
 # The GPU backend's host code sees CUDA's headers; its kernels go through nvcc.
-$(B)/obj/worker/cuda/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(B)/obj/worker/backend/cuda/%.o $(B)/obj/worker/comm/nccl/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
-$(B)/obj/worker/cuda/%.o: worker/cuda/%.cu
+$(B)/obj/worker/backend/cuda/%.o: worker/backend/cuda/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -I. -c $< -o $@
 
@@ -103,13 +104,13 @@ $(B)/asan/worker/%.o: worker/%.c
 
 $(B)/libddprun.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/libddptrain.a: $(WORKER_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/libddprun.a
+$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -117,7 +118,7 @@ $(B)/bin/ddp-train: $(B)/obj/worker/main.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
-$(B)/bin/ddp-allreduce-bench: $(B)/obj/worker/allreduce_bench.o $(B)/libddptrain.a $(B)/libddprun.a
+$(B)/bin/ddp-allreduce-bench: $(B)/obj/bench/allreduce_bench.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
@@ -129,12 +130,12 @@ $(B)/bin/ddprun-store-cli: $(B)/obj/launcher/store_cli.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/libddptrain.a $(B)/libddprun.a
+$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/obj/launcher/config.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # The same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
+$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(B)/asan/launcher/config.o $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(WORKER_CPU_LIBS) $(LDLIBS)
 

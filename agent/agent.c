@@ -28,12 +28,13 @@
 #include <uv.h>
 
 #include "agent/failure.h"
-#include "agent/store_host.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store_client.h"
+#include "rendezvous/store_thread.h"
 
 extern char **environ;
 
@@ -52,7 +53,7 @@ typedef struct {
 } agent_event;
 
 typedef struct {
-    const ddprun_config *cfg;
+    const agent_config *cfg;
     const char *exe;
     uv_loop_t *loop;
     uv_signal_t sigs[4];
@@ -64,7 +65,7 @@ typedef struct {
     int nev;
     int cmd_barrier;
     rdzv *rd;
-    store_host *host;
+    store_thread *host;
     char store_addr[256];
     int store_port;
     char hostname[256];
@@ -138,18 +139,6 @@ static void *rdzv_thread(void *arg) {
 
 /* ---- workers --------------------------------------------------------------- */
 
-static int mkdirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -errno;
-        *p = '/';
-    }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -errno : 0;
-}
-
 /* environ minus what we set, plus `extra` ("K=V" strings). */
 static char **build_env(char *const *extra, int nextra) {
     int n = 0;
@@ -173,7 +162,7 @@ static char **build_env(char *const *extra, int nextra) {
 
 /* torchrun's worker environment for one local rank. */
 static int worker_vars(agent *a, int local_rank, const char *error_file, char vars[NVARS][512]) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     const rdzv_result *r = &a->cur;
     int rank = r->rank_offset + local_rank, n = 0;
 #define VAR(...) snprintf(vars[n++], 512, __VA_ARGS__)
@@ -201,7 +190,7 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     return n;
 }
 
-static int console_shown(const ddprun_config *c, int local_rank) {
+static int console_shown(const agent_config *c, int local_rank) {
     if (!c->local_ranks_filter) return 1;
     for (int i = 0; i < c->n_local_ranks_filter; i++)
         if (c->local_ranks_filter[i] == local_rank) return 1;
@@ -213,7 +202,7 @@ static int console_shown(const ddprun_config *c, int local_rank) {
  * console alone. */
 static void stream_opts(agent *a, int local_rank, int which, const char *file, char *prefix,
                         worker_output_opts *o) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     int redirect = stream_for_rank(&c->redirects, local_rank) & which;
     int tee = stream_for_rank(&c->tee, local_rank) & which;
     o->file = redirect || tee ? file : NULL;
@@ -227,7 +216,7 @@ static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
 
 static int start_workers(agent *a) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
     char dir[3072];
     /* Per rank: the worker group opens these files when it spawns. */
@@ -240,7 +229,7 @@ static int start_workers(agent *a) {
     if (!specs || !vars || !ptrs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     for (int i = 0; rc == 0 && i < n; i++) {
         snprintf(dir, sizeof dir, "%s/attempt_%d/%d", a->log_root, a->cur.restart_count, i);
-        if ((rc = mkdirs(dir))) {
+        if ((rc = fs_mkdir_p(dir))) {
             log_error("cannot create the log directory %s: %s", dir, strerror(-rc));
             break;
         }
@@ -293,7 +282,7 @@ static void finish(agent *a, int code) {
     uv_stop(a->loop);
 }
 
-static const char *program_name(const ddprun_config *c) {
+static const char *program_name(const agent_config *c) {
     for (int i = 0; c->argv[i]; i++) {
         const char *s = c->argv[i];
         if (s[0] != '-' && strcmp(s, "python3") != 0 && !strstr(s, "python")) return s;
@@ -510,7 +499,7 @@ static int probe_store(const char *host, int port) {
 
 /* Decides who hosts the store and where the workers find it. */
 static int setup_store(agent *a) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     int host_it, port;
     const char *addr;
     if (c->standalone) {
@@ -535,7 +524,7 @@ static int setup_store(agent *a) {
     int bound = 0;
     store_server_opts so = {.host = c->standalone ? addr : NULL, .port = port,
                             .token = getenv("DDPRUN_STORE_TOKEN")};
-    int rc = store_host_start(&so, &a->host, &bound);
+    int rc = store_thread_start(&so, &a->host, &bound);
     if (rc == 0) {
         a->store_port = bound;
         log_debug("hosting the rendezvous store on port %d", bound);
@@ -595,7 +584,7 @@ static void remove_tmp_root(agent *a) {
 }
 
 static int make_log_root(agent *a) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     if (c->log_dir) {
         snprintf(a->log_root, sizeof a->log_root, "%s/%s", c->log_dir, c->rdzv_id);
     } else {
@@ -605,13 +594,13 @@ static int make_log_root(agent *a) {
         snprintf(a->tmp_root, sizeof a->tmp_root, "%s", tmpl);
         snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
     }
-    int rc = mkdirs(a->log_root);
+    int rc = fs_mkdir_p(a->log_root);
     if (rc) log_error("cannot create the log directory %s: %s", a->log_root, strerror(-rc));
     return rc;
 }
 
 static int open_rendezvous(agent *a) {
-    const ddprun_config *c = a->cfg;
+    const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
     rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
                    .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
@@ -627,7 +616,7 @@ static int open_rendezvous(agent *a) {
     return rc;
 }
 
-int agent_run(const ddprun_config *cfg, const char *self_exe) {
+int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
     if (!a) return 1;
     a->cfg = cfg;

@@ -5,10 +5,10 @@
 #ifndef DDPRUN_AGENT_AGENT_H
 #define DDPRUN_AGENT_AGENT_H
 
-#include "launcher/config.h"
+#include "agent/agent_config.h"
 
 /* Runs the job on this node; returns the process exit code: 0 success,
  * 1 failure (restarts exhausted, rendezvous error), 128+N on signal N. */
-int agent_run(const ddprun_config *cfg, const char *self_exe);
+int agent_run(const agent_config *cfg, const char *self_exe);
 
 #endif

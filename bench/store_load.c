@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fdlimit.h"
 #include "rendezvous/store_client.h"
 
@@ -44,12 +45,6 @@ typedef struct {
     long keys;          /* idle: keys to load */
     double hold_seconds;/* idle: how long to keep the connections open */
 } load_opts;
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_seconds(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -205,9 +200,9 @@ static void *bench_main(void *arg) {
     /* Every thread reaches the barrier, failed or not, so main never hangs. */
     pthread_barrier_wait(t->start);
     while (!t->err && !atomic_load_explicit(t->stop, memory_order_relaxed)) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = (uint64_t)clock_now_ns();
         int rc = bench_one(t, c, key, val);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = (uint64_t)clock_now_ns();
         if (rc < 0) {
             t->err = rc;
             t->err_what = t->o->op;
@@ -248,7 +243,7 @@ static int run_bench(const load_opts *o) {
     }
     int n = o->conns;
     char run[64];
-    snprintf(run, sizeof run, "%ld.%llu", (long)getpid(), (unsigned long long)now_ns());
+    snprintf(run, sizeof run, "%ld.%llu", (long)getpid(), (unsigned long long)(uint64_t)clock_now_ns());
     bench_thread *ts = calloc((size_t)n, sizeof *ts);
     pthread_t *ths = calloc((size_t)n, sizeof *ths);
     hist *hs = calloc((size_t)n + 1, sizeof *hs);
@@ -273,10 +268,10 @@ static int run_bench(const load_opts *o) {
         started++;
     }
     pthread_barrier_wait(&start);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = (uint64_t)clock_now_ns();
     sleep_seconds(o->seconds);
     atomic_store(&stop, 1);
-    uint64_t t1 = now_ns();
+    uint64_t t1 = (uint64_t)clock_now_ns();
     uint64_t ops = 0;
     int errors = 0;
     hist *all = &hs[0];
@@ -367,7 +362,7 @@ out:
 static int run_scale(const load_opts *o) {
     int n = o->conns;
     char count_key[96], go_key[96];
-    unsigned long long run = now_ns();
+    unsigned long long run = (uint64_t)clock_now_ns();
     snprintf(count_key, sizeof count_key, "scale/%ld.%llu/count", (long)getpid(), run);
     snprintf(go_key, sizeof go_key, "scale/%ld.%llu/go", (long)getpid(), run);
     scale_client *cs = calloc((size_t)n, sizeof *cs);
@@ -378,7 +373,7 @@ static int run_scale(const load_opts *o) {
         return 1;
     }
     atomic_int released = 0, dropped = 0, reported = 0;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = (uint64_t)clock_now_ns();
     int started = 0;
     for (int i = 0; i < n; i++) {
         cs[i] = (scale_client){.o = o, .count_key = count_key, .go_key = go_key, .seen = seen,
@@ -395,7 +390,7 @@ static int run_scale(const load_opts *o) {
         started++;
     }
     for (int i = 0; i < started; i++) pthread_join(ths[i], NULL);
-    double secs = (double)(now_ns() - t0) / 1e9;
+    double secs = (double)((uint64_t)clock_now_ns() - t0) / 1e9;
     int rel = atomic_load(&released), drop = atomic_load(&dropped) + (n - started);
     printf("clients=%d released=%d dropped=%d seconds=%.2f\n", n, rel, drop, secs);
     fflush(stdout);

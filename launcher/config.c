@@ -1,6 +1,6 @@
 /* ddprun's command line. It reads torchrun's flags, in both the --a-b and
  * --a_b spellings and with PET_<NAME> environment variables as their
- * defaults, and checks them. The result is one ddprun_config, which
+ * defaults, and checks them. The result is one agent_config, which
  * includes the worker's own command line. The rules follow torchrun (argparse): a
  * long option may be abbreviated to any unique prefix, a value follows
  * either as "--flag=value" or as the next argument, and the first argument
@@ -42,7 +42,7 @@ typedef struct parse_state parse_state;
 
 /* Parses one option's final value into cfg. src is the option's name as the
  * user gave it ("--nnodes" or "PET_NNODES"), so that errors name it. */
-typedef int (*opt_apply)(ddprun_config *cfg, const char *src, const char *val,
+typedef int (*opt_apply)(agent_config *cfg, const char *src, const char *val,
                          parse_state *st);
 
 typedef enum { OPT_VALUE, OPT_FLAG, OPT_HELP, OPT_REFUSED } opt_kind;
@@ -140,7 +140,7 @@ static int set_opt_str(parse_state *st, char **dst, const char *val) {
 
 /* ---- --nnodes and --nproc-per-node ---- */
 
-static int apply_nnodes(ddprun_config *cfg, const char *src, const char *val,
+static int apply_nnodes(agent_config *cfg, const char *src, const char *val,
                         parse_state *st) {
     char first[32];
     const char *colon = strchr(val, ':');
@@ -214,7 +214,7 @@ static int no_gpu_error(const char *src, parse_state *st) {
                 "give a number or 'cpu'", src);
 }
 
-static int apply_nproc(ddprun_config *cfg, const char *src, const char *val,
+static int apply_nproc(agent_config *cfg, const char *src, const char *val,
                        parse_state *st) {
     if (strcmp(val, "cpu") == 0) {
         cfg->nproc_mode = NPROC_CPU;
@@ -232,7 +232,7 @@ static int apply_nproc(ddprun_config *cfg, const char *src, const char *val,
     return 0;
 }
 
-static int apply_node_rank(ddprun_config *cfg, const char *src, const char *val,
+static int apply_node_rank(agent_config *cfg, const char *src, const char *val,
                            parse_state *st) {
     if (parse_int(val, 0, INT_MAX, &cfg->node_rank))
         return fail(st, "%s: '%s' is not a non-negative integer", src, val);
@@ -241,7 +241,7 @@ static int apply_node_rank(ddprun_config *cfg, const char *src, const char *val,
 
 /* ---- rendezvous ---- */
 
-static int apply_rdzv_backend(ddprun_config *cfg, const char *src, const char *val,
+static int apply_rdzv_backend(agent_config *cfg, const char *src, const char *val,
                               parse_state *st) {
     if (strcmp(val, "static") == 0 || strcmp(val, "c10d") == 0) {
         snprintf(cfg->rdzv_backend, sizeof cfg->rdzv_backend, "%s", val);
@@ -285,7 +285,7 @@ static int split_endpoint(const char *s, const char **host, size_t *hlen, int *p
     return valid_host(*host, *hlen) ? 0 : -1;
 }
 
-static int apply_rdzv_endpoint(ddprun_config *cfg, const char *src, const char *val,
+static int apply_rdzv_endpoint(agent_config *cfg, const char *src, const char *val,
                                parse_state *st) {
     if (!*val) return set_opt_str(st, &cfg->rdzv_host, val);
     const char *host;
@@ -302,7 +302,7 @@ static int apply_rdzv_endpoint(ddprun_config *cfg, const char *src, const char *
     return 0;
 }
 
-static int apply_rdzv_id(ddprun_config *cfg, const char *src, const char *val,
+static int apply_rdzv_id(agent_config *cfg, const char *src, const char *val,
                          parse_state *st) {
     if (!*val) return fail(st, "%s: the job id must not be empty", src);
     return set_str(st, &cfg->rdzv_id, val);
@@ -387,7 +387,7 @@ static int apply_conf_item(rdzv_conf *rc, const char *s, size_t n, const char *s
                 "is_host)", src, key);
 }
 
-static int apply_rdzv_conf(ddprun_config *cfg, const char *src, const char *val,
+static int apply_rdzv_conf(agent_config *cfg, const char *src, const char *val,
                            parse_state *st) {
     const char *p = val;
     while (isspace((unsigned char)*p)) p++;
@@ -412,38 +412,38 @@ static int parse_flag(const char *src, const char *val, int *out, parse_state *s
     return 0;
 }
 
-static int apply_standalone(ddprun_config *cfg, const char *src, const char *val,
+static int apply_standalone(agent_config *cfg, const char *src, const char *val,
                             parse_state *st) {
     return parse_flag(src, val, &cfg->standalone, st);
 }
 
-static int apply_module(ddprun_config *cfg, const char *src, const char *val,
+static int apply_module(agent_config *cfg, const char *src, const char *val,
                         parse_state *st) {
     return parse_flag(src, val, &cfg->run_module, st);
 }
 
-static int apply_no_python(ddprun_config *cfg, const char *src, const char *val,
+static int apply_no_python(agent_config *cfg, const char *src, const char *val,
                            parse_state *st) {
     return parse_flag(src, val, &cfg->no_python, st);
 }
 
 /* ---- restarts, timing, role ---- */
 
-static int apply_max_restarts(ddprun_config *cfg, const char *src, const char *val,
+static int apply_max_restarts(agent_config *cfg, const char *src, const char *val,
                               parse_state *st) {
     if (parse_int(val, 0, INT_MAX, &cfg->max_restarts))
         return fail(st, "%s: '%s' is not a non-negative integer", src, val);
     return 0;
 }
 
-static int apply_monitor_interval(ddprun_config *cfg, const char *src, const char *val,
+static int apply_monitor_interval(agent_config *cfg, const char *src, const char *val,
                                   parse_state *st) {
     if (parse_seconds(val, 0, 1, &cfg->monitor_interval))
         return fail(st, "%s: '%s' is not a positive number of seconds", src, val);
     return 0;
 }
 
-static int apply_shutdown_timeout(ddprun_config *cfg, const char *src, const char *val,
+static int apply_shutdown_timeout(agent_config *cfg, const char *src, const char *val,
                                   parse_state *st) {
     if (parse_seconds(val, 0, 0, &cfg->shutdown_timeout))
         return fail(st, "%s: '%s' is not a non-negative number of seconds", src, val);
@@ -453,7 +453,7 @@ static int apply_shutdown_timeout(ddprun_config *cfg, const char *src, const cha
 /* ddprun always starts workers as fresh processes; the choice only exists
  * in torchrun for its Python function entry points. It is still checked,
  * so that a typo is not silently accepted. */
-static int apply_start_method(ddprun_config *cfg, const char *src, const char *val,
+static int apply_start_method(agent_config *cfg, const char *src, const char *val,
                               parse_state *st) {
     (void)cfg;
     if (strcmp(val, "spawn") && strcmp(val, "fork") && strcmp(val, "forkserver"))
@@ -461,13 +461,13 @@ static int apply_start_method(ddprun_config *cfg, const char *src, const char *v
     return 0;
 }
 
-static int apply_role(ddprun_config *cfg, const char *src, const char *val,
+static int apply_role(agent_config *cfg, const char *src, const char *val,
                       parse_state *st) {
     if (!*val) return fail(st, "%s: the role must not be empty", src);
     return set_str(st, &cfg->role, val);
 }
 
-static int apply_log_dir(ddprun_config *cfg, const char *src, const char *val,
+static int apply_log_dir(agent_config *cfg, const char *src, const char *val,
                          parse_state *st) {
     (void)src;
     return set_opt_str(st, &cfg->log_dir, val);
@@ -480,7 +480,7 @@ static int apply_log_dir(ddprun_config *cfg, const char *src, const char *val,
 static int stream_map_set(stream_spec *spec, int rank, int value) {
     for (int i = 0; i < spec->n; i++)
         if (spec->rank[i] == rank) return spec->value[i] = value, 0;
-    if (spec->n == CONFIG_MAX_RANK_MAP) return -1;
+    if (spec->n == AGENT_MAX_RANK_MAP) return -1;
     spec->rank[spec->n] = rank;
     spec->value[spec->n++] = value;
     return 0;
@@ -520,20 +520,20 @@ static int apply_streams(stream_spec *spec, const char *src, const char *val,
     if (parse_streams(val, spec) == 0) return 0;
     memset(spec, 0, sizeof *spec);
     return fail(st, "%s: '%s' is not 0-3 or a map like 0:1,1:2 (LOCAL_RANK:VALUE, at most %d; "
-                "0 none, 1 stdout, 2 stderr, 3 both)", src, val, CONFIG_MAX_RANK_MAP);
+                "0 none, 1 stdout, 2 stderr, 3 both)", src, val, AGENT_MAX_RANK_MAP);
 }
 
-static int apply_redirects(ddprun_config *cfg, const char *src, const char *val,
+static int apply_redirects(agent_config *cfg, const char *src, const char *val,
                            parse_state *st) {
     return apply_streams(&cfg->redirects, src, val, st);
 }
 
-static int apply_tee(ddprun_config *cfg, const char *src, const char *val,
+static int apply_tee(agent_config *cfg, const char *src, const char *val,
                      parse_state *st) {
     return apply_streams(&cfg->tee, src, val, st);
 }
 
-static int apply_local_ranks_filter(ddprun_config *cfg, const char *src, const char *val,
+static int apply_local_ranks_filter(agent_config *cfg, const char *src, const char *val,
                                     parse_state *st) {
     free(cfg->local_ranks_filter);
     cfg->local_ranks_filter = NULL;
@@ -561,20 +561,20 @@ static int apply_local_ranks_filter(ddprun_config *cfg, const char *src, const c
 
 /* ---- addresses ---- */
 
-static int apply_master_addr(ddprun_config *cfg, const char *src, const char *val,
+static int apply_master_addr(agent_config *cfg, const char *src, const char *val,
                              parse_state *st) {
     (void)src;
     return set_opt_str(st, &cfg->master_addr, val);
 }
 
-static int apply_master_port(ddprun_config *cfg, const char *src, const char *val,
+static int apply_master_port(agent_config *cfg, const char *src, const char *val,
                              parse_state *st) {
     if (parse_int(val, 0, 65535, &cfg->master_port))
         return fail(st, "%s: '%s' is not a port (0 to 65535)", src, val);
     return 0;
 }
 
-static int apply_local_addr(ddprun_config *cfg, const char *src, const char *val,
+static int apply_local_addr(agent_config *cfg, const char *src, const char *val,
                             parse_state *st) {
     (void)src;
     return set_opt_str(st, &cfg->local_addr, val);
@@ -816,7 +816,7 @@ static void scan_env(parse_state *st) {
 
 /* ---- checks across options, and the worker's command ---- */
 
-static int set_defaults(ddprun_config *cfg, parse_state *st) {
+static int set_defaults(agent_config *cfg, parse_state *st) {
     memset(cfg, 0, sizeof *cfg);
     cfg->min_nodes = cfg->max_nodes = 1;
     cfg->nproc_mode = NPROC_NUMBER;
@@ -861,7 +861,7 @@ static void random_uuid(char out[37]) {
 
 /* --standalone: a one-node job whose agent hosts its own store on a free
  * port. Like torchrun, explicit rendezvous options are overridden quietly. */
-static int apply_standalone_mode(ddprun_config *cfg, parse_state *st) {
+static int apply_standalone_mode(agent_config *cfg, parse_state *st) {
     if (cfg->min_nodes != 1 || cfg->max_nodes != 1)
         return fail(st, "--standalone runs a single node, but %s is %d:%d; drop --standalone "
                     "and use --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT for several nodes",
@@ -877,7 +877,7 @@ static int apply_standalone_mode(ddprun_config *cfg, parse_state *st) {
 
 /* The static backend assigns no ranks: every node must be told its own and
  * where node 0 is. */
-static int check_static(const ddprun_config *cfg, parse_state *st) {
+static int check_static(const agent_config *cfg, parse_state *st) {
     if (cfg->min_nodes != cfg->max_nodes)
         return fail(st, "%s: static rendezvous needs a fixed number of nodes, got %d:%d "
                     "(use --rdzv-backend=c10d)", st->src[O_NNODES], cfg->min_nodes,
@@ -893,7 +893,7 @@ static int check_static(const ddprun_config *cfg, parse_state *st) {
     return 0;
 }
 
-static int validate(ddprun_config *cfg, parse_state *st) {
+static int validate(agent_config *cfg, parse_state *st) {
     int rc;
     if (cfg->run_module && cfg->no_python)
         return fail(st, "-m/--module and --no-python cannot be used together: -m runs PROGRAM "
@@ -913,7 +913,7 @@ static int validate(ddprun_config *cfg, parse_state *st) {
 /* Builds the worker's command the way torchrun does: without --no-python,
  * PROGRAM always runs under Python (PYTHON_EXEC, or python3) with -u so its
  * output is not held back in a buffer; a .py ending does not matter. */
-static int build_argv(ddprun_config *cfg, int argc, char **argv, parse_state *st) {
+static int build_argv(agent_config *cfg, int argc, char **argv, parse_state *st) {
     if (st->prog >= argc)
         return fail(st, "no training program given (usage: ddprun [options] PROGRAM [ARGS...])");
     const char *py = env_get(st->env, "PYTHON_EXEC");
@@ -934,7 +934,7 @@ static int build_argv(ddprun_config *cfg, int argc, char **argv, parse_state *st
     return 0;
 }
 
-static int apply_values(ddprun_config *cfg, parse_state *st) {
+static int apply_values(agent_config *cfg, parse_state *st) {
     for (int i = 0; i < N_OPTS; i++) {
         if (!st->val[i] || !opts[i].apply) continue;
         int rc = opts[i].apply(cfg, st->src[i], st->val[i], st);
@@ -943,7 +943,7 @@ static int apply_values(ddprun_config *cfg, parse_state *st) {
     return 0;
 }
 
-int config_parse(int argc, char **argv, char **environ_, ddprun_config *cfg, char *err,
+int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char *err,
                  size_t errlen) {
     parse_state st = {.env = environ_, .err = err, .errlen = errlen};
     for (int i = 0; i < N_OPTS; i++)
@@ -961,7 +961,7 @@ int config_parse(int argc, char **argv, char **environ_, ddprun_config *cfg, cha
     return rc;
 }
 
-void config_free(ddprun_config *cfg) {
+void config_free(agent_config *cfg) {
     if (!cfg) return;
     free(cfg->rdzv_host);
     free(cfg->rdzv_id);
@@ -978,12 +978,6 @@ void config_free(ddprun_config *cfg) {
     cfg->n_local_ranks_filter = 0;
     cfg->argv = NULL;
     cfg->argc = 0;
-}
-
-int stream_for_rank(const stream_spec *spec, int local_rank) {
-    for (int i = 0; i < spec->n; i++)
-        if (spec->rank[i] == local_rank) return spec->value[i];
-    return spec->dflt;
 }
 
 static const char usage_text[] =

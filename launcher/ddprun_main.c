@@ -21,7 +21,7 @@ extern char **environ;
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "__exec-worker") == 0) return worker_exec_helper(argv + 2);
     log_init("ddprun");
-    ddprun_config cfg;
+    agent_config cfg;
     char err[1024];
     int rc = config_parse(argc, argv, environ, &cfg, err, sizeof err);
     if (rc == 1) return 0; /* --help */

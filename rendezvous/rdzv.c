@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "rendezvous/store_client.h"
 
@@ -46,12 +47,6 @@ struct rdzv {
     int nnodes;
     rdzv_node nodes[RDZV_MAX_NODES];
 };
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* prefix + formatted suffix */
 static const char *key(const rdzv *r, char *buf, const char *fmt, ...)
@@ -90,14 +85,14 @@ static int key_exists(store_client *c, const char *k, int *yes) {
 
 /* Renews the heartbeat lease when a third of its lifetime has passed. */
 static int renew(rdzv *r) {
-    if (now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
+    if (clock_now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
     int rc = store_lease_renew(r->c, r->lease);
     if (rc == -ENOENT) {
         log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s)",
                  r->o.heartbeat);
         return -ETIMEDOUT;
     }
-    if (rc == 0) r->last_renew_ms = now_ms();
+    if (rc == 0) r->last_renew_ms = clock_now_ms();
     return rc;
 }
 
@@ -109,7 +104,7 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
     for (;;) {
         int rc = renew(r);
         if (rc) return rc;
-        int64_t left = deadline_ms - now_ms();
+        int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
         rc = store_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
         if (rc != -ETIMEDOUT) return rc;
@@ -161,7 +156,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
         rdzv_close(r);
         return rc;
     }
-    r->last_renew_ms = now_ms();
+    r->last_renew_ms = clock_now_ms();
     *out = r;
     return 0;
 }
@@ -236,7 +231,7 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
             continue;
         }
         if (n >= r->o.min_nodes && !last_call)
-            last_call = now_ms() + (int64_t)(r->o.last_call_timeout * 1000);
+            last_call = clock_now_ms() + (int64_t)(r->o.last_call_timeout * 1000);
         int64_t deadline = last_call ? last_call : join_deadline;
         const char *keys[] = {kstate, key(r, knext, "r%d/node/%lld", round, (long long)n + 1)};
         const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
@@ -457,7 +452,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
 }
 
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen) {
-    int64_t deadline = now_ms() + (int64_t)(r->o.join_timeout * 1000);
+    int64_t deadline = clock_now_ms() + (int64_t)(r->o.join_timeout * 1000);
     int rc;
     while ((rc = try_round(r, res, deadline, err, errlen)) == 1) {}
     if (rc == -ECANCELED) res->restart_count = r->restart_count;
@@ -486,7 +481,7 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
         keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
     }
     size_t idx = 0;
-    rc = wait_any_until(r, (size_t)nk, conds, keys, now_ms() + timeout_ms, &idx);
+    rc = wait_any_until(r, (size_t)nk, conds, keys, clock_now_ms() + timeout_ms, &idx);
     if (rc == -ETIMEDOUT) {
         rc = 0;
         goto out;
@@ -609,7 +604,7 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
-    rc = wait_any_until(r, 2, conds, keys, now_ms() + (int64_t)(timeout_s * 1000), &idx);
+    rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), &idx);
     if (rc == 0 && idx == 0) set_str(r->c, key(r, k, "closed"), "1");
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }

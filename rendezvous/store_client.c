@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #define RBUF 65536
@@ -33,17 +34,11 @@ struct store_client {
     uint8_t rbuf[RBUF];
 };
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for `events` on fd until the deadline; 0, -ETIMEDOUT or -errno.
  * Polls at least once, so a ready socket is seen even past the deadline. */
 static int wait_fd(int fd, short events, int64_t deadline) {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_now_ms();
         if (left < 0) left = 0;
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
@@ -102,7 +97,7 @@ static int connect_retry(const store_client_opts *o, int64_t deadline) {
         } else if (g != EAI_AGAIN) {
             return -EHOSTUNREACH; /* an unknown host name does not become known */
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_now_ms();
         if (left <= 0) return rc == -ETIMEDOUT ? rc : (rc < 0 ? rc : -ETIMEDOUT);
         struct timespec ts = {0, (long)(backoff < left ? backoff : left) * 1000000L};
         nanosleep(&ts, NULL);
@@ -200,7 +195,7 @@ static int recv_bytes(store_client *c, uint8_t **val, size_t *len, int64_t dl) {
 /* ---- request building ----------------------------------------------------- */
 
 static int64_t deadline_of(const store_client *c, int timeout_ms) {
-    return now_ms() + (timeout_ms < 0 ? c->timeout_ms : timeout_ms);
+    return clock_now_ms() + (timeout_ms < 0 ? c->timeout_ms : timeout_ms);
 }
 
 /* Starts a request; -ENOTSUP if this generation lacks the op. */
@@ -237,7 +232,7 @@ int store_client_connect(const store_client_opts *o, store_client **out) {
      * 1.13) cannot tell itself apart: the user says so. */
     const char *proto = getenv("DDPRUN_STORE_PROTOCOL");
     if (o->gen == STORE_GEN_UNKNOWN && proto && strcmp(proto, "1.13") == 0) c->gen = STORE_GEN_V1;
-    int64_t deadline = now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 30000);
+    int64_t deadline = clock_now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 30000);
     int rc = connect_retry(o, deadline);
     if (rc < 0) goto fail;
     c->fd = rc;

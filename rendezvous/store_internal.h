@@ -33,24 +33,24 @@ struct store_conn {
 };
 
 /* Network side, used by the table. */
-void conn_flush(store_conn *c);
-void conn_close(store_conn *c);
-void conn_drop(store_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void store_conn_flush(store_conn *c);
+void store_conn_close(store_conn *c);
+void store_conn_drop(store_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Queue c to be flushed (and its held requests resumed) from the loop's
  * idle phase: wakeups never write or recurse into another connection
  * while the table is in the middle of an operation. */
-void conn_mark_pending(store_conn *c);
-void conn_unmark_pending(store_conn *c);
-void server_maybe_closed(store_server *srv);
+void store_conn_mark_pending(store_conn *c);
+void store_conn_unmark_pending(store_conn *c);
+void store_server_maybe_closed(store_server *srv);
 
 /* Table side, used by the network. */
-int table_init(store_server *srv);
-void table_free(store_server *srv);
-void table_handle(store_conn *c, const store_req *req);
-void table_conn_gone(store_server *srv, store_conn *c);
+int store_table_init(store_server *srv);
+void store_table_free(store_server *srv);
+void store_table_handle(store_conn *c, const store_req *req);
+void store_table_conn_gone(store_server *srv, store_conn *c);
 /* Ends c's pending wait without replying. */
-void table_cancel_wait(store_conn *c);
+void store_table_cancel_wait(store_conn *c);
 /* Whether byte `code` is CANCEL_WAIT in c's generation. */
-int table_is_cancel(const store_conn *c, uint8_t code);
+int store_table_is_cancel(const store_conn *c, uint8_t code);
 
 #endif

@@ -42,13 +42,13 @@ static void on_write(uv_write_t *req, int status) {
     if (status < 0) {
         if (status != UV_ECANCELED && !c->closing)
             log_debug("client %s: write failed: %s", c->peer, uv_strerror(status));
-        conn_close(c);
+        store_conn_close(c);
         return;
     }
-    conn_flush(c);
+    store_conn_flush(c);
 }
 
-void conn_flush(store_conn *c) {
+void store_conn_flush(store_conn *c) {
     if (c->closing || c->writing || c->out.len == 0) return;
     uv_buf_t b = uv_buf_init((char *)c->out.data, (unsigned)c->out.len);
     int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
@@ -58,14 +58,14 @@ void conn_flush(store_conn *c) {
     }
     if (n < 0 && n != UV_EAGAIN) {
         log_debug("client %s: write failed: %s", c->peer, uv_strerror(n));
-        conn_close(c);
+        store_conn_close(c);
         return;
     }
     if (n > 0) buf_consume(&c->out, (size_t)n);
     /* The rest goes through a queued write that owns its bytes. */
     write_req *w = calloc(1, sizeof *w);
     if (!w) {
-        conn_close(c);
+        store_conn_close(c);
         return;
     }
     w->conn = c;
@@ -76,7 +76,7 @@ void conn_flush(store_conn *c) {
     if (rc < 0) {
         buf_free(&w->data);
         free(w);
-        conn_close(c);
+        store_conn_close(c);
         return;
     }
     c->writing = 1;
@@ -91,15 +91,15 @@ static void on_conn_closed(uv_handle_t *h) {
     buf_free(&c->out);
     free(c);
     srv->handles_open--;
-    server_maybe_closed(srv);
+    store_server_maybe_closed(srv);
 }
 
-void conn_close(store_conn *c) {
+void store_conn_close(store_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     store_server *srv = c->srv;
-    conn_unmark_pending(c);
-    table_conn_gone(srv, c); /* cancels its wait, drops its keys and watches */
+    store_conn_unmark_pending(c);
+    store_table_conn_gone(srv, c); /* cancels its wait, drops its keys and watches */
     if (c->prev) c->prev->next = c->next;
     else srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -107,7 +107,7 @@ void conn_close(store_conn *c) {
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-void conn_drop(store_conn *c, const char *fmt, ...) {
+void store_conn_drop(store_conn *c, const char *fmt, ...) {
     char why[512];
     va_list ap;
     va_start(ap, fmt);
@@ -115,7 +115,7 @@ void conn_drop(store_conn *c, const char *fmt, ...) {
     va_end(ap);
     log_warn("client %s: %s; dropping the connection", c->peer, why);
     c->srv->stats.conns_dropped++;
-    conn_close(c);
+    store_conn_close(c);
 }
 
 static void format_peer(uv_tcp_t *tcp, char *out, size_t n) {
@@ -176,7 +176,7 @@ static void on_connection(uv_stream_t *listener, int status) {
     srv->stats.conns_open++;
     srv->stats.conns_accepted++;
     if ((int)srv->stats.conns_open > srv->max_conns) {
-        conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
+        store_conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
                   (int)srv->stats.conns_open - 1, srv->max_conns);
         return;
     }
@@ -194,7 +194,7 @@ static int conn_detect(store_conn *c, const uint8_t *p, size_t n) {
     if (c->gen != STORE_GEN_UNKNOWN || (n > 0 && p[0] == STORE_WIRE_HELLO)) return 1;
     if (!c->authed) {
         if (n == 0) return 0;
-        conn_drop(c, "the server requires a token (DDPRUN_STORE_TOKEN) and the client sent "
+        store_conn_drop(c, "the server requires a token (DDPRUN_STORE_TOKEN) and the client sent "
                      "none");
         return -1;
     }
@@ -211,13 +211,13 @@ static long conn_consume(store_conn *c, const uint8_t *p, size_t n) {
             /* torch 1.13 clients have no CANCEL_WAIT: they are synchronous,
              * so a new request means the wait timed out and was abandoned.
              * Forget it, so that no stale reply lands in a later one. */
-            table_cancel_wait(c);
+            store_table_cancel_wait(c);
         }
-        if (c->wait && !table_is_cancel(c, p[off])) {
+        if (c->wait && !store_table_is_cancel(c, p[off])) {
             /* Hold later requests until the wait ends, so replies stay in
              * order; a client that keeps sending meanwhile is cut off. */
             if (n - off > (size_t)c->srv->limits.max_value + c->srv->limits.max_key + 65536) {
-                conn_drop(c, "sent more than a request's worth of data while waiting");
+                store_conn_drop(c, "sent more than a request's worth of data while waiting");
                 return -1;
             }
             break;
@@ -230,19 +230,19 @@ static long conn_consume(store_conn *c, const uint8_t *p, size_t n) {
         int rc = store_parse(c->gen, p + off, n - off, &c->srv->limits, &req, &used);
         if (rc == STORE_PARSE_MORE) break;
         if (rc < 0) {
-            conn_drop(c, "%s (query type 0x%02x, %s protocol)", store_parse_strerror(rc),
+            store_conn_drop(c, "%s (query type 0x%02x, %s protocol)", store_parse_strerror(rc),
                       p[off], c->gen == STORE_GEN_V1 ? "torch 1.13" : "current");
             return -1;
         }
         if (!c->authed && req.op != STORE_OP_HELLO) {
-            conn_drop(c, "sent %s before presenting the token", store_op_name(req.op));
+            store_conn_drop(c, "sent %s before presenting the token", store_op_name(req.op));
             return -1;
         }
         c->srv->stats.requests++;
-        table_handle(c, &req);
+        store_table_handle(c, &req);
         if (c->closing) return -1;
         if (c->oom) {
-            conn_drop(c, "out of memory queueing a reply");
+            store_conn_drop(c, "out of memory queueing a reply");
             return -1;
         }
         off += used;
@@ -254,7 +254,7 @@ static void conn_process(store_conn *c) {
     long used = conn_consume(c, c->in.data, c->in.len);
     if (used < 0) return;
     buf_consume(&c->in, (size_t)used);
-    conn_flush(c);
+    store_conn_flush(c);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
@@ -272,7 +272,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
         } else {
             log_warn("client %s: read failed: %s", c->peer, uv_strerror((int)nread));
         }
-        conn_close(c);
+        store_conn_close(c);
         return;
     }
     if (nread == 0) return;
@@ -285,13 +285,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     if (used < 0) return;
     if ((size_t)used < (size_t)nread &&
         buf_append(&c->in, srv->rbuf + used, (size_t)nread - (size_t)used) != 0) {
-        conn_drop(c, "out of memory buffering a request");
+        store_conn_drop(c, "out of memory buffering a request");
         return;
     }
-    conn_flush(c);
+    store_conn_flush(c);
 }
 
-void conn_mark_pending(store_conn *c) {
+void store_conn_mark_pending(store_conn *c) {
     store_server *srv = c->srv;
     if (c->pending || c->closing) return;
     c->pending = 1;
@@ -303,7 +303,7 @@ void conn_mark_pending(store_conn *c) {
         uv_idle_start(&srv->pending_idle, on_pending);
 }
 
-void conn_unmark_pending(store_conn *c) {
+void store_conn_unmark_pending(store_conn *c) {
     if (!c->pending) return;
     c->pending = 0;
     if (c->pend_prev) c->pend_prev->pend_next = c->pend_next;
@@ -317,9 +317,9 @@ static void on_pending(uv_idle_t *idle) {
     store_server *srv = idle->data;
     while (srv->pending) {
         store_conn *c = srv->pending;
-        conn_unmark_pending(c);
+        store_conn_unmark_pending(c);
         if (c->in.len > 0 && !c->wait) conn_process(c);
-        else conn_flush(c);
+        else store_conn_flush(c);
     }
     uv_idle_stop(idle);
 }
@@ -376,7 +376,7 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
     srv->rbuf = malloc(RBUF_SIZE);
     if (!srv->rbuf) return -ENOMEM;
     if (o->token && *o->token && !(srv->token = strdup(o->token))) return -ENOMEM;
-    int rc = table_init(srv);
+    int rc = store_table_init(srv);
     if (rc) goto fail;
     uv_tcp_init(loop, &srv->listener);
     srv->listener.data = srv;
@@ -406,9 +406,9 @@ int store_server_port(const store_server *srv) { return srv->port; }
 
 void store_server_stats(const store_server *srv, store_stats *out) { *out = srv->stats; }
 
-void server_maybe_closed(store_server *srv) {
+void store_server_maybe_closed(store_server *srv) {
     if (!srv->closing || srv->handles_open > 0) return;
-    table_free(srv);
+    store_table_free(srv);
     free(srv->rbuf);
     free(srv->token);
     srv->rbuf = NULL;
@@ -419,14 +419,14 @@ void server_maybe_closed(store_server *srv) {
 static void on_server_handle_closed(uv_handle_t *h) {
     store_server *srv = h->data;
     srv->handles_open--;
-    server_maybe_closed(srv);
+    store_server_maybe_closed(srv);
 }
 
 void store_server_close(store_server *srv, void (*cb)(store_server *)) {
     if (srv->closing) return;
     srv->closing = 1;
     srv->close_cb = cb;
-    while (srv->conns) conn_close(srv->conns);
+    while (srv->conns) store_conn_close(srv->conns);
     if (!uv_is_closing((uv_handle_t *)&srv->listener))
         uv_close((uv_handle_t *)&srv->listener, on_server_handle_closed);
     if (srv->lease_timer.loop) {

@@ -28,6 +28,16 @@ typedef struct store_conn store_conn;
 typedef struct store_entry store_entry;
 typedef struct store_lease store_lease;
 
+/* The key table's state: open addressing over entries, and the leases
+ * that own keys. Only store_table.c reads it. */
+typedef struct {
+    store_entry **slots;
+    size_t nslots, nentries;
+    store_lease *leases;
+    uint64_t next_lease_id;
+    uint64_t hash_seed;
+} store_table;
+
 /* Counters for logs, tests and benchmarks. */
 typedef struct {
     uint64_t requests;
@@ -51,13 +61,8 @@ typedef struct store_server {
     int closing;
     void (*close_cb)(struct store_server *);
     int handles_open;
-    /* key table: open addressing */
-    store_entry **slots;
-    size_t nslots, nentries;
+    store_table table; /* the keys, their waiters and leases (store_table.c) */
     store_conn *conns; /* doubly linked list of open connections */
-    store_lease *leases;
-    uint64_t next_lease_id;
-    uint64_t hash_seed;
     uint64_t next_conn_id;
     uint8_t *rbuf; /* shared receive buffer for connections with no partial frame */
     int rbuf_busy;

@@ -1,7 +1,7 @@
 /* The store's data and its semantics: the key table, waiters (WAIT,
  * WAIT_ANY, BARRIER), queues, torch 1.13 watchers, and ownership of keys by
  * a connection or a lease. store_server.c feeds parsed requests to
- * table_handle(); replies go into the requesting connection's output
+ * store_table_handle(); replies go into the requesting connection's output
  * buffer, and replies to other connections (wakeups, watch events) are
  * queued and flushed from the loop's idle phase.
  *
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "common/hash.h"
 #include "common/log.h"
 #include "rendezvous/store_internal.h"
 
@@ -96,43 +97,42 @@ static const char *key_for_log(const uint8_t *k, uint64_t n, char *out, size_t c
 /* ---- the hash table ---------------------------------------------------- */
 
 static uint64_t key_hash(const store_server *srv, const uint8_t *k, uint64_t n) {
-    uint64_t h = 0xcbf29ce484222325ull ^ srv->hash_seed;
-    for (uint64_t i = 0; i < n; i++) h = (h ^ k[i]) * 0x100000001b3ull;
+    uint64_t h = hash_fnv1a64(HASH_FNV1A64_INIT ^ srv->table.hash_seed, k, n);
     return h ^ (h >> 29);
 }
 
-int table_init(store_server *srv) {
-    srv->nslots = 1024;
-    srv->slots = calloc(srv->nslots, sizeof *srv->slots);
-    if (!srv->slots) return -ENOMEM;
-    if (getrandom(&srv->hash_seed, sizeof srv->hash_seed, GRND_NONBLOCK) < 0)
-        srv->hash_seed = (uint64_t)(uintptr_t)srv;
-    srv->next_lease_id = 1;
+int store_table_init(store_server *srv) {
+    srv->table.nslots = 1024;
+    srv->table.slots = calloc(srv->table.nslots, sizeof *srv->table.slots);
+    if (!srv->table.slots) return -ENOMEM;
+    if (getrandom(&srv->table.hash_seed, sizeof srv->table.hash_seed, GRND_NONBLOCK) < 0)
+        srv->table.hash_seed = (uint64_t)(uintptr_t)srv;
+    srv->table.next_lease_id = 1;
     return 0;
 }
 
 static size_t slot_of(const store_server *srv, const uint8_t *k, uint64_t n, uint64_t h) {
-    size_t mask = srv->nslots - 1;
+    size_t mask = srv->table.nslots - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
-        store_entry *e = srv->slots[i];
+        store_entry *e = srv->table.slots[i];
         if (!e || (e->hash == h && e->klen == n && memcmp(e->key, k, n) == 0)) return i;
     }
 }
 
 static store_entry *entry_find(store_server *srv, store_bytes key) {
     uint64_t h = key_hash(srv, key.p, key.n);
-    return srv->slots[slot_of(srv, key.p, key.n, h)];
+    return srv->table.slots[slot_of(srv, key.p, key.n, h)];
 }
 
 static int table_grow(store_server *srv) {
-    size_t old_n = srv->nslots;
-    store_entry **old = srv->slots;
+    size_t old_n = srv->table.nslots;
+    store_entry **old = srv->table.slots;
     store_entry **slots = calloc(old_n * 2, sizeof *slots);
     if (!slots) return -ENOMEM;
-    srv->slots = slots;
-    srv->nslots = old_n * 2;
+    srv->table.slots = slots;
+    srv->table.nslots = old_n * 2;
     for (size_t i = 0; i < old_n; i++)
-        if (old[i]) srv->slots[slot_of(srv, old[i]->key, old[i]->klen, old[i]->hash)] = old[i];
+        if (old[i]) srv->table.slots[slot_of(srv, old[i]->key, old[i]->klen, old[i]->hash)] = old[i];
     free(old);
     return 0;
 }
@@ -141,8 +141,8 @@ static int table_grow(store_server *srv) {
 static store_entry *entry_get(store_server *srv, store_bytes key) {
     uint64_t h = key_hash(srv, key.p, key.n);
     size_t i = slot_of(srv, key.p, key.n, h);
-    if (srv->slots[i]) return srv->slots[i];
-    if ((srv->nentries + 1) * 2 > srv->nslots) {
+    if (srv->table.slots[i]) return srv->table.slots[i];
+    if ((srv->table.nentries + 1) * 2 > srv->table.nslots) {
         if (table_grow(srv) != 0) return NULL;
         i = slot_of(srv, key.p, key.n, h);
     }
@@ -151,26 +151,26 @@ static store_entry *entry_get(store_server *srv, store_bytes key) {
     e->hash = h;
     e->klen = (uint32_t)key.n;
     memcpy(e->key, key.p, key.n);
-    srv->slots[i] = e;
-    srv->nentries++;
+    srv->table.slots[i] = e;
+    srv->table.nentries++;
     return e;
 }
 
 /* Linear probing with backward-shift deletion keeps lookups tombstone-free. */
 static void table_remove(store_server *srv, store_entry *e) {
-    size_t mask = srv->nslots - 1;
+    size_t mask = srv->table.nslots - 1;
     size_t i = slot_of(srv, e->key, e->klen, e->hash);
-    srv->slots[i] = NULL;
-    for (size_t j = (i + 1) & mask; srv->slots[j]; j = (j + 1) & mask) {
-        size_t home = srv->slots[j]->hash & mask;
+    srv->table.slots[i] = NULL;
+    for (size_t j = (i + 1) & mask; srv->table.slots[j]; j = (j + 1) & mask) {
+        size_t home = srv->table.slots[j]->hash & mask;
         int movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
-            srv->slots[i] = srv->slots[j];
-            srv->slots[j] = NULL;
+            srv->table.slots[i] = srv->table.slots[j];
+            srv->table.slots[j] = NULL;
             i = j;
         }
     }
-    srv->nentries--;
+    srv->table.nentries--;
 }
 
 static int present(const store_entry *e) { return e && (e->has_value || e->qlen > 0); }
@@ -236,7 +236,7 @@ static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) 
     r_u8(c, STORE_WAIT_STOP_WAITING);
     if (w->kind == W_ANY) r_u64(c, index);
     waiter_free(srv, w);
-    conn_mark_pending(c);
+    store_conn_mark_pending(c);
 }
 
 /* The key now exists: wake its EXISTS waiters (all of them, or with
@@ -283,7 +283,7 @@ static void notify_watchers(store_entry *e, int type, const uint8_t *old, uint64
         r_bytes(c, e->key, e->klen);
         r_bytes(c, old, oldn);
         r_bytes(c, new_, newn);
-        conn_mark_pending(c);
+        store_conn_mark_pending(c);
     }
 }
 
@@ -374,7 +374,7 @@ static void release_owned(store_server *srv, store_entry **head) {
 static void lease_schedule(store_server *srv);
 
 static void lease_free(store_server *srv, store_lease *l) {
-    store_lease **pp = &srv->leases;
+    store_lease **pp = &srv->table.leases;
     while (*pp != l) pp = &(*pp)->next;
     *pp = l->next;
     release_owned(srv, &l->owned);
@@ -384,7 +384,7 @@ static void lease_free(store_server *srv, store_lease *l) {
 static void on_lease_timer(uv_timer_t *t) {
     store_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
-    for (store_lease *l = srv->leases, *next; l; l = next) {
+    for (store_lease *l = srv->table.leases, *next; l; l = next) {
         next = l->next;
         if (l->deadline <= now) {
             log_debug("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
@@ -398,18 +398,18 @@ static void on_lease_timer(uv_timer_t *t) {
 /* One timer, armed for the earliest deadline (leases are few: one per
  * agent), so an unrenewed lease is noticed the moment it lapses. */
 static void lease_schedule(store_server *srv) {
-    if (!srv->leases) {
+    if (!srv->table.leases) {
         uv_timer_stop(&srv->lease_timer);
         return;
     }
     uint64_t first = UINT64_MAX, now = uv_now(srv->loop);
-    for (store_lease *l = srv->leases; l; l = l->next)
+    for (store_lease *l = srv->table.leases; l; l = l->next)
         if (l->deadline < first) first = l->deadline;
     uv_timer_start(&srv->lease_timer, on_lease_timer, first > now ? first - now : 0, 0);
 }
 
 static store_lease *lease_find(store_server *srv, uint64_t id) {
-    for (store_lease *l = srv->leases; l; l = l->next)
+    for (store_lease *l = srv->table.leases; l; l = l->next)
         if (l->id == id) return l;
     return NULL;
 }
@@ -533,7 +533,7 @@ static void do_add(store_conn *c, const store_req *req) {
         cur = strtoll(text, &end, 10);
         if (e->vlen == 0 || e->vlen >= sizeof text || end == text || *end || errno) {
             char k[80];
-            conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
+            store_conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
                       key_for_log(e->key, e->klen, k, sizeof k));
             return;
         }
@@ -541,7 +541,7 @@ static void do_add(store_conn *c, const store_req *req) {
     int64_t sum;
     if (__builtin_add_overflow(cur, req->num, &sum)) {
         char k[80];
-        conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", req->num,
+        store_conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", req->num,
                   key_for_log(e->key, e->klen, k, sizeof k), cur);
         return;
     }
@@ -617,8 +617,8 @@ static void do_queue_pop(store_conn *c, const store_req *req) {
 static void do_list_keys(store_conn *c) {
     store_server *srv = c->srv;
     r_u64(c, srv->stats.keys);
-    for (size_t i = 0; i < srv->nslots; i++) {
-        store_entry *e = srv->slots[i];
+    for (size_t i = 0; i < srv->table.nslots; i++) {
+        store_entry *e = srv->table.slots[i];
         if (e && e->has_value) r_bytes(c, e->key, e->klen);
     }
 }
@@ -630,7 +630,7 @@ static void do_hello(store_conn *c, const store_req *req) {
         unsigned diff = (unsigned)(n != req->token.n);
         for (size_t i = 0; i < req->token.n; i++) diff |= (unsigned)(want[i % n] ^ req->token.p[i]);
         if (diff) {
-            conn_drop(c, "presented a wrong token");
+            store_conn_drop(c, "presented a wrong token");
             return;
         }
     }
@@ -662,11 +662,11 @@ static void do_lease(store_conn *c, const store_req *req) {
             c->oom = 1;
             return;
         }
-        l->id = srv->next_lease_id++;
+        l->id = srv->table.next_lease_id++;
         l->ttl_ms = req->num;
         l->deadline = uv_now(srv->loop) + (uint64_t)req->num;
-        l->next = srv->leases;
-        srv->leases = l;
+        l->next = srv->table.leases;
+        srv->table.leases = l;
         lease_schedule(srv);
         r_u64(c, l->id);
         return;
@@ -714,7 +714,7 @@ static void do_keys(store_conn *c, const store_req *req) {
     if (req->op == STORE_OP_CHECK) r_u8(c, all ? STORE_CHECK_READY : STORE_CHECK_NOT_READY);
 }
 
-void table_handle(store_conn *c, const store_req *req) {
+void store_table_handle(store_conn *c, const store_req *req) {
     store_server *srv = c->srv;
     store_entry *e;
     switch (req->op) {
@@ -768,16 +768,16 @@ void table_handle(store_conn *c, const store_req *req) {
     }
 }
 
-void table_cancel_wait(store_conn *c) {
+void store_table_cancel_wait(store_conn *c) {
     if (c->wait) waiter_cancel(c->srv, c->wait);
 }
 
-int table_is_cancel(const store_conn *c, uint8_t code) {
+int store_table_is_cancel(const store_conn *c, uint8_t code) {
     int cancel = store_wire_code(c->gen, STORE_OP_CANCEL_WAIT);
     return cancel >= 0 && code == (uint8_t)cancel;
 }
 
-void table_conn_gone(store_server *srv, store_conn *c) {
+void store_table_conn_gone(store_server *srv, store_conn *c) {
     if (c->wait) waiter_cancel(srv, c->wait);
     release_owned(srv, &c->owned);
     while (c->watches) {
@@ -790,14 +790,14 @@ void table_conn_gone(store_server *srv, store_conn *c) {
     }
 }
 
-void table_free(store_server *srv) {
-    while (srv->leases) {
-        store_lease *l = srv->leases;
-        srv->leases = l->next;
+void store_table_free(store_server *srv) {
+    while (srv->table.leases) {
+        store_lease *l = srv->table.leases;
+        srv->table.leases = l->next;
         free(l);
     }
-    for (size_t i = 0; i < srv->nslots; i++) {
-        store_entry *e = srv->slots[i];
+    for (size_t i = 0; i < srv->table.nslots; i++) {
+        store_entry *e = srv->table.slots[i];
         if (!e) continue;
         while (e->qhead) {
             qitem *q = e->qhead;
@@ -807,7 +807,7 @@ void table_free(store_server *srv) {
         free(e->val);
         free(e);
     }
-    free(srv->slots);
-    srv->slots = NULL;
-    srv->nslots = srv->nentries = 0;
+    free(srv->table.slots);
+    srv->table.slots = NULL;
+    srv->table.nslots = srv->table.nentries = 0;
 }

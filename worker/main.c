@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "worker/checkpoint.h"
-#include "worker/train.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/train.h"
 
 static const char usage[] =
     "usage: ddp-train [options]\n"

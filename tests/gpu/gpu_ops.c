@@ -9,7 +9,7 @@
  *
  * Everything runs twice: in fp32 (TF32 off) against the fp32 CPU backend
  * within 1e-5, then in bf16 mixed precision against the CPU's emulated
- * bf16 backend (worker/cpu/cpu_bf16.c) on the same bf16 input bits. There,
+ * bf16 backend (worker/backend/cpu/cpu_bf16.c) on the same bf16 input bits. There,
  * results that pass through bf16 (activations, and the filter gradient
  * cuDNN writes in bf16) may differ by a rounding step where the fp32 sums
  * before it differ in their last bits, so they are held to 1e-2; fp32 sums
@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "worker/backend.h"
-#include "worker/bf16.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/bf16.h"
 
 #define TOL 1e-5      /* fp32, TF32 off; and fp32 sums in bf16 mode */
 #define TOL_BF16 1e-2 /* results that pass through bf16 */

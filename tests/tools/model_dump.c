@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/backend.h"
-#include "worker/data.h"
-#include "worker/model.h"
+#include "common/rng.h"
+#include "worker/backend/backend.h"
+#include "worker/model/arch.h"
 
 static int write_file(const char *dir, const char *name, const void *p, size_t n) {
     char path[4096];
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     model *m;
     char err[512];
     if (cpu_backend_create(0, 0, &be, err, sizeof err) ||
-        model_create(be, argv[1], c, h, w, k, 7, &m, err, sizeof err)) {
+        arch_build(be, &(model_spec){argv[1], c, h, w, k, 7}, &m, err, sizeof err)) {
         fprintf(stderr, "model-dump: %s\n", err);
         return 1;
     }

@@ -15,11 +15,11 @@ void fixture_start(store_fixture *f, const store_server_opts *opts) {
     store_server_opts o = opts ? *opts : (store_server_opts){0};
     if (!o.host) o.host = "127.0.0.1";
     memset(f, 0, sizeof *f);
-    int rc = store_host_start(&o, &f->host, &f->port);
+    int rc = store_thread_start(&o, &f->host, &f->port);
     if (rc) test_fail(__FILE__, __LINE__, "store server did not start: %s", strerror(-rc));
 }
 
-void fixture_stop(store_fixture *f) { store_host_stop(f->host); }
+void fixture_stop(store_fixture *f) { store_thread_stop(f->host); }
 
 store_client *fixture_client_opts(store_fixture *f, store_client_opts o) {
     if (!o.host) o.host = "127.0.0.1";

@@ -1,15 +1,15 @@
 /* Test fixture: a store server running on its own thread inside the test
- * process (the agent's store_host, so sanitizers see the server too), plus
+ * process (rendezvous/store_thread.c, so sanitizers see the server too), plus
  * helpers for clients and raw sockets that speak bytes directly. */
 #ifndef DDPRUN_TESTS_STORE_FIXTURE_H
 #define DDPRUN_TESTS_STORE_FIXTURE_H
 
-#include "agent/store_host.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
+#include "rendezvous/store_thread.h"
 
 typedef struct {
-    store_host *host;
+    store_thread *host;
     int port;
 } store_fixture;
 

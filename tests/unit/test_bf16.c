@@ -5,9 +5,9 @@
 #include <stdlib.h>
 
 #include "tests/unit/test.h"
-#include "worker/backend.h"
-#include "worker/bf16.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/bf16.h"
+#include "worker/model/arch.h"
 
 static backend *mk(backend_kind kind, backend_precision p) {
     backend_opts o = {.kind = kind, .threads = 2, .precision = p};
@@ -134,7 +134,8 @@ TEST(bf16_backend_is_the_fp32_backend_rounded) {
 static model *build(backend *b, int c, int hw, int classes) {
     model *m = NULL;
     char err[256];
-    if (model_create(b, "resnet20", c, hw, hw, classes, 7, &m, err, sizeof err))
+    model_spec s = {"resnet20", c, hw, hw, classes, 7};
+    if (arch_build(b, &s, &m, err, sizeof err))
         test_fail(__FILE__, __LINE__, "%s", err);
     return m;
 }

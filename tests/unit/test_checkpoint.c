@@ -4,8 +4,8 @@
  * and without a crash or a large allocation; atomic writing leaves no
  * temporary file and never harms existing checkpoints; inspect prints JSON
  * with a stable weights digest. */
-#include "worker/checkpoint.h"
 #include "tests/unit/test.h"
+#include "worker/train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>

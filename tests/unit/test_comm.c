@@ -20,9 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "tests/unit/store_fixture.h"
 #include "tests/unit/test.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 #define MAX_RANKS 8
 
@@ -47,12 +48,6 @@ typedef struct {
     atomic_int counter;
     int use_window; /* until_failure: all-reduce window memory (comm_alloc) */
 } shared_out;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void *shared_alloc(size_t n) {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -133,10 +128,10 @@ static void run_group(const store_proc *f, const group *g) {
         CHECK(pids[r] >= 0);
         if (pids[r] == 0) rank_main(f, g, r, run);
     }
-    double t0 = now_ms();
+    double t0 = (clock_now_ns() / 1e6);
     int left = g->world, killed = 0;
     while (left > 0) {
-        if (g->kill_rank >= 0 && !killed && now_ms() - t0 >= g->kill_after_ms &&
+        if (g->kill_rank >= 0 && !killed && (clock_now_ns() / 1e6) - t0 >= g->kill_after_ms &&
             pids[g->kill_rank] > 0) {
             kill(pids[g->kill_rank], SIGKILL);
             killed = 1;
@@ -146,7 +141,7 @@ static void run_group(const store_proc *f, const group *g) {
         for (; r < g->world && p == 0; r++)
             if (pids[r] > 0) p = waitpid(pids[r], &status, WNOHANG);
         if (p <= 0) {
-            if (now_ms() - t0 > 20000) {
+            if ((clock_now_ns() / 1e6) - t0 > 20000) {
                 for (r = 0; r < g->world; r++)
                     if (pids[r] > 0) kill(pids[r], SIGKILL);
                 test_fail(__FILE__, __LINE__, "ranks still running after 20 s (a hang)");
@@ -536,10 +531,10 @@ static void misuse_test(int mode, const char *want) {
     misuse_arg *m = shared_alloc(sizeof *m);
     m->mode = mode;
     group g = {.world = 2, .fn = misuse, .arg = m, .timeout_ms = 5000, .kill_rank = -1};
-    double t0 = now_ms();
+    double t0 = (clock_now_ns() / 1e6);
     run_group(&f, &g);
     store_stop(&f);
-    CHECK(now_ms() - t0 < 4000); /* found out, not timed out */
+    CHECK((clock_now_ns() / 1e6) - t0 < 4000); /* found out, not timed out */
     for (int r = 0; r < 2; r++) {
         if (m->out.rc[r] != -EINVAL && m->out.rc[r] != -ECONNABORTED)
             test_fail(__FILE__, __LINE__, "rank %d: rc %d (%s)", r, m->out.rc[r], m->msg[r]);
@@ -567,10 +562,10 @@ static void until_failure(comm *c, int rank, int world, void *arg) {
                                : calloc(n, sizeof *b);
     CHECK(b != NULL);
     int rc = 0;
-    double t0 = now_ms();
-    while (rc == 0 && now_ms() - t0 < 15000) rc = comm_allreduce_sum(c, b, n);
+    double t0 = (clock_now_ns() / 1e6);
+    while (rc == 0 && (clock_now_ns() / 1e6) - t0 < 15000) rc = comm_allreduce_sum(c, b, n);
     out->rc[rank] = rc;
-    out->ms[rank] = now_ms() - t0;
+    out->ms[rank] = (clock_now_ns() / 1e6) - t0;
     /* The communicator stays broken: the next call fails at once. */
     if (rc) CHECK_EQ(comm_barrier(c), rc);
     release(c, b, shared);
@@ -611,9 +606,9 @@ static void late_peer(comm *c, int rank, int world, void *arg) {
     shared_out *out = arg;
     float x[16] = {0};
     if (rank == 1) usleep(1200 * 1000);
-    double t0 = now_ms();
+    double t0 = (clock_now_ns() / 1e6);
     out->rc[rank] = comm_allreduce_sum(c, x, 16);
-    out->ms[rank] = now_ms() - t0;
+    out->ms[rank] = (clock_now_ns() / 1e6) - t0;
 }
 
 static void timeout_test(int no_shm) {
@@ -652,9 +647,9 @@ TEST(comm_init_missing_rank) {
                    .rank = 0, .world = 3, .timeout_ms = 300};
     comm *c = NULL;
     char err[512];
-    double t0 = now_ms();
+    double t0 = (clock_now_ns() / 1e6);
     CHECK_EQ(comm_init(&o, &c, err, sizeof err), -ETIMEDOUT);
-    CHECK(now_ms() - t0 < 2000);
+    CHECK((clock_now_ns() / 1e6) - t0 < 2000);
     CHECK(c == NULL);
     if (!strstr(err, "missing: 1, 2")) test_fail(__FILE__, __LINE__, "message: %s", err);
     fixture_stop(&f);

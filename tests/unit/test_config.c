@@ -17,25 +17,25 @@
 static char *no_env[] = {NULL};
 static char err[512];
 
-static int parse_in(char **env, char **argv, ddprun_config *cfg) {
+static int parse_in(char **env, char **argv, agent_config *cfg) {
     int argc = 0;
     while (argv[argc]) argc++;
     memset(err, 0, sizeof err);
     return config_parse(argc, argv, env, cfg, err, sizeof err);
 }
 
-static int parse(char **argv, ddprun_config *cfg) { return parse_in(no_env, argv, cfg); }
+static int parse(char **argv, agent_config *cfg) { return parse_in(no_env, argv, cfg); }
 
 /* Parses a command line that must fail, and checks that the message holds
  * the given text. */
 static void check_fails(char **env, char **argv, const char *want) {
-    ddprun_config cfg;
+    agent_config cfg;
     CHECK_EQ(parse_in(env, argv, &cfg), -EINVAL);
     if (!strstr(err, want)) test_fail(__FILE__, __LINE__, "message '%s' lacks '%s'", err, want);
     CHECK(cfg.argv == NULL && cfg.role == NULL && cfg.rdzv_id == NULL);
 }
 
-static void check_argv(const ddprun_config *cfg, char **want) {
+static void check_argv(const agent_config *cfg, char **want) {
     int n = 0;
     while (want[n]) n++;
     CHECK_EQ(cfg->argc, n);
@@ -44,7 +44,7 @@ static void check_argv(const ddprun_config *cfg, char **want) {
 }
 
 TEST(config_defaults) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("train.py"), &c), 0);
     CHECK_EQ(c.min_nodes, 1);
     CHECK_EQ(c.max_nodes, 1);
@@ -76,7 +76,7 @@ TEST(config_defaults) {
 }
 
 TEST(config_accepts_hyphen_and_underscore_spellings) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--nproc_per_node", "2", "--max_restarts=3", "--rdzv_backend",
                         "c10d", "--rdzv_endpoint", "h1", "--rdzv-id", "j1", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 2);
@@ -93,7 +93,7 @@ TEST(config_accepts_hyphen_and_underscore_spellings) {
 }
 
 TEST(config_accepts_equals_and_space_forms) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--role=trainer", "--log-dir", "/tmp/l", "--master-addr=10.0.0.1",
                         "--master-port", "1234", "--local-addr=node7", "x.py"), &c), 0);
     CHECK_STR(c.role, "trainer");
@@ -105,7 +105,7 @@ TEST(config_accepts_equals_and_space_forms) {
 }
 
 TEST(config_short_options_take_values_in_every_form) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("-r3", "-t=2", "-m", "pkg.train"), &c), 0);
     CHECK_EQ(c.redirects.dflt, 3);
     CHECK_EQ(c.tee.dflt, 2);
@@ -121,7 +121,7 @@ TEST(config_pet_environment_gives_defaults) {
     char *env[] = {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=2", "PET_RDZV_BACKEND=c10d",
                    "PET_RDZV_ENDPOINT=head:1234", "PET_NNODES=1:4", "PET_RDZV_ID=job",
                    "PET_REDIRECTS=3", "PET_MONITOR_INTERVAL=2.5", "OTHER=1", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 3);
     CHECK_EQ(c.max_restarts, 2);
@@ -137,7 +137,7 @@ TEST(config_pet_environment_gives_defaults) {
 
 TEST(config_command_line_beats_environment) {
     char *env[] = {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=not-a-number", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(env, ARGS("--nproc-per-node=5", "--max-restarts", "1", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 5);
     CHECK_EQ(c.max_restarts, 1);
@@ -151,7 +151,7 @@ TEST(config_bad_environment_value_names_the_variable) {
 
 TEST(config_empty_environment_value_counts_as_unset) {
     char *env[] = {"PET_NNODES=", "PET_ROLE=", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
     CHECK_EQ(c.max_nodes, 1);
     CHECK_STR(c.role, "default");
@@ -162,7 +162,7 @@ TEST(config_pet_flags_are_integers) {
     char *on[] = {"PET_STANDALONE=1", "PET_NO_PYTHON=1", NULL};
     char *off[] = {"PET_STANDALONE=0", "PET_MODULE=0", NULL};
     char *bad[] = {"PET_STANDALONE=yes", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(on, ARGS("./a.out"), &c), 0);
     CHECK_EQ(c.standalone, 1);
     CHECK_EQ(c.no_python, 1);
@@ -174,7 +174,7 @@ TEST(config_pet_flags_are_integers) {
 }
 
 TEST(config_nnodes_fixed_and_range) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h1",
                         "x.py"), &c), 0);
     CHECK_EQ(c.min_nodes, 1);
@@ -206,7 +206,7 @@ TEST(config_static_with_several_nodes_needs_rank_and_master) {
     check_fails(no_env, ARGS("--nnodes", "2", "--master-addr", "h", "x.py"), "--node-rank");
     check_fails(no_env, ARGS("--nnodes", "2", "--node-rank", "1", "x.py"), "--master-addr");
     char *env[] = {"PET_NODE_RANK=1", "PET_MASTER_ADDR=head", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(env, ARGS("--nnodes", "2", "x.py"), &c), 0);
     CHECK_EQ(c.node_rank, 1);
     CHECK_STR(c.master_addr, "head");
@@ -223,7 +223,7 @@ TEST(config_node_rank_must_be_below_nnodes) {
 }
 
 TEST(config_nproc_cpu_counts_online_cpus) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--nproc-per-node", "cpu", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_mode, NPROC_CPU);
     CHECK_EQ(c.nproc_per_node, sysconf(_SC_NPROCESSORS_ONLN));
@@ -233,7 +233,7 @@ TEST(config_nproc_cpu_counts_online_cpus) {
 TEST(config_nproc_gpu_counts_cuda_visible_devices) {
     char *three[] = {"CUDA_VISIBLE_DEVICES=0,1,3", NULL};
     char *hidden[] = {"CUDA_VISIBLE_DEVICES=-1", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(three, ARGS("--nproc-per-node", "gpu", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_mode, NPROC_GPU);
     CHECK_EQ(c.nproc_per_node, 3);
@@ -271,7 +271,7 @@ TEST(config_endpoint_host_and_port_forms) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char arg[64];
         snprintf(arg, sizeof arg, "--rdzv-endpoint=%s", cases[i].in);
-        ddprun_config c;
+        agent_config c;
         CHECK_EQ(parse(ARGS("--rdzv-backend=c10d", arg, "x.py"), &c), 0);
         CHECK_STR(c.rdzv_host, cases[i].host);
         CHECK_EQ(c.rdzv_port, cases[i].port);
@@ -289,7 +289,7 @@ TEST(config_endpoint_bad_forms) {
 }
 
 TEST(config_rdzv_conf_sets_every_key) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--rdzv-conf", "join_timeout=900, last_call_timeout=5,close_timeout=7,"
                         "keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=9,"
                         "is_host=false", "x.py"), &c), 0);
@@ -331,7 +331,7 @@ TEST(config_rdzv_backend_etcd_points_to_c10d) {
 }
 
 TEST(config_redirects_and_tee_numbers) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--redirects", "3", "--tee=1", "x.py"), &c), 0);
     CHECK_EQ(c.redirects.dflt, STREAM_BOTH);
     CHECK_EQ(c.redirects.n, 0);
@@ -341,7 +341,7 @@ TEST(config_redirects_and_tee_numbers) {
 }
 
 TEST(config_redirects_per_rank_maps) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("-r", "0:1,1:2,12:3,1:3", "-t", "2:2", "x.py"), &c), 0);
     CHECK_EQ(c.redirects.n, 3);
     CHECK_EQ(stream_for_rank(&c.redirects, 0), STREAM_OUT);
@@ -364,7 +364,7 @@ TEST(config_redirects_bad_values) {
 }
 
 TEST(config_local_ranks_filter) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--local-ranks-filter", "0,2", "x.py"), &c), 0);
     CHECK_EQ(c.n_local_ranks_filter, 2);
     CHECK_EQ(c.local_ranks_filter[0], 0);
@@ -379,7 +379,7 @@ TEST(config_local_ranks_filter) {
 }
 
 TEST(config_standalone_sets_its_own_rendezvous) {
-    ddprun_config c, d;
+    agent_config c, d;
     CHECK_EQ(parse(ARGS("--standalone", "--rdzv-endpoint", "elsewhere:5", "--rdzv-id", "mine",
                         "--nproc-per-node", "4", "x.py"), &c), 0);
     CHECK_EQ(c.standalone, 1);
@@ -402,7 +402,7 @@ TEST(config_standalone_needs_one_node) {
 
 TEST(config_module_runs_python_m) {
     char *env[] = {"PYTHON_EXEC=/opt/py/bin/python", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("-m", "pkg.train", "--lr", "0.1"), &c), 0);
     check_argv(&c, (char *[]){"python3", "-u", "-m", "pkg.train", "--lr", "0.1", NULL});
     config_free(&c);
@@ -412,7 +412,7 @@ TEST(config_module_runs_python_m) {
 }
 
 TEST(config_no_python_runs_program_itself) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--no-python", "./build/bin/ddp-train", "--epochs", "2"), &c), 0);
     check_argv(&c, (char *[]){"./build/bin/ddp-train", "--epochs", "2", NULL});
     config_free(&c);
@@ -425,7 +425,7 @@ TEST(config_module_and_no_python_conflict) {
 
 TEST(config_py_and_other_programs_run_under_python) {
     char *env[] = {"PYTHON_EXEC=pypy3", NULL};
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse_in(env, ARGS("train.py", "a"), &c), 0);
     check_argv(&c, (char *[]){"pypy3", "-u", "train.py", "a", NULL});
     config_free(&c);
@@ -436,7 +436,7 @@ TEST(config_py_and_other_programs_run_under_python) {
 }
 
 TEST(config_program_arguments_pass_through_untouched) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--nnodes", "1", "train.py", "--nnodes", "5", "--lr", "0.1", "-m",
                         "--", "--help", "--bogus=1"), &c), 0);
     CHECK_EQ(c.max_nodes, 1);
@@ -447,7 +447,7 @@ TEST(config_program_arguments_pass_through_untouched) {
 }
 
 TEST(config_double_dash_ends_options) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--no-python", "--", "-weird", "--x"), &c), 0);
     check_argv(&c, (char *[]){"-weird", "--x", NULL});
     config_free(&c);
@@ -458,7 +458,7 @@ TEST(config_missing_program) {
     check_fails(no_env, (char *[]){"ddprun", NULL}, want);
     check_fails(no_env, ARGS("--nproc-per-node", "2"), want);
     check_fails(no_env, ARGS("--standalone", "--"), want);
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("train.py"), &c), 0);
     CHECK_STR(err, "");
     config_free(&c);
@@ -475,7 +475,7 @@ TEST(config_unknown_option_suggests_the_likely_one) {
 }
 
 TEST(config_unique_prefixes_abbreviate_like_argparse) {
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--nproc=4", "--max_rest", "2", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 4);
     CHECK_EQ(c.max_restarts, 2);
@@ -495,7 +495,7 @@ TEST(config_option_values_are_checked) {
     check_fails(no_env, ARGS("--master-port", "70000", "x.py"), "--master-port: '70000'");
     check_fails(no_env, ARGS("--role=", "x.py"), "--role: the role must not be empty");
     check_fails(no_env, ARGS("--start-method", "thread", "x.py"), "--start-method: 'thread'");
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--shutdown-timeout", "0", "--start_method=fork", "x.py"), &c), 0);
     CHECK(c.shutdown_timeout == 0);
     config_free(&c);
@@ -519,7 +519,7 @@ TEST(config_help_prints_usage_and_returns_1) {
     CHECK(fd >= 0 && saved >= 0);
     fflush(stdout);
     dup2(fd, 1);
-    ddprun_config c;
+    agent_config c;
     int rc1 = parse(ARGS("--nnodes", "2", "--help", "--bogus"), &c);
     config_free(&c);
     int rc2 = parse(ARGS("-h"), &c);
@@ -560,7 +560,7 @@ TEST(config_usage_documents_every_flag_and_its_environment_form) {
 }
 
 TEST(config_free_is_safe_on_zeroed_and_freed_structs) {
-    ddprun_config c;
+    agent_config c;
     memset(&c, 0, sizeof c);
     config_free(&c);
     CHECK_EQ(parse(ARGS("--log-dir", "/l", "--local-ranks-filter", "1", "x.py"), &c), 0);
@@ -572,7 +572,7 @@ TEST(config_free_is_safe_on_zeroed_and_freed_structs) {
 
 TEST(config_failure_after_allocations_leaves_nothing_to_free) {
     /* The leak checker of the sanitizer build is what makes this test bite. */
-    ddprun_config c;
+    agent_config c;
     CHECK_EQ(parse(ARGS("--log-dir", "/l", "--role", "r", "--master-addr", "m",
                         "--local-ranks-filter", "0,1", "--standalone"), &c), -EINVAL);
     CHECK(c.log_dir == NULL && c.role == NULL && c.master_addr == NULL);
@@ -582,7 +582,7 @@ TEST(config_failure_after_allocations_leaves_nothing_to_free) {
 TEST(config_c10d_needs_an_endpoint) {
     char *argv[] = {"ddprun", "--rdzv-backend=c10d", "--nnodes=2", "train.py", NULL};
     char *env[] = {NULL};
-    ddprun_config cfg;
+    agent_config cfg;
     char err[512];
     CHECK_EQ(config_parse(4, argv, env, &cfg, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "needs --rdzv-endpoint") != NULL);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "tests/unit/test.h"
-#include "worker/backend.h"
-#include "worker/cpu/cpu_kernels.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cpu/cpu_kernels.h"
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;

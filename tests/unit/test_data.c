@@ -4,8 +4,10 @@
  * with the right layout; synthetic data and augmentation are pure
  * functions of (seed, epoch, index); and the sampler splits a global batch
  * across ranks exactly as data.h promises. */
-#include "worker/data.h"
+#include "common/rng.h"
 #include "tests/unit/test.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sampler.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,7 @@
 #include <errno.h>
 
 #include "tests/unit/test.h"
-#include "worker/dist_env.h"
+#include "worker/train/dist_env.h"
 
 static int read_env(char **envp, int legacy, dist_env *d, char *err) {
     return dist_env_read(envp, legacy, d, err, 256);

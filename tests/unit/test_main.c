@@ -2,6 +2,7 @@
  * a timeout (DDPRUN_TEST_TIMEOUT seconds, default 60), and prints one line
  * per test. `runner NAME...` runs only the named tests. Exit status is 1
  * if any test failed. */
+#include "common/clock.h"
 #include "tests/unit/test.h"
 
 #include <errno.h>
@@ -63,19 +64,13 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Runs one test in a child; returns 0 passed, 1 failed, 2 skipped. */
 static int run_one(const test_case *t, int timeout_s, const char *suite) {
     int fds[2];
     if (pipe(fds) != 0) return 1;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ddprun-test-%d-XXXXXX", (int)getpid());
     if (!mkdtemp(tmpdir)) return 1;
-    double t0 = now_ms();
+    double t0 = (clock_now_ns() / 1e6);
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
@@ -101,7 +96,7 @@ static int run_one(const test_case *t, int timeout_s, const char *suite) {
         got += (size_t)n;
     close(fds[0]);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    double ms = now_ms() - t0;
+    double ms = (clock_now_ns() / 1e6) - t0;
     if (msg[0] == 'S') {
         printf("skip %s/%s: %s\n", suite, t->name, msg + 1);
         return 2;

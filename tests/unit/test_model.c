@@ -6,8 +6,8 @@
 #include <stdlib.h>
 
 #include "tests/unit/test.h"
-#include "worker/backend.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/model/arch.h"
 
 static backend *mk(int reference) {
     backend *b = NULL;
@@ -19,7 +19,8 @@ static backend *mk(int reference) {
 static model *build(backend *b, const char *arch, int c, int h, int classes) {
     model *m = NULL;
     char err[256];
-    int rc = model_create(b, arch, c, h, h, classes, 42, &m, err, sizeof err);
+    model_spec s = {arch, c, h, h, classes, 42};
+    int rc = arch_build(b, &s, &m, err, sizeof err);
     if (rc) test_fail(__FILE__, __LINE__, "%s", err);
     return m;
 }
@@ -47,11 +48,15 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
     backend *b = mk(0);
     model *m = NULL;
     char err[256];
-    CHECK_EQ(model_create(b, "resnet7", 1, 28, 28, 10, 1, &m, err, sizeof err), -EINVAL);
-    CHECK(strstr(err, "unknown model 'resnet7'") != NULL);
-    CHECK_EQ(model_create(b, "resnet20", 0, 28, 28, 10, 1, &m, err, sizeof err), -EINVAL);
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet7", 1, 28, 28, 10, 1}, &m, err, sizeof err),
+             -EINVAL);
+    CHECK(strstr(err, "unknown model 'resnet7' (choose resnet20, ") != NULL);
+    CHECK(strstr(err, "resnet101 or resnet152)") != NULL);
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1}, &m, err, sizeof err),
+             -EINVAL);
     CHECK(strstr(err, "input shape") != NULL);
-    CHECK_EQ(model_create(b, "resnet20", 1, 28, 28, 1, 1, &m, err, sizeof err), -EINVAL);
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 1, 28, 28, 1, 1}, &m, err, sizeof err),
+             -EINVAL);
     CHECK(strstr(err, "classes") != NULL);
     b->ops->destroy(b);
 }

@@ -1,0 +1,70 @@
+/* The agent's configuration: what one node's agent runs and how (the
+ * rendezvous, the worker group, restarts, the workers' streams). The
+ * launcher fills it in from torchrun's command line and PET_* variables
+ * (launcher/config.h); the agent only reads it. */
+#ifndef DDPRUN_AGENT_AGENT_CONFIG_H
+#define DDPRUN_AGENT_AGENT_CONFIG_H
+
+/* --redirects / --tee: which of a worker's streams go to files (redirect)
+ * or to both the console and files (tee). 0 none, 1 stdout, 2 stderr,
+ * 3 both; per local rank through "0:1,1:2" maps. */
+enum { STREAM_NONE = 0, STREAM_OUT = 1, STREAM_ERR = 2, STREAM_BOTH = 3 };
+
+#define AGENT_MAX_RANK_MAP 256
+
+typedef struct {
+    int dflt;                       /* for ranks absent from the map */
+    int n;                          /* entries in the map */
+    int rank[AGENT_MAX_RANK_MAP];  /* local rank */
+    int value[AGENT_MAX_RANK_MAP]; /* STREAM_* */
+} stream_spec;
+
+/* What --nproc-per-node said before it was resolved to a number. */
+typedef enum { NPROC_NUMBER, NPROC_CPU, NPROC_GPU, NPROC_AUTO } nproc_mode;
+
+typedef struct {
+    /* --rdzv-conf key=value,... */
+    double join_timeout;        /* s, default 600 */
+    double last_call_timeout;   /* s, default 30 */
+    double close_timeout;       /* s, default 30 */
+    double keep_alive_interval; /* s, default 5 (also accepted as heartbeat) */
+    int keep_alive_max_attempt; /* default 3 */
+    double read_timeout;        /* s, default 60 */
+    int is_host;                /* -1 unset (decide from the endpoint), 0, 1 */
+} rdzv_conf;
+
+typedef struct {
+    int min_nodes, max_nodes;   /* --nnodes N or MIN:MAX; default 1:1 */
+    nproc_mode nproc_mode;      /* --nproc-per-node */
+    int nproc_per_node;         /* resolved count (cpu: cores, gpu: GPUs, auto: GPUs or cores) */
+    int node_rank;              /* --node-rank; -1 when unset */
+    char rdzv_backend[16];      /* "static" (default) or "c10d" */
+    char *rdzv_host;            /* --rdzv-endpoint host; NULL when unset; IPv6 without [] */
+    int rdzv_port;              /* its port, default 29400; 0 (--standalone): a free port */
+    char *rdzv_id;              /* --rdzv-id, default "none" */
+    rdzv_conf rdzv;             /* --rdzv-conf */
+    int standalone;             /* --standalone */
+    int max_restarts;           /* --max-restarts, default 0 */
+    double monitor_interval;    /* --monitor-interval s, default 0.1 (kept for compatibility; */
+                                /* failures are seen by exit events, not polling) */
+    char *role;                 /* --role, default "default" */
+    char *log_dir;              /* --log-dir; NULL: a fresh directory under /tmp */
+    stream_spec redirects;      /* -r/--redirects */
+    stream_spec tee;            /* -t/--tee */
+    int *local_ranks_filter;    /* --local-ranks-filter; NULL: all ranks shown */
+    int n_local_ranks_filter;
+    char *master_addr;          /* --master-addr (static backend); NULL when unset */
+                                /* (torchrun's default is 127.0.0.1) */
+    int master_port;            /* --master-port, -1 when unset (torchrun's default 29500) */
+    char *local_addr;           /* --local-addr */
+    double shutdown_timeout;    /* --shutdown-timeout s, default 30 */
+    int run_module;             /* -m/--module: python3 -m PROGRAM */
+    int no_python;              /* --no-python: exec PROGRAM directly */
+    char **argv;                /* the command to run for each worker (NULL-terminated) */
+    int argc;
+} agent_config;
+
+/* The effective STREAM_* of a spec for one local rank. */
+int stream_for_rank(const stream_spec *spec, int local_rank);
+
+#endif

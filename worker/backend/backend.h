@@ -1,0 +1,207 @@
+/* The compute backend interface: everything the model runs, as operations
+ * on the backend's memory. The CPU backend (worker/backend/cpu/) implements it with
+ * oneDNN for convolution and plain C (OpenMP) for the rest, and offers the
+ * plain-C reference convolution as a second backend for tests; the CUDA
+ * backend (worker/backend/cuda/) implements it with cuDNN, cuBLAS and CUDA kernels.
+ *
+ * Memory: every pointer an operation takes is backend ("device") memory from
+ * alloc, unless its comment says host; upload and download cross over. On
+ * the CPU the two are the same memory, so a missing upload goes unnoticed
+ * there: tests/gpu runs the model on both backends to catch it. Operations
+ * may run asynchronously (queued on a GPU stream); download and sync wait.
+ *
+ * Precision: activations and their gradients (the `void *` arguments) hold
+ * elements of the backend's activation type, b->act: fp32, or bf16 under
+ * mixed precision. Parameters, their gradients, the optimizer's momentum
+ * and batch-norm statistics are always fp32 (the master weights): an
+ * operation that needs them in bf16 rounds its own copy, and sums and
+ * weight gradients accumulate in fp32.
+ *
+ * Layout: activations are NHWC (channels last: the fast layout for oneDNN on
+ * CPUs and for tensor cores on GPUs); convolution weights are OIHW and the
+ * linear layer's weight is [out][in], as in PyTorch, so parameters map one to
+ * one onto a PyTorch state_dict. Batch norm is split into statistics,
+ * finalisation and application so SyncBatchNorm can all-reduce the sums in
+ * between. */
+#ifndef DDPRUN_WORKER_BACKEND_H
+#define DDPRUN_WORKER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend;
+
+typedef enum { BACKEND_AUTO, BACKEND_CPU, BACKEND_CPU_REFERENCE, BACKEND_CUDA } backend_kind;
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } backend_precision;
+typedef enum { DTYPE_F32, DTYPE_BF16 } backend_dtype;
+
+/* One convolution's shape. */
+typedef struct {
+    int n, h, w, c; /* input NHWC */
+    int k, r, s;    /* output channels, kernel height and width */
+    int stride, pad;
+    int p, q;       /* output height and width */
+} conv_shape;
+
+static inline void conv_shape_init(conv_shape *cs, int n, int h, int w, int c, int k, int r,
+                                   int stride, int pad) {
+    cs->n = n, cs->h = h, cs->w = w, cs->c = c, cs->k = k, cs->r = r, cs->s = r;
+    cs->stride = stride, cs->pad = pad;
+    cs->p = (h + 2 * pad - r) / stride + 1;
+    cs->q = (w + 2 * pad - r) / stride + 1;
+}
+
+/* The loss's result, in backend memory. */
+typedef struct {
+    double sum;      /* of the per-sample losses */
+    int32_t correct; /* samples whose argmax is the label */
+    int32_t pad;
+} backend_loss;
+
+/* Max pooling window (ImageNet stem: 3x3, stride 2, pad 1). */
+typedef struct {
+    int n, h, w, c;
+    int r, stride, pad;
+    int p, q;
+} pool_shape;
+
+typedef struct {
+    const char *name;
+    /* memory */
+    void *(*alloc)(backend *b, size_t bytes); /* zeroed, 64-byte aligned */
+    void (*free)(backend *b, void *p);
+    void (*upload)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*download)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*zero)(backend *b, void *p, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes); /* device to device */
+    /* waits for queued work (a no-op on the CPU) */
+    int (*sync)(backend *b);
+
+    /* y = conv(x, w) */
+    int (*conv_fwd)(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
+    /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */
+    int (*conv_bwd)(backend *b, const conv_shape *s, const void *x, const float *w,
+                    const void *dy, void *dx, float *dw);
+
+    /* Batch norm over rows = n*h*w, channels c (NHWC).
+     * stats: sum[c] and sumsq[c] of x. */
+    int (*bn_stats)(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
+    /* From the sums over `count` rows (all ranks' under SyncBatchNorm):
+     * mean and invstd = 1/sqrt(var + eps) with the biased variance, and the
+     * running statistics (running[0..c) mean, running[c..2c) variance)
+     * updated as PyTorch does: r = (1 - momentum)*r + momentum*batch, the
+     * variance unbiased (count/(count-1)). Computed in double. */
+    int (*bn_finalize)(backend *b, int c, double count, float eps, float momentum,
+                       const float *sum, const float *sumsq, float *mean, float *invstd,
+                       float *running);
+    /* Evaluation: mean and invstd from the running statistics. */
+    int (*bn_running)(backend *b, int c, float eps, const float *running, float *mean,
+                      float *invstd);
+    /* y = (x - mean) * invstd * gamma + beta, optionally followed by ReLU. */
+    int (*bn_apply)(backend *b, int rows, int c, const void *x, const float *mean,
+                    const float *invstd, const float *gamma, const float *beta, int relu,
+                    void *y);
+    /* With y the forward output (for the ReLU mask when relu is set), dy
+     * becomes the gradient at the batch norm's output in place, and the
+     * per-channel sums sum_dy[c], sum_dy_xhat[c] are computed. */
+    int (*bn_bwd_reduce)(backend *b, int rows, int c, const void *x, const void *y,
+                         const float *mean, const float *invstd, int relu, void *dy,
+                         float *sum_dy, float *sum_dy_xhat);
+    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the global
+     * row count (with SyncBatchNorm, all ranks' rows); add_to: dx += instead. */
+    int (*bn_bwd_apply)(backend *b, int rows, int c, const void *x, const void *dy,
+                        const float *mean, const float *invstd, const float *gamma,
+                        const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
+                        void *dx);
+
+    /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */
+    int (*relu_fwd)(backend *b, size_t n, const void *x, void *y);
+    int (*relu_bwd)(backend *b, size_t n, const void *y, const void *dy, void *dx);
+    /* y = a + b, then ReLU if relu */
+    int (*add_fwd)(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
+    /* dst += src (activation gradients) */
+    int (*accumulate)(backend *b, size_t n, const void *src, void *dst);
+    /* x *= alpha (fp32: parameter gradients) */
+    int (*scale)(backend *b, size_t n, float alpha, float *x);
+
+    int (*maxpool_fwd)(backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax);
+    int (*maxpool_bwd)(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
+                       void *dx);
+    /* global average pooling NHWC -> NC, and back */
+    int (*avgpool_fwd)(backend *b, int n, int hw, int c, const void *x, void *y);
+    int (*avgpool_bwd)(backend *b, int n, int hw, int c, const void *dy, void *dx);
+
+    /* y[n][out] = x[n][in] . W[out][in] + bias[out] */
+    int (*linear_fwd)(backend *b, int n, int in, int out, const void *x, const float *w,
+                      const float *bias, void *y);
+    /* dx (skipped if NULL), dw and dbias (overwritten) */
+    int (*linear_bwd)(backend *b, int n, int in, int out, const void *x, const float *w,
+                      const void *dy, void *dx, float *dw, float *dbias);
+
+    /* Softmax cross-entropy with label smoothing, averaged over n: writes
+     * dlogits (already divided by n) and, into *out (backend memory, read
+     * with download), the summed loss and the count of correct argmax
+     * predictions. Nothing waits: a step has no host round trip. */
+    int (*xent)(backend *b, int n, int classes, const void *logits, const int32_t *labels,
+                float smoothing, void *dlogits, backend_loss *out);
+
+    /* One SGD step over a whole parameter buffer: decay (a per-element
+     * 0/1 mask selects which elements get weight decay), momentum, Nesterov.
+     * The learning rate is read from backend memory when the step runs, so
+     * a recorded step (below) follows the schedule. */
+    int (*sgd)(backend *b, size_t n, float *param, const float *grad, float *mom,
+               const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
+               int nesterov, int first_step);
+
+    /* Recording a step (CUDA graphs; NULL where the backend cannot). Between
+     * record_begin and record_end the operations are recorded, not run;
+     * replay then runs them all as one launch, with the same memory, so
+     * inputs change by uploading into the same buffers. replay fails with
+     * -ESTALE once memory has been freed since the recording (it may have
+     * been the recording's): record again. */
+    int (*record_begin)(backend *b);
+    int (*record_end)(backend *b);
+    int (*replay)(backend *b);
+    void (*destroy)(backend *b);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    backend_kind kind; /* BACKEND_CPU, BACKEND_CPU_REFERENCE or BACKEND_CUDA */
+    backend_dtype act; /* activations' element type */
+    int threads;
+    void *impl;
+};
+
+/* Bytes per activation element. */
+static inline size_t backend_act_size(const backend *b) { return b->act == DTYPE_BF16 ? 2 : 4; }
+
+/* Which backend and how (ddp-train's --device, --threads, --precision). */
+
+typedef struct {
+    backend_kind kind;
+    int threads;   /* CPU: compute threads (0: OpenMP's default) */
+    int device;    /* CUDA: device ordinal (ddp-train passes LOCAL_RANK mod the count) */
+    backend_precision precision;
+    int benchmark; /* CUDA: choose convolution algorithms by timing them (--cudnn-benchmark) */
+} backend_opts;
+
+/* Creates the backend o asks for; BACKEND_AUTO is CUDA when this build has
+ * it and a GPU is visible, else the CPU. 0, or -errno with a message (a
+ * CUDA request on a build or machine without it names which). */
+int backend_create(const backend_opts *o, backend **out, char *err, size_t errlen);
+
+/* The CPU backend: convolution through oneDNN (reference = 0) or the
+ * plain-C reference kernels (reference = 1, for tests). */
+int cpu_backend_create(int reference, int threads, backend **out, char *err, size_t errlen);
+/* bf16 mixed precision on the CPU, emulated over an fp32 CPU backend
+ * (which it then owns): for checking numerics, slower than fp32. */
+int cpu_bf16_backend_create(backend *fp32, backend **out);
+
+/* The CUDA backend (worker/backend/cuda/; worker/cuda_none.c in builds without
+ * CUDA, where it fails with -ENOTSUP). cuda_device_count: GPUs visible, 0
+ * without CUDA or a driver. */
+int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen);
+int cuda_device_count(void);
+
+#endif

@@ -1,0 +1,365 @@
+/* The CUDA backend: one device, one stream that every operation is queued
+ * on, cuDNN and cuBLAS handles bound to it (cuBLAS loaded by cuda_blas.c),
+ * device memory, and the ops table that gathers the operations of
+ * cuda_conv.c, cuda_linear.c and cuda_ops.c. The NCCL communicator (nccl_comm.c) reaches the device and
+ * the stream through cuda_backend.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/backend/cuda/cuda_internal.h"
+
+int cuda_device_count(void) {
+    int n = 0;
+    /* No driver or no GPU is an answer (zero), not an error; clear it so
+     * it does not linger as the thread's last CUDA error. */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
+
+cudaStream_t cuda_backend_stream(const backend *b) { return cuda_state_of(b)->stream; }
+
+void cuda_backend_written(const backend *b, const void *p, size_t bytes) {
+    cuda_weights_written(cuda_state_of(b), p, bytes);
+}
+
+void cuda_backend_drop_recording(const backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (!st->graph) return;
+    /* An executable graph still in flight is freed once it completes
+     * (cuGraphExecDestroy), so no wait: a replay stuck in a collective
+     * ends when NCCL's abort stops its kernels. */
+    cudaError_t e = cudaGraphExecDestroy(st->graph);
+    if (e != cudaSuccess)
+        log_error("%s:%d: CUDA: destroying the recorded step: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(e));
+    st->graph = NULL;
+}
+
+/* ---- device buffers ----------------------------------------------------------- */
+
+int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
+    if (bytes <= buf->bytes) return 0;
+    if (buf->p) {
+        CUDA_CHECK(cudaStreamSynchronize(st->stream));
+        CUDA_CHECK(cudaFree(buf->p));
+        buf->p = NULL, buf->bytes = 0;
+        if (st->graph) st->graph_stale = 1;
+    }
+    /* Half again as much, so a run of slightly growing shapes does not
+     * reallocate each time. */
+    size_t want = bytes + bytes / 2;
+    CUDA_CHECK(cudaMalloc(&buf->p, want));
+    buf->bytes = want;
+    return 0;
+}
+
+void cuda_buf_release(cuda_buf *buf) {
+    if (buf->p) cudaFree(buf->p);
+    buf->p = NULL, buf->bytes = 0;
+}
+
+/* ---- memory operations -------------------------------------------------------------- */
+
+/* The memory operations return nothing (backend.h), so their errors are
+ * logged by the check macros and kept: the next sync returns the first. */
+static void defer(cuda_state *st, int rc) {
+    if (rc && !st->deferred) st->deferred = rc;
+}
+
+static int alloc_zeroed(cuda_state *st, size_t bytes, void **out) {
+    /* cudaMalloc aligns to 256 bytes, more than the 64 backend.h promises. */
+    CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 256));
+    int rc = 0;
+    cudaError_t e = cudaMemsetAsync(*out, 0, bytes, st->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);
+    if (e != cudaSuccess) {
+        log_error("%s:%d: CUDA: zeroing %zu bytes: %s", __FILE__, __LINE__, bytes,
+                  cudaGetErrorString(e));
+        cudaFree(*out);
+        *out = NULL;
+        rc = -EIO;
+    }
+    return rc;
+}
+
+static void *cuda_alloc(backend *b, size_t bytes) {
+    void *p = NULL;
+    if (alloc_zeroed(cuda_state_of(b), bytes, &p)) return NULL;
+    return p;
+}
+
+/* The weight cache goes too: it cannot tell which of its copies came from
+ * p's allocation, and p's addresses may come back from the next alloc. */
+static int free_now(cuda_state *st, void *p) {
+    /* Queued work may still use p: cudaFree must not run ahead of it. */
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    CUDA_CHECK(cudaFree(p));
+    if (st->graph) st->graph_stale = 1;
+    return cuda_weights_clear(st);
+}
+
+static void cuda_free(backend *b, void *p) {
+    if (p) defer(cuda_state_of(b), free_now(cuda_state_of(b), p));
+}
+
+/* Both directions return with the copy done, so the host buffer can be
+ * reused at once (the model refills its staging buffers right away). */
+static int copy_sync(cuda_state *st, void *dst, const void *src, size_t bytes,
+                     enum cudaMemcpyKind kind) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream));
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    return 0;
+}
+
+static void cuda_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, dst, bytes);
+    defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_download(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static int zero_async(cuda_state *st, void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st->stream));
+    return 0;
+}
+
+static void cuda_zero(backend *b, void *p, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, p, bytes);
+    defer(st, zero_async(st, p, bytes));
+}
+
+static int copy_async(cuda_state *st, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
+    return 0;
+}
+
+static void cuda_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, dst, bytes);
+    defer(st, copy_async(st, dst, src, bytes));
+}
+
+static int cuda_sync(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    int rc = st->deferred;
+    st->deferred = 0;
+    return rc;
+}
+
+/* ---- recording a step ------------------------------------------------------------------- */
+
+/* Thread-local capture: a call on this thread that cannot be recorded
+ * (an allocation, a synchronisation) fails the recording instead of
+ * running outside it; other threads (NCCL's) are left alone. The work
+ * queued while recording does not run: replay runs it. */
+static int cuda_record_begin(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (st->graph) {
+        CUDA_CHECK(cudaStreamSynchronize(st->stream));
+        CUDA_CHECK(cudaGraphExecDestroy(st->graph));
+        st->graph = NULL;
+    }
+    cuda_weights_invalidate(st);
+    CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+    return 0;
+}
+
+static int cuda_record_end(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    cudaGraph_t g = NULL;
+    cudaError_t ended = cudaStreamEndCapture(st->stream, &g);
+    /* The conversions the recording queued have not run (a replay runs
+     * them), yet they marked their copies current: an eager call before
+     * the first replay, or after a failed recording, must convert again. */
+    cuda_weights_invalidate(st);
+    CUDA_CHECK(ended);
+    /* Node priorities, copied from the streams while recording: NCCL's
+     * high-priority stream keeps the buckets ahead of backward's kernels. */
+    cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g,
+                                                  cudaGraphInstantiateFlagUseNodePriority);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) st->graph = NULL;
+    CUDA_CHECK(e);
+    st->graph_stale = 0;
+    return 0;
+}
+
+static int cuda_replay(backend *b) {
+    cuda_state *st = cuda_state_of(b);
+    if (!st->graph || st->graph_stale) return -ESTALE;
+    CUDA_CHECK(cudaGraphLaunch(st->graph, st->stream));
+    cuda_weights_invalidate(st); /* the replayed optimizer step moved the weights */
+    return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+static void state_free(cuda_state *st) {
+    if (!st) return;
+    if (st->stream) cudaStreamSynchronize(st->stream);
+    if (st->graph) cudaGraphExecDestroy(st->graph);
+    cuda_conv_destroy(st);
+    cuda_weights_destroy(st);
+    cuda_buf_release(&st->blas_workspace);
+    cuda_buf_release(&st->workspace);
+    cuda_buf_release(&st->wgrad);
+    cuda_buf_release(&st->product);
+    cuda_buf_release(&st->partials);
+    if (st->cublas) st->blas.destroy(st->cublas);
+    cuda_blas_unload(&st->blas);
+    if (st->cudnn) cudnnDestroy(st->cudnn);
+    if (st->stream) cudaStreamDestroy(st->stream);
+    free(st);
+}
+
+static void cuda_destroy(backend *b) {
+    state_free(cuda_state_of(b));
+    free(b);
+}
+
+/* Math modes: fp32 stays fp32 everywhere (cuBLAS's default math keeps full
+ * precision; cuDNN's is chosen per algorithm in cuda_conv.c); tf32 lets
+ * both use tensor cores on fp32 data. bf16 keeps activations in bf16 and
+ * computes in fp32 with tensor cores (cuDNN's bf16 configuration,
+ * cublasGemmEx with fp32 compute, which cuBLAS's default math allows). */
+static int state_init(cuda_state *st, const backend_opts *o) {
+    st->device = o->device;
+    st->precision = o->precision;
+    st->benchmark = o->benchmark;
+    st->act = o->precision == PRECISION_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    CUDA_CHECK(cudaSetDevice(o->device));
+    /* Non-blocking: nothing queued on the legacy default stream (by a
+     * library we do not control) serialises with our work. */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    CUDNN_CHECK(cudnnCreate(&st->cudnn));
+    CUDNN_CHECK(cudnnSetStream(st->cudnn, st->stream));
+    CUBLAS_CHECK(st->blas.create(&st->cublas));
+    CUBLAS_CHECK(st->blas.set_stream(st->cublas, st->stream));
+    CUBLAS_CHECK(st->blas.set_math_mode(st->cublas, o->precision == PRECISION_TF32
+                                                        ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_DEFAULT_MATH));
+    /* 32 MiB: what cuBLAS's documentation recommends for Hopper. */
+    int rc = cuda_buf_reserve(st, &st->blas_workspace, 32u << 20);
+    if (rc) return rc;
+    CUBLAS_CHECK(st->blas.set_workspace(st->cublas, st->blas_workspace.p,
+                                        st->blas_workspace.bytes));
+    rc = cuda_weights_init(st);
+    return rc ? rc : cuda_conv_init(st);
+}
+
+static const backend_ops cuda_ops = {
+    .name = "cuda (cuDNN, cuBLAS)",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .sync = cuda_sync,
+    .conv_fwd = cuda_conv_fwd,
+    .conv_bwd = cuda_conv_bwd,
+    .bn_stats = cuda_bn_stats,
+    .bn_finalize = cuda_bn_finalize,
+    .bn_running = cuda_bn_running,
+    .bn_apply = cuda_bn_apply,
+    .bn_bwd_reduce = cuda_bn_bwd_reduce,
+    .bn_bwd_apply = cuda_bn_bwd_apply,
+    .relu_fwd = cuda_relu_fwd,
+    .relu_bwd = cuda_relu_bwd,
+    .add_fwd = cuda_add_fwd,
+    .accumulate = cuda_accumulate,
+    .scale = cuda_scale,
+    .maxpool_fwd = cuda_maxpool_fwd,
+    .maxpool_bwd = cuda_maxpool_bwd,
+    .avgpool_fwd = cuda_avgpool_fwd,
+    .avgpool_bwd = cuda_avgpool_bwd,
+    .linear_fwd = cuda_linear_fwd,
+    .linear_bwd = cuda_linear_bwd,
+    .xent = cuda_xent,
+    .sgd = cuda_sgd,
+    .record_begin = cuda_record_begin,
+    .record_end = cuda_record_end,
+    .replay = cuda_replay,
+    .destroy = cuda_destroy,
+};
+
+/* bf16 tensor cores (and cuDNN's bf16 convolutions) start with Ampere. */
+static int check_bf16(int device, char *err, size_t errlen) {
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cannot read CUDA device %d's compute capability: %s", device,
+                 cudaGetErrorString(e));
+        return -EIO;
+    }
+    if (major < 8) {
+        snprintf(err, errlen, "--precision bf16 needs a GPU of compute capability 8.0 (Ampere) "
+                              "or newer; CUDA device %d is %d.%d: use --precision fp32",
+                 device, major, minor);
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
+/* What is wrong with the request, before touching the device; 0 if fine. */
+static int check_request(const backend_opts *o, char *err, size_t errlen) {
+    int n = cuda_device_count();
+    if (n == 0) {
+        snprintf(err, errlen, "--device cuda: no GPU is visible (no CUDA driver, no device, "
+                              "or CUDA_VISIBLE_DEVICES hides them all); use --device cpu");
+        return -ENODEV;
+    }
+    if (o->device < 0 || o->device >= n) {
+        snprintf(err, errlen, "CUDA device %d does not exist: %d visible (0..%d)", o->device,
+                 n, n - 1);
+        return -ENODEV;
+    }
+    return o->precision == PRECISION_BF16 ? check_bf16(o->device, err, errlen) : 0;
+}
+
+int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    int rc = check_request(o, err, errlen);
+    if (rc) return rc;
+    backend *b = calloc(1, sizeof *b);
+    cuda_state *st = calloc(1, sizeof *st);
+    if (!b || !st) {
+        free(b), free(st);
+        snprintf(err, errlen, "out of memory creating the CUDA backend");
+        return -ENOMEM;
+    }
+    rc = cuda_blas_load(&st->blas, err, errlen);
+    if (rc) {
+        free(b), free(st);
+        return rc;
+    }
+    rc = state_init(st, o);
+    if (rc) {
+        state_free(st);
+        free(b);
+        snprintf(err, errlen, "cannot set up CUDA device %d (stream, cuDNN or cuBLAS; the "
+                              "log above says which call failed)", o->device);
+        return rc;
+    }
+    b->ops = &cuda_ops;
+    b->kind = BACKEND_CUDA;
+    b->act = st->act;
+    b->threads = 1;
+    b->impl = st;
+    *out = b;
+    return 0;
+}

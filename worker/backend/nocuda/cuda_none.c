@@ -1,0 +1,20 @@
+/* The CUDA backend's entry points in a build without CUDA (no nvcc, cuDNN
+ * or NCCL at build time): the Makefile links this file instead of
+ * worker/backend/cuda/, so asking for a GPU fails with a message that says
+ * why. worker/comm/nonccl/ does the same for NCCL. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "worker/backend/backend.h"
+
+int cuda_device_count(void) { return 0; }
+
+int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
+    (void)o;
+    *out = NULL;
+    snprintf(err, errlen,
+             "this ddp-train was built without CUDA (nvcc, cuDNN and NCCL were not found "
+             "when it was built); use --device cpu, or rebuild on a machine with the CUDA "
+             "toolkit");
+    return -ENOTSUP;
+}

@@ -1,0 +1,550 @@
+/* The CUDA backend's devcomm (see devcomm.h): collectives on device memory
+ * through NCCL.
+ *
+ * Set-up: rank 0 makes the ncclUniqueId and publishes it in the job's store
+ * under <prefix>nccl_id; the other ranks wait for it there. The
+ * communicator is non-blocking (config.blocking = 0) so that set-up, like
+ * every collective, can be bounded by the timeout and aborted instead of
+ * hanging in NCCL.
+ *
+ * Ordering: NCCL runs on a stream of its own, high priority so that the
+ * gradient buckets overtake backward's kernels. Each call records an event
+ * on the backend's compute stream and makes the NCCL stream wait for it, so
+ * a collective sees everything queued before it; wait makes the compute
+ * stream wait for the collective's completion event, so everything queued
+ * after sees its result. Neither waits on the host: issuing a collective
+ * waits only for NCCL to put it on its stream, never for it to run, which
+ * keeps the buckets overlapping with backward, and a step containing
+ * collectives can be recorded as a CUDA graph (the NCCL stream joins the
+ * recording through those events). The backend is told which memory each
+ * collective writes, so it converts any weights there again (a broadcast
+ * of the parameters) instead of using stale copies.
+ *
+ * Failure: sync supervises everything issued so far from the host (an
+ * event after it on the compute stream, NCCL's asynchronous error, the
+ * deadline); broadcast, used outside steps, supervises itself. An NCCL
+ * error or a collective past its timeout aborts the communicator and
+ * leaves it broken: every later call returns the same error at once,
+ * ddp-train exits non-zero and the launcher restarts the group instead of
+ * it hanging. */
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "common/log.h"
+#include "rendezvous/store_client.h"
+#include "worker/backend/cuda/cuda_backend.h"
+#include "worker/comm/comm_call.h"
+#include "worker/comm/devcomm.h"
+
+#define NCCL_DEFAULT_TIMEOUT_MS 300000
+
+typedef enum { NC_ALLREDUCE, NC_BROADCAST } nc_kind;
+
+/* One collective in flight: what wait needs to supervise it. Requests are
+ * recycled through a free list (their events are the costly part); every
+ * request ever made is also on the `all` list, which destroy frees. */
+typedef struct nc_req {
+    cudaEvent_t done; /* recorded on the NCCL stream after the collective */
+    int64_t issued_ns;
+    nc_kind kind;
+    size_t count; /* floats for an all-reduce, bytes for a broadcast */
+    int root;
+    struct nc_req *next_free, *next_all;
+} nc_req;
+
+typedef struct {
+    devcomm d;            /* what the trainer holds; d.impl points back here */
+    ncclComm_t comm;      /* NULL once destroyed or aborted */
+    int device;
+    const backend *be;    /* the backend (not owned): told what NCCL writes */
+    cudaStream_t compute; /* the backend's stream (not owned) */
+    cudaStream_t stream;  /* NCCL's stream */
+    cudaEvent_t ready;    /* "the stream got this far", waited for by another */
+    cudaEvent_t synced;   /* on the compute stream: everything issued is done */
+    int64_t oldest_ns;    /* when the oldest collective not yet synced was issued */
+    nc_req *free, *all;
+    int timeout_ms;
+    int up;               /* set-up finished: failures are logged from now on */
+    int broken;           /* the first failure's code; every later call returns it */
+    char op[96];          /* the operation under way, for messages */
+    char err[1024];       /* "rank R: what went wrong" ("" while healthy) */
+    size_t err_rank;      /* length of the "rank R: " part of err */
+} nc;
+
+static int64_t ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
+
+static int ms_left(int64_t deadline_ns) {
+    int64_t ms = (deadline_ns - clock_now_ns()) / 1000000;
+    return ms > 0 ? (int)ms : 1;
+}
+
+/* --- failure ------------------------------------------------------------- */
+
+/* Frees the communicator and stops whatever it still runs on the device.
+ * Blocking even on a non-blocking communicator, but bounded: NCCL raises
+ * its kernels' abort flag and joins any set-up still under way. */
+static void nc_abort(nc *n) {
+    if (!n->comm) return;
+    /* A recorded step holding collectives keeps a reference on the
+     * communicator that ncclCommAbort waits for without a bound: the
+     * recording goes first (see cuda_backend_drop_recording). */
+    cuda_backend_drop_recording(n->be);
+    ncclResult_t r = ncclCommAbort(n->comm);
+    if (r != ncclSuccess && r != ncclInProgress)
+        log_error("rank %d: ncclCommAbort failed: %s", n->d.rank, ncclGetErrorString(r));
+    n->comm = NULL;
+}
+
+/* Whether the compute stream is being recorded (a capture under way, valid
+ * or already invalidated: either way it has not ended). */
+static int recording(const nc *n) {
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    return n->compute && cudaStreamIsCapturing(n->compute, &s) == cudaSuccess &&
+           s != cudaStreamCaptureStatusNone;
+}
+
+/* Marks the communicator broken with its first failure and aborts it: the
+ * first failure is the cause, later ones are its consequences, and once
+ * one rank has failed a collective the ranks' orders of collectives no
+ * longer match, so nothing that follows could be trusted anyway.
+ *
+ * Except while the step is being recorded: collectives already captured
+ * belong to a graph that exists until the capture ends, and ncclCommAbort
+ * waits, unbounded, until no graph holds any (see cuda_backend_drop_
+ * recording), so aborting here would never return. Nothing captured has
+ * run, so nothing is stuck on the device; the communicator stays broken
+ * (every call returns the error), the trainer ends the recording and
+ * fails the step, and destroy aborts it then. */
+static int nc_fail(nc *n, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int nc_fail(nc *n, int rc, const char *fmt, ...) {
+    if (n->broken) return n->broken;
+    n->broken = rc;
+    int k = snprintf(n->err, sizeof n->err, "rank %d: ", n->d.rank);
+    n->err_rank = k > 0 ? (size_t)k : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->err + n->err_rank, sizeof n->err - n->err_rank, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(n->err);
+    if (n->comm) snprintf(n->err + len, sizeof n->err - len, "; communicator aborted");
+    /* The trainer reports only the errno of a failed step; the detail is
+     * here. During set-up the caller prints the message itself. */
+    if (n->up) log_error("%s", n->err);
+    if (!recording(n)) nc_abort(n);
+    return rc;
+}
+
+/* NCCL's own account of its last error (often naming the peer or the
+ * network interface), without its trailing newline. */
+static void last_error(const nc *n, char *buf, size_t len) {
+    const char *s = ncclGetLastError(n->comm);
+    snprintf(buf, len, "%s", s ? s : "");
+    size_t l = strlen(buf);
+    while (l > 0 && (buf[l - 1] == '\n' || buf[l - 1] == ' ')) buf[--l] = 0;
+}
+
+static int nccl_failed(nc *n, ncclResult_t r, const char *call, const char *file, int line) {
+    char last[512];
+    last_error(n, last, sizeof last);
+    log_error("%s:%d: %s: %s%s%s", file, line, call, ncclGetErrorString(r), last[0] ? ": " : "",
+              last);
+    return nc_fail(n, -EIO, "NCCL %s failed: %s%s%s%s", n->op,
+                   ncclGetErrorString(r), last[0] ? " (" : "", last, last[0] ? ")" : "");
+}
+
+static int cuda_failed(nc *n, cudaError_t e, const char *call, const char *file, int line) {
+    log_error("%s:%d: %s: %s: %s", file, line, call, cudaGetErrorName(e), cudaGetErrorString(e));
+    return nc_fail(n, -EIO, "CUDA error during NCCL %s: %s (%s)", n->op,
+                   cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* One check per status type, around every call: a failure is logged with
+ * file:line and the library's error string, breaks the communicator and
+ * returns -EIO from the enclosing function. ncclInProgress is not a
+ * failure: a non-blocking communicator returns it while it finishes the
+ * call in the background, and nc_poll waits for that. (The backend's
+ * CUDA_CHECK in cuda_internal.h only returns; here the communicator must
+ * also be aborted and the error kept for every later call, hence these
+ * file-local ones, which take the communicator.) */
+#define NCCL_CHECK(n, call)                                                                    \
+    do {                                                                                       \
+        ncclResult_t r_ = (call);                                                              \
+        if (r_ != ncclSuccess && r_ != ncclInProgress)                                         \
+            return nccl_failed((n), r_, #call, __FILE__, __LINE__);                            \
+    } while (0)
+
+#define CUDA_CHECK(n, call)                                                                    \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) return cuda_failed((n), e_, #call, __FILE__, __LINE__);         \
+    } while (0)
+
+/* --- supervision --------------------------------------------------------- */
+
+/* Short sleeps first: a collective usually completes within microseconds
+ * of backward's end, and sleeping past that delays the next step's work.
+ * One that has taken 100 ms already waits on a slow or stuck peer, and
+ * checking it every 5 ms costs nothing that matters. */
+static void nap(int64_t waited_ns, unsigned *us) {
+    unsigned sleep_us = waited_ns > 100000000 ? 5000 : *us;
+    struct timespec ts = {0, (long)sleep_us * 1000};
+    nanosleep(&ts, NULL);
+    if (*us < 200) *us *= 2;
+}
+
+static int nc_timed_out(nc *n) {
+    return nc_fail(n, -ETIMEDOUT,
+                   "NCCL %s timed out after %g s (a peer is stuck, slow or gone: see the other "
+                   "ranks' logs)",
+                   n->op, n->timeout_ms / 1000.0);
+}
+
+/* Until ev has completed (or, with ev NULL, until the communicator has
+ * finished the call it returned ncclInProgress for), NCCL reports an
+ * error, or deadline_ns passes. */
+static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
+    int64_t start = clock_now_ns();
+    for (unsigned us = 4;;) {
+        ncclResult_t st = ncclSuccess;
+        NCCL_CHECK(n, ncclCommGetAsyncError(n->comm, &st));
+        if (st != ncclSuccess && st != ncclInProgress)
+            return nccl_failed(n, st, "ncclCommGetAsyncError", __FILE__, __LINE__);
+        if (ev) {
+            cudaError_t e = cudaEventQuery(ev);
+            if (e == cudaSuccess) return 0;
+            if (e != cudaErrorNotReady)
+                return cuda_failed(n, e, "cudaEventQuery", __FILE__, __LINE__);
+            /* "Not ready" is also recorded as the thread's last error,
+             * which the next kernel launch's cudaGetLastError would
+             * report as its own failure: clear it. */
+            (void)cudaGetLastError();
+        } else if (st == ncclSuccess) {
+            return 0;
+        }
+        int64_t now = clock_now_ns();
+        if (now >= deadline_ns) return nc_timed_out(n);
+        nap(now - start, &us);
+    }
+}
+
+/* --- requests ------------------------------------------------------------ */
+
+static void describe(nc *n, const nc_req *r) {
+    if (r->kind == NC_ALLREDUCE)
+        snprintf(n->op, sizeof n->op, "all-reduce of %zu floats", r->count);
+    else
+        snprintf(n->op, sizeof n->op, "broadcast of %zu bytes from rank %d", r->count, r->root);
+}
+
+static int req_get(nc *n, nc_kind kind, size_t count, int root, nc_req **out) {
+    *out = NULL;
+    if (n->broken) return n->broken;
+    nc_req *r = n->free;
+    if (r) {
+        n->free = r->next_free;
+    } else {
+        r = calloc(1, sizeof *r);
+        if (!r) return nc_fail(n, -ENOMEM, "out of memory for an NCCL request");
+        r->next_all = n->all;
+        n->all = r;
+    }
+    r->kind = kind, r->count = count, r->root = root;
+    r->issued_ns = clock_now_ns();
+    describe(n, r);
+    if (!r->done) CUDA_CHECK(n, cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    *out = r;
+    return 0;
+}
+
+static void req_put(nc *n, nc_req *r) {
+    if (!r) return;
+    r->next_free = n->free;
+    n->free = r;
+}
+
+/* Queues r's collective on the NCCL stream after the compute stream's work
+ * so far, then its completion event. A non-blocking communicator hands
+ * each call to a thread of its own and returns ncclInProgress before the
+ * collective is on the stream; the event must come after it, so that
+ * hand-off (microseconds, not the collective itself) is waited for here. */
+static int nc_enqueue(nc *n, nc_req *r, void *buf) {
+    CUDA_CHECK(n, cudaEventRecord(n->ready, n->compute));
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->stream, n->ready, 0));
+    if (r->kind == NC_ALLREDUCE)
+        NCCL_CHECK(n, ncclAllReduce(buf, buf, r->count, ncclFloat, ncclSum, n->comm, n->stream));
+    else
+        NCCL_CHECK(n, ncclBroadcast(buf, buf, r->count, ncclUint8, r->root, n->comm, n->stream));
+    int rc = nc_poll(n, NULL, r->issued_ns + ms_to_ns(n->timeout_ms));
+    if (rc) return rc;
+    CUDA_CHECK(n, cudaEventRecord(r->done, n->stream));
+    return 0;
+}
+
+/* The compute stream waits for r; the host does not (sync supervises).
+ * r's event may be recorded again by a later request: the wait is on the
+ * recording made for r. */
+static int nc_order_after(nc *n, nc_req *r) {
+    describe(n, r);
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
+    return 0;
+}
+
+/* Supervises r to completion from the host, then orders the compute
+ * stream after it (a formality once the event has completed, but it keeps
+ * the ordering stated where it is needed rather than implied by the host
+ * wait). */
+static int nc_finish(nc *n, nc_req *r) {
+    describe(n, r);
+    int rc = nc_poll(n, r->done, r->issued_ns + ms_to_ns(n->timeout_ms));
+    return rc ? rc : nc_order_after(n, r);
+}
+
+/* --- the operations ------------------------------------------------------ */
+
+static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) {
+    nc *n = d->impl;
+    nc_req *r = NULL;
+    *req = NULL;
+    int rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
+    if (rc == 0 && !n->oldest_ns) n->oldest_ns = r->issued_ns;
+    if (rc == 0) rc = nc_enqueue(n, r, buf);
+    cuda_backend_written(n->be, buf, count * sizeof(float)); /* even half done */
+    if (rc) {
+        req_put(n, r);
+        return rc;
+    }
+    *req = r;
+    return 0;
+}
+
+static int nc_wait(devcomm *d, void *req) {
+    nc *n = d->impl;
+    nc_req *r = req;
+    assert(r);
+    int rc = n->broken ? n->broken : nc_order_after(n, r);
+    req_put(n, r);
+    return rc;
+}
+
+/* Everything issued so far, and the compute stream's work up to here,
+ * done within the timeout of the oldest collective among them (or of now,
+ * for a replayed step, whose collectives the host never issued). */
+static int nc_sync(devcomm *d) {
+    nc *n = d->impl;
+    if (n->broken) return n->broken;
+    snprintf(n->op, sizeof n->op, "step (its all-reduces and the work waiting on them)");
+    int64_t deadline = (n->oldest_ns ? n->oldest_ns : clock_now_ns()) + ms_to_ns(n->timeout_ms);
+    CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
+    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, n->ready, 0));
+    CUDA_CHECK(n, cudaEventRecord(n->synced, n->compute));
+    int rc = nc_poll(n, n->synced, deadline);
+    if (rc == 0) n->oldest_ns = 0;
+    return rc;
+}
+
+static int nc_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
+    nc *n = d->impl;
+    assert(root >= 0 && root < d->world);
+    nc_req *r = NULL;
+    int rc = req_get(n, NC_BROADCAST, bytes, root, &r);
+    if (rc == 0) rc = nc_enqueue(n, r, buf);
+    cuda_backend_written(n->be, buf, bytes); /* even half done */
+    if (rc == 0) rc = nc_finish(n, r);
+    req_put(n, r);
+    return rc;
+}
+
+static const char *nc_error(const devcomm *d) {
+    const nc *n = d->impl;
+    return n->err;
+}
+
+/* A clean shutdown: the NCCL stream's work finishes (supervised, so a
+ * stuck peer cannot hang the exit), ncclCommFinalize flushes NCCL's own
+ * work (polled the same way), and ncclCommDestroy frees it. A failure on
+ * the way aborts instead. */
+static int nc_shutdown(nc *n) {
+    snprintf(n->op, sizeof n->op, "shutdown");
+    int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
+    CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
+    int rc = nc_poll(n, n->ready, deadline);
+    if (rc) return rc;
+    /* Finalising waits until no CUDA graph holds the communicator's
+     * collectives (NCCL's commDestroySync): drop the recorded step first,
+     * or every run that recorded one would wait here for the timeout. */
+    cuda_backend_drop_recording(n->be);
+    NCCL_CHECK(n, ncclCommFinalize(n->comm));
+    if ((rc = nc_poll(n, NULL, deadline))) return rc;
+    ncclComm_t c = n->comm;
+    n->comm = NULL; /* whatever ncclCommDestroy returns, the handle is gone */
+    NCCL_CHECK(n, ncclCommDestroy(c));
+    return 0;
+}
+
+static void nc_destroy(devcomm *d) {
+    nc *n = d->impl;
+    if (n->comm && !n->broken) nc_shutdown(n);
+    nc_abort(n);
+    cudaError_t e = cudaSuccess, e1;
+    for (nc_req *r = n->all, *next; r; r = next) {
+        next = r->next_all;
+        if (r->done && (e1 = cudaEventDestroy(r->done)) != cudaSuccess) e = e1;
+        free(r);
+    }
+    if (n->ready && (e1 = cudaEventDestroy(n->ready)) != cudaSuccess) e = e1;
+    if (n->synced && (e1 = cudaEventDestroy(n->synced)) != cudaSuccess) e = e1;
+    if (n->stream && (e1 = cudaStreamDestroy(n->stream)) != cudaSuccess) e = e1;
+    /* Nothing is left to return an error to; say so in the log. */
+    if (e != cudaSuccess)
+        log_error("rank %d: freeing the NCCL communicator's streams and events: %s", d->rank,
+                  cudaGetErrorString(e));
+    free(n);
+}
+
+static const devcomm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce_sum_async = nc_allreduce_async,
+    .wait = nc_wait,
+    .sync = nc_sync,
+    .broadcast = nc_broadcast,
+    .error = nc_error,
+    .destroy = nc_destroy,
+};
+
+/* --- set-up -------------------------------------------------------------- */
+
+static int check_opts(const devcomm_nccl_opts *o, char *err, size_t errlen) {
+    const char *why = NULL;
+    if (!o->be || o->be->kind != BACKEND_CUDA) why = "the backend is not the CUDA backend";
+    else if (!o->prefix) why = "no key prefix";
+    else if (o->world < 1) why = "world size below 1";
+    else if (o->rank < 0 || o->rank >= o->world) why = "rank outside 0..world-1";
+    else if (o->world > 1 && (!o->store_host || o->store_port <= 0 || o->store_port > 65535))
+        why = "no store address (MASTER_ADDR/MASTER_PORT) to pass the NCCL id through";
+    if (!why) return 0;
+    snprintf(err, errlen, "NCCL communicator options: %s (rank %d, world %d)", why, o->rank,
+             o->world);
+    return -EINVAL;
+}
+
+static int fetch_id(nc *n, const devcomm_nccl_opts *o, store_client *st, const char *key,
+                    ncclUniqueId *id, int64_t deadline) {
+    store_client_set_timeout(st, ms_left(deadline));
+    int rc = store_wait(st, 1, &key, ms_left(deadline));
+    if (rc == -ETIMEDOUT)
+        return nc_fail(n, rc,
+                       "timed out after %g s waiting for rank 0 to publish the NCCL id under "
+                       "'%s' in the store at %s:%d (is rank 0 running, and on this job's store?)",
+                       n->timeout_ms / 1000.0, key, o->store_host, o->store_port);
+    uint8_t *val = NULL;
+    size_t len = 0;
+    if (rc == 0) rc = store_get(st, key, &val, &len);
+    if (rc)
+        return nc_fail(n, rc, "cannot read the NCCL id '%s' from the store at %s:%d: %s", key,
+                       o->store_host, o->store_port, strerror(-rc));
+    if (len != sizeof *id) {
+        free(val);
+        return nc_fail(n, -EPROTO,
+                       "the NCCL id under '%s' in the store at %s:%d has %zu bytes, not %zu "
+                       "(was the key written by another program?)",
+                       key, o->store_host, o->store_port, len, sizeof *id);
+    }
+    memcpy(id, val, len);
+    free(val);
+    return 0;
+}
+
+/* Rank 0 makes the id and publishes it; the others wait for it. The key's
+ * prefix is unique to the attempt, so a restarted group never picks up its
+ * predecessor's id. A single rank needs no store at all. */
+static int share_id(nc *n, const devcomm_nccl_opts *o, ncclUniqueId *id, int64_t deadline) {
+    if (o->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(id));
+    if (o->world == 1) return 0;
+    char key[512];
+    snprintf(key, sizeof key, "%snccl_id", o->prefix);
+    store_client *st = NULL;
+    store_client_opts so = {.host = o->store_host, .port = o->store_port,
+                            .connect_timeout_ms = ms_left(deadline),
+                            .timeout_ms = ms_left(deadline)};
+    int rc = store_client_connect(&so, &st);
+    if (rc)
+        return nc_fail(n, rc, "cannot reach the store at %s:%d to pass the NCCL id: %s",
+                       o->store_host, o->store_port, strerror(-rc));
+    if (o->rank == 0) {
+        rc = store_set(st, key, id, sizeof *id);
+        if (rc)
+            rc = nc_fail(n, rc, "cannot publish the NCCL id as '%s' in the store at %s:%d: %s",
+                         key, o->store_host, o->store_port, strerror(-rc));
+    } else {
+        rc = fetch_id(n, o, st, key, id, deadline);
+    }
+    store_client_close(st);
+    return rc;
+}
+
+/* The backend's device, and on it the NCCL stream at the highest
+ * priority, so that gradient buckets go ahead of backward's kernels when
+ * both are ready. */
+static int setup_device(nc *n) {
+    int least = 0, greatest = 0;
+    CUDA_CHECK(n, cudaSetDevice(n->device));
+    CUDA_CHECK(n, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(n, cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest));
+    CUDA_CHECK(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
+    CUDA_CHECK(n, cudaEventCreateWithFlags(&n->synced, cudaEventDisableTiming));
+    return 0;
+}
+
+/* Non-blocking initialisation polled to the deadline: a rank that never
+ * joins makes this rank fail with a timeout instead of waiting forever. */
+static int init_comm(nc *n, const ncclUniqueId *id, int64_t deadline) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    /* On an immediate failure NCCL has already freed the handle, so it is
+     * kept only once the call has been accepted. */
+    NCCL_CHECK(n, ncclCommInitRankConfig(&c, n->d.world, *id, n->d.rank, &cfg));
+    n->comm = c;
+    return nc_poll(n, NULL, deadline);
+}
+
+int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (errlen) err[0] = 0;
+    int rc = check_opts(o, err, errlen);
+    if (rc) return rc;
+    nc *n = calloc(1, sizeof *n);
+    if (!n) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    n->d = (devcomm){.ops = &nccl_ops, .rank = o->rank, .world = o->world, .impl = n};
+    n->be = o->be;
+    n->device = cuda_backend_device(o->be);
+    n->compute = cuda_backend_stream(o->be);
+    n->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
+    snprintf(n->op, sizeof n->op, "communicator set-up (world %d)", o->world);
+    int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    rc = setup_device(n);
+    if (rc == 0) rc = share_id(n, o, &id, deadline);
+    if (rc == 0) rc = init_comm(n, &id, deadline);
+    if (rc) {
+        snprintf(err, errlen, "%s", n->err[0] ? n->err + n->err_rank : strerror(-rc));
+        nc_destroy(&n->d);
+        return rc;
+    }
+    n->up = 1;
+    *out = &n->d;
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* ddp-train's data sets: Fashion-MNIST and MNIST IDX files, CIFAR-10
+ * binary batches and deterministic synthetic data, with normalisation and
+ * augmentation. Which samples a rank takes is sampler.h's business.
+ *
+ * Everything random is a pure function of (seed, epoch, sample index), never
+ * of the rank or the world size, so that the same global batch is the same
+ * data however many ranks share it: 2 ranks x batch B see exactly what
+ * 1 rank x batch 2B sees, and a job resumed at another world size continues
+ * the same epoch. */
+#ifndef DDPRUN_WORKER_DATA_DATASET_H
+#define DDPRUN_WORKER_DATA_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dataset dataset;
+
+typedef struct {
+    const char *name;   /* "fashion-mnist", "mnist", "cifar10" or "synthetic" */
+    /* NULL: /usr/share/datasets/fashion-mnist for fashion-mnist; mnist and
+     * cifar10 need one. IDX files are read as NAME.gz, or as NAME when only
+     * the uncompressed file is there; CIFAR-10's data_batch_1..5.bin and
+     * test_batch.bin are looked for in dir, then in dir/cifar-10-batches-bin. */
+    const char *dir;
+    int train;          /* 1: the training split, 0: the test split */
+    /* synthetic only (0 picks the default) */
+    int c, h, w;        /* --input-shape CxHxW; default 3x32x32 */
+    int classes;        /* default 10 */
+    int64_t size;       /* samples; default 60000 for train, 10000 for test */
+    uint64_t seed;      /* sample i is drawn from rng_seed(seed, 0xDA7A, i)
+                         * (0xDA7B for the test split): N(0,1) pixels plus
+                         * 0.5 on a band of rows of one channel chosen by the
+                         * label, so a model can learn it; not normalised */
+} dataset_opts;
+
+/* Opens a data set (stored sets are read fully into memory, a few hundred
+ * MB at most; synthetic samples are made on demand in dataset_batch). 0,
+ * or -ENOENT / -EINVAL (-ENOMEM, other -errno) with a message naming the
+ * file and the problem (missing, truncated, wrong magic, wrong shape, bad
+ * label) and what to do. */
+int dataset_open(const dataset_opts *o, dataset **out, char *err, size_t errlen);
+void dataset_close(dataset *d);
+int64_t dataset_size(const dataset *d);
+void dataset_shape(const dataset *d, int *c, int *h, int *w);
+int dataset_classes(const dataset *d);
+
+/* Fills x (n x C x H x W floats, normalised with the data set's mean and
+ * std) and y (n labels) with samples idx[0..n). With augment: random crop
+ * with 4 pixels of zero padding (2 for images smaller than 32x32) and a
+ * horizontal flip with probability 1/2, drawn from a generator seeded by
+ * (seed, epoch, idx[i]). The padding is zero before normalisation (black,
+ * as torchvision's RandomCrop before Normalize), so a stored set pads with
+ * -mean/std; synthetic data pads with 0. Pure and thread-safe; large
+ * batches are filled by OpenMP threads, with the same result. */
+void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
+                   int epoch, float *x, int32_t *y);
+
+#endif

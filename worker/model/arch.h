@@ -1,0 +1,17 @@
+/* The architectures by name: --model's names mapped to the functions that
+ * build them. A new architecture is one new file (a build function over
+ * layers.h) and its lines in arch.c's table. */
+#ifndef DDPRUN_WORKER_MODEL_ARCH_H
+#define DDPRUN_WORKER_MODEL_ARCH_H
+
+#include <stddef.h>
+
+#include "worker/model/model.h"
+
+/* Builds the model spec->arch names ("resnet20", "resnet50", ...) for
+ * spec's input and classes, with weights initialised from spec->seed.
+ * -EINVAL with a message naming the problem for an unknown name, a bad
+ * shape or an input too small for the architecture. */
+int arch_build(backend *be, const model_spec *spec, model **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,40 @@
+/* Distributed data parallel: parameters and buffers broadcast from rank 0
+ * at the start; gradients grouped in buckets in reverse layer order (the
+ * first about 1 MiB so communication starts early, then about 25 MiB) and
+ * each bucket all-reduced as soon as backward has produced it, while
+ * backward goes on; averaged over the world size at the end. Also the
+ * SyncBatchNorm all-reduce. */
+#ifndef DDPRUN_WORKER_DDP_H
+#define DDPRUN_WORKER_DDP_H
+
+#include <stddef.h>
+
+#include "worker/comm/devcomm.h"
+#include "worker/model/model.h"
+
+typedef struct ddp ddp;
+
+/* Plugs into the model's hooks. bucket bytes 0: the defaults. Collective
+ * (every rank calls it alike): where the communicator has memory that its
+ * collectives read in place (devcomm's alloc), the model's gradients move
+ * there until ddp_destroy. 0, or -errno and err. */
+int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
+               ddp **out, char *err, size_t errlen);
+void ddp_destroy(ddp *d);
+/* Rank 0's parameters and buffers to everyone. */
+int ddp_broadcast_model(ddp *d);
+/* Called before each backward. */
+void ddp_begin(ddp *d);
+/* After backward: launches what is left, waits for every bucket, and
+ * divides by the world size. */
+int ddp_finish(ddp *d);
+/* Where the gradients live, for logs: "gradients in shared memory",
+ * "gradients in own memory" (the communicator has shared memory but it
+ * could not be had: ddp_grad_why says why), or "" (one rank, or a
+ * communicator without such memory). */
+const char *ddp_grad_memory(const ddp *d);
+const char *ddp_grad_why(const ddp *d);
+/* Number of buckets and the size of the largest, for logs. */
+int ddp_buckets(const ddp *d, size_t *largest_bytes);
+
+#endif

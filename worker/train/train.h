@@ -1,0 +1,60 @@
+/* ddp-train's training run: the configuration its flags fill in, and the
+ * loop (data, forward, backward with DDP, SGD, evaluation, metrics,
+ * checkpoints, SIGTERM) that train_run executes on one rank. */
+#ifndef DDPRUN_WORKER_TRAIN_H
+#define DDPRUN_WORKER_TRAIN_H
+
+#include <stdint.h>
+
+#include "worker/backend/backend.h"
+#include "worker/model/optim.h"
+
+typedef struct {
+    char model[32];        /* --model */
+    char data[32];         /* --data: fashion-mnist, mnist, cifar10, synthetic */
+    char data_dir[1024];   /* --data-dir */
+    int in_c, in_h, in_w;  /* --input-shape (synthetic; else from the data) */
+    int classes;           /* --classes (synthetic) */
+    int64_t synthetic_size; /* --synthetic-size */
+    int epochs;            /* --epochs */
+    int64_t max_steps;     /* --max-steps: stop after this many global steps (0: none) */
+    int batch;             /* --batch-size, per rank */
+    lr_opts lr;            /* --lr --warmup-epochs --schedule --lr-gamma --lr-milestones */
+    int lr_scale_batch;    /* --lr-scale-batch: scale lr by global batch / this (0: off) */
+    double momentum;       /* --momentum */
+    double weight_decay;   /* --weight-decay */
+    int nesterov;          /* --nesterov */
+    int decay_all;         /* --decay-bn-and-bias */
+    double label_smoothing; /* --label-smoothing */
+    int augment;           /* --augment / --no-augment */
+    uint64_t seed;         /* --seed */
+    char ckpt_dir[1024];   /* --ckpt-dir ("" = no checkpoints) */
+    int64_t ckpt_every;    /* --ckpt-every steps (0: only at epoch ends) */
+    int keep;              /* --keep */
+    char metrics[1024];    /* --metrics FILE */
+    int sync_bn;           /* --sync-bn */
+    int log_every;         /* --log-every steps */
+    int threads;           /* --threads (0: OMP_NUM_THREADS or all cores) */
+    int eval;              /* --eval / --no-eval at epoch ends */
+    int reference;         /* --reference-kernels (slow; tests) */
+    backend_kind device;   /* --device (BACKEND_AUTO by default) */
+    backend_precision precision; /* --precision */
+    int no_shm;            /* --no-shm */
+    int no_cuda_graph;     /* --no-cuda-graph: run every step op by op */
+    int cudnn_benchmark;   /* --cudnn-benchmark: time convolution algorithms */
+    int64_t bucket_bytes;  /* --bucket-mb */
+    int timeout_s;         /* --timeout: a collective longer than this fails */
+    int warmup_steps;      /* --throughput-warmup: steps left out of img/s */
+    int legacy_local_rank; /* --local_rank (torch.distributed.launch) */
+} train_config;
+
+/* Defaults: resnet20 on Fashion-MNIST, 1 epoch, batch 128, lr 0.1 cosine,
+ * momentum 0.9, weight decay 5e-4 (not on BN and bias), seed 0. */
+void train_config_defaults(train_config *c);
+
+/* Runs training on this rank; returns the process exit code: 0 success,
+ * 1 failure with the error file written (a bad command line is main's
+ * exit 2, before this runs). */
+int train_run(const train_config *c);
+
+#endif
