@@ -67,7 +67,8 @@ WORKER_ASAN_OBJ := $(WORKER_BASE:%.c=$(B)/asan/%.o) $(NOCUDA_SRC:%.c=$(B)/asan/%
 BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin/ddp-train \
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
-TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump
+TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
+	$(B)/tests/rank-leaves
 ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops
 endif
@@ -151,6 +152,11 @@ $(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a
 
 # One training step's weights, batch and gradients, for the PyTorch comparison.
 $(B)/tests/model-dump: $(B)/obj/tests/tools/model_dump.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+# A rank 0 that leaves a job in the middle of resuming.
+$(B)/tests/rank-leaves: $(B)/obj/tests/tools/rank_leaves.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 

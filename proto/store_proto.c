@@ -7,7 +7,14 @@
 #include <errno.h>
 #include <string.h>
 
-/* Wire codes, indexed by store_op; -1 where the generation lacks the op. */
+/* Wire codes, indexed by store_op; -1 where the generation lacks the op.
+ * ddprun's extension has the same codes in both generations. */
+#define WIRE_EXTENSION                                                                      \
+    [STORE_OP_HELLO] = STORE_WIRE_HELLO, [STORE_OP_SET_OWNED] = STORE_WIRE_SET_OWNED,      \
+    [STORE_OP_LEASE_GRANT] = STORE_WIRE_LEASE_GRANT,                                        \
+    [STORE_OP_LEASE_RENEW] = STORE_WIRE_LEASE_RENEW,                                        \
+    [STORE_OP_LEASE_REVOKE] = STORE_WIRE_LEASE_REVOKE, [STORE_OP_WAIT_ANY] = STORE_WIRE_WAIT_ANY
+
 static const int8_t wire_v2[STORE_OP_COUNT_] = {
     [STORE_OP_VALIDATE] = 0,       [STORE_OP_SET] = 1,         [STORE_OP_COMPARE_SET] = 2,
     [STORE_OP_GET] = 3,            [STORE_OP_ADD] = 4,         [STORE_OP_CHECK] = 5,
@@ -16,12 +23,7 @@ static const int8_t wire_v2[STORE_OP_COUNT_] = {
     [STORE_OP_CANCEL_WAIT] = 12,   [STORE_OP_PING] = 13,       [STORE_OP_QUEUE_PUSH] = 14,
     [STORE_OP_QUEUE_POP] = 15,     [STORE_OP_QUEUE_LEN] = 16,  [STORE_OP_LIST_KEYS] = 17,
     [STORE_OP_BARRIER] = 18,       [STORE_OP_WATCH_KEY] = -1,
-    [STORE_OP_HELLO] = STORE_WIRE_HELLO,
-    [STORE_OP_SET_OWNED] = STORE_WIRE_SET_OWNED,
-    [STORE_OP_LEASE_GRANT] = STORE_WIRE_LEASE_GRANT,
-    [STORE_OP_LEASE_RENEW] = STORE_WIRE_LEASE_RENEW,
-    [STORE_OP_LEASE_REVOKE] = STORE_WIRE_LEASE_REVOKE,
-    [STORE_OP_WAIT_ANY] = STORE_WIRE_WAIT_ANY,
+    WIRE_EXTENSION,
 };
 
 static const int8_t wire_v1[STORE_OP_COUNT_] = {
@@ -32,12 +34,7 @@ static const int8_t wire_v1[STORE_OP_COUNT_] = {
     [STORE_OP_MULTI_SET] = -1,     [STORE_OP_CANCEL_WAIT] = -1, [STORE_OP_PING] = -1,
     [STORE_OP_QUEUE_PUSH] = -1,    [STORE_OP_QUEUE_POP] = -1,   [STORE_OP_QUEUE_LEN] = -1,
     [STORE_OP_LIST_KEYS] = -1,     [STORE_OP_BARRIER] = -1,
-    [STORE_OP_HELLO] = STORE_WIRE_HELLO,
-    [STORE_OP_SET_OWNED] = STORE_WIRE_SET_OWNED,
-    [STORE_OP_LEASE_GRANT] = STORE_WIRE_LEASE_GRANT,
-    [STORE_OP_LEASE_RENEW] = STORE_WIRE_LEASE_RENEW,
-    [STORE_OP_LEASE_REVOKE] = STORE_WIRE_LEASE_REVOKE,
-    [STORE_OP_WAIT_ANY] = STORE_WIRE_WAIT_ANY,
+    WIRE_EXTENSION,
 };
 
 static const char *const op_names[STORE_OP_COUNT_] = {

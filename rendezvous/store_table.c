@@ -429,6 +429,16 @@ static store_waiter *waiter_new(store_conn *c, int kind, size_t n) {
     return w;
 }
 
+/* The entry of the next item in req's list, made if missing (to anchor a
+ * waiter); NULL with the connection marked out of memory. */
+static store_entry *next_entry(store_conn *c, const store_req *req, const uint8_t **cur,
+                               store_item *it) {
+    store_list_next(req, cur, it);
+    store_entry *e = entry_get(c->srv, it->key);
+    if (!e) c->oom = 1;
+    return e;
+}
+
 /* WAIT: reply at once if every key exists, else wait for the missing ones. */
 static void do_wait(store_conn *c, const store_req *req) {
     store_server *srv = c->srv;
@@ -437,12 +447,8 @@ static void do_wait(store_conn *c, const store_req *req) {
     const uint8_t *cur = req->list;
     for (uint64_t i = 0; i < req->nitems; i++) {
         store_item it;
-        store_list_next(req, &cur, &it);
-        store_entry *e = entry_get(srv, it.key);
-        if (!e) {
-            c->oom = 1;
-            break;
-        }
+        store_entry *e = next_entry(c, req, &cur, &it);
+        if (!e) break;
         if (!present(e)) {
             node_link(e, &w->nodes[i], L_EXISTS);
             w->remaining++;
@@ -476,10 +482,8 @@ static void do_wait_any(store_conn *c, const store_req *req) {
     cur = req->list;
     for (uint64_t i = 0; i < req->nitems; i++) {
         store_item it;
-        store_list_next(req, &cur, &it);
-        store_entry *e = entry_get(srv, it.key);
+        store_entry *e = next_entry(c, req, &cur, &it);
         if (!e) {
-            c->oom = 1;
             waiter_free(srv, w);
             return;
         }

@@ -2,8 +2,8 @@
  * (test_main.c) starts each test in its own process with a timeout and
  * prints one line per test ("ok", "FAIL" or "skip"), so a crash or a hang
  * in one test cannot take the others down. */
-#ifndef DDPRUN_TESTS_TEST_H
-#define DDPRUN_TESTS_TEST_H
+#ifndef DDPRUN_TESTS_UNIT_TEST_H
+#define DDPRUN_TESTS_UNIT_TEST_H
 
 #include <stdint.h>
 #include <stdio.h>

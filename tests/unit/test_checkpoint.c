@@ -124,7 +124,7 @@ static const char *write_sample(const char *dir, uint64_t step, int keep) {
     char *p = path[k++ % 4], err[512];
     ckpt_tensor t[5];
     int n = fill(t);
-    int rc = ckpt_write(dir, step, HEADER, t, n, keep, p, 512, err, sizeof err);
+    int rc = ckpt_write(&(ckpt_save){dir, step, HEADER, t, n, keep}, p, 512, err, sizeof err);
     if (rc != 0) test_fail(__FILE__, __LINE__, "ckpt_write: %s", err);
     return p;
 }
@@ -163,7 +163,7 @@ TEST(ckpt_layout_is_byte_exact) {
     const char *dir = path_in("c");
     char path[512], err[256];
     ckpt_tensor t = {"w", CKPT_BYTES, "abc", 3};
-    CHECK_EQ(ckpt_write(dir, 7, "{}", &t, 1, 0, path, sizeof path, err, sizeof err), 0);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 7, "{}", &t, 1, 0}, path, sizeof path, err, sizeof err), 0);
     unsigned char want[83] = {0};
     memcpy(want, "DDPCKPT\0", 8);
     wr32(want + 8, 1);           /* version */
@@ -512,7 +512,7 @@ TEST(ckpt_write_where_the_parent_is_a_file_fails_cleanly) {
     char err[512], path[512];
     ckpt_tensor t[5];
     int n = fill(t);
-    int rc = ckpt_write(path_in("file/ckpts"), 1, HEADER, t, n, 2, path, sizeof path, err,
+    int rc = ckpt_write(&(ckpt_save){path_in("file/ckpts"), 1, HEADER, t, n, 2}, path, sizeof path, err,
                         sizeof err);
     CHECK(rc == -ENOTDIR);
     CHECK(strstr(err, "file/ckpts") != NULL);
@@ -535,7 +535,7 @@ TEST(ckpt_write_failing_midway_leaves_old_checkpoints_alone) {
     struct rlimit rl = {100000, 100000};
     CHECK_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
     char err[512];
-    int rc = ckpt_write(dir, 200, HEADER, &t, 1, 1, NULL, 0, err, sizeof err);
+    int rc = ckpt_write(&(ckpt_save){dir, 200, HEADER, &t, 1, 1}, NULL, 0, err, sizeof err);
     CHECK_EQ(rc, -EFBIG);
     CHECK(strstr(err, "ckpt-0000000200.ddpt") != NULL);
     CHECK_STR(listing(dir), "ckpt-0000000100.ddpt");
@@ -564,21 +564,21 @@ TEST(ckpt_write_refuses_what_cannot_be_read_back) {
     char err[512];
     float f[2] = {0};
     ckpt_tensor dup[2] = {{"a", CKPT_F32, f, 8}, {"a", CKPT_F32, f, 8}};
-    CHECK_EQ(ckpt_write(dir, 1, "{}", dup, 2, 0, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{}", dup, 2, 0}, NULL, 0, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "'a' is used twice") != NULL);
     ckpt_tensor odd = {"a", CKPT_F32, f, 5};
-    CHECK_EQ(ckpt_write(dir, 1, "{}", &odd, 1, 0, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{}", &odd, 1, 0}, NULL, 0, err, sizeof err), -EINVAL);
     ckpt_tensor noname = {"", CKPT_BYTES, f, 5};
-    CHECK_EQ(ckpt_write(dir, 1, "{}", &noname, 1, 0, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{}", &noname, 1, 0}, NULL, 0, err, sizeof err), -EINVAL);
     ckpt_tensor nodata = {"a", CKPT_BYTES, NULL, 5};
-    CHECK_EQ(ckpt_write(dir, 1, "{}", &nodata, 1, 0, NULL, 0, err, sizeof err), -EINVAL);
-    CHECK_EQ(ckpt_write(dir, 1, "{\"a\": ", NULL, 0, 0, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{}", &nodata, 1, 0}, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{\"a\": ", NULL, 0, 0}, NULL, 0, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "header is not a JSON object") != NULL);
-    CHECK_EQ(ckpt_write(dir, 1, "[1, 2]", NULL, 0, 0, NULL, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "[1, 2]", NULL, 0, 0}, NULL, 0, err, sizeof err), -EINVAL);
     CHECK(!exists(dir));
     /* No tensors at all is fine. */
     char path[512];
-    CHECK_EQ(ckpt_write(dir, 1, "{\"only\": \"header\"}", NULL, 0, 0, path, sizeof path, err,
+    CHECK_EQ(ckpt_write(&(ckpt_save){dir, 1, "{\"only\": \"header\"}", NULL, 0, 0}, path, sizeof path, err,
                         sizeof err), 0);
     ckpt_data d;
     CHECK_EQ(ckpt_read(path, &d, err, sizeof err), 0);

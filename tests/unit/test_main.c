@@ -1,7 +1,8 @@
 /* The unit-test runner: forks one child per registered test, kills it after
  * a timeout (DDPRUN_TEST_TIMEOUT seconds, default 60), and prints one line
- * per test. `runner NAME...` runs only the named tests. Exit status is 1
- * if any test failed. */
+ * per test. `runner NAME...` runs only the named tests; otherwise $TESTS,
+ * when set, runs only those whose name contains it (as tests/run filters
+ * its scripts). Exit status is 1 if any test failed. */
 #include "common/clock.h"
 #include "tests/unit/test.h"
 
@@ -123,9 +124,10 @@ int main(int argc, char **argv) {
     const char *env = getenv("DDPRUN_TEST_TIMEOUT");
     int timeout_s = env ? atoi(env) : 60;
     const char *suite = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char *pattern = getenv("TESTS");
     int failed = 0;
     for (int i = 0; i < ntests; i++) {
-        int wanted = argc < 2;
+        int wanted = argc < 2 && (!pattern || strstr(tests[i].name, pattern));
         for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], tests[i].name) == 0;
         if (wanted && run_one(&tests[i], timeout_s, suite) == 1) failed++;
     }

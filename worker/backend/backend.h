@@ -23,8 +23,8 @@
  * one onto a PyTorch state_dict. Batch norm is split into statistics,
  * finalisation and application so SyncBatchNorm can all-reduce the sums in
  * between. */
-#ifndef DDPRUN_WORKER_BACKEND_H
-#define DDPRUN_WORKER_BACKEND_H
+#ifndef DDPRUN_WORKER_BACKEND_BACKEND_H
+#define DDPRUN_WORKER_BACKEND_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>

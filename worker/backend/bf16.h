@@ -1,7 +1,7 @@
 /* bfloat16 on the host: the top half of an IEEE float, rounded to nearest
  * even as GPUs round (__float2bfloat16_rn), NaN kept a NaN. */
-#ifndef DDPRUN_WORKER_BF16_H
-#define DDPRUN_WORKER_BF16_H
+#ifndef DDPRUN_WORKER_BACKEND_BF16_H
+#define DDPRUN_WORKER_BACKEND_BF16_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * the CUDA backend's kernel (CUDA C++), so both compute it with the same
  * expressions in the same types: mean and invstd from the sums, and the
  * running statistics updated as PyTorch does (unbiased variance). */
-#ifndef DDPRUN_WORKER_BN_MATH_H
-#define DDPRUN_WORKER_BN_MATH_H
+#ifndef DDPRUN_WORKER_BACKEND_BN_MATH_H
+#define DDPRUN_WORKER_BACKEND_BN_MATH_H
 
 #ifdef __CUDACC__
 #define BN_MATH_FN static inline __host__ __device__

@@ -7,8 +7,8 @@
  *
  * Reductions happen in the same order on every run, so results are
  * deterministic: a given world size and data give bit-identical sums. */
-#ifndef DDPRUN_WORKER_COMM_H
-#define DDPRUN_WORKER_COMM_H
+#ifndef DDPRUN_WORKER_COMM_COMM_H
+#define DDPRUN_WORKER_COMM_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>

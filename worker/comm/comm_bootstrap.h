@@ -2,8 +2,8 @@
  * the attempt's key prefix in the job's store, the address it listens on,
  * its pid and an identity of its host (ranks with the same identity share
  * memory), then waits for everyone's and reads them all. */
-#ifndef DDPRUN_WORKER_COMM_BOOTSTRAP_H
-#define DDPRUN_WORKER_COMM_BOOTSTRAP_H
+#ifndef DDPRUN_WORKER_COMM_COMM_BOOTSTRAP_H
+#define DDPRUN_WORKER_COMM_COMM_BOOTSTRAP_H
 
 #include <stddef.h>
 #include <sys/types.h>

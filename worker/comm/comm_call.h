@@ -3,8 +3,8 @@
  * communicator (shared memory, TCP ring, bootstrap) takes one of these, so
  * that a call is bounded by one deadline however many layers it crosses,
  * and the first layer that fails names what went wrong. */
-#ifndef DDPRUN_WORKER_COMM_CALL_H
-#define DDPRUN_WORKER_COMM_CALL_H
+#ifndef DDPRUN_WORKER_COMM_COMM_CALL_H
+#define DDPRUN_WORKER_COMM_COMM_CALL_H
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -1,8 +1,8 @@
 /* The communicator's state, shared by its files: comm.c (set-up, the
  * collectives across hosts, failure) and comm_async.c (the thread that runs
  * asynchronous requests). Nothing outside worker/comm*.c includes this. */
-#ifndef DDPRUN_WORKER_COMM_INTERNAL_H
-#define DDPRUN_WORKER_COMM_INTERNAL_H
+#ifndef DDPRUN_WORKER_COMM_COMM_INTERNAL_H
+#define DDPRUN_WORKER_COMM_COMM_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

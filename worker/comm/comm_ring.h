@@ -11,8 +11,8 @@
  * neighbours see EOF or a reset and fail with -ECONNRESET; a member that
  * fails shuts its own sockets down (comm_ring_shutdown), so the failure
  * travels round the ring instead of leaving the others to time out. */
-#ifndef DDPRUN_WORKER_COMM_RING_H
-#define DDPRUN_WORKER_COMM_RING_H
+#ifndef DDPRUN_WORKER_COMM_COMM_RING_H
+#define DDPRUN_WORKER_COMM_COMM_RING_H
 
 #include <stddef.h>
 #include <stdint.h>

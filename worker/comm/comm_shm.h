@@ -13,8 +13,8 @@
  * is noticed while waiting (its pid is checked every few milliseconds), so
  * the others fail with -ECONNRESET instead of hanging; a rank that fails
  * marks the segment aborted so that its peers fail at once too. */
-#ifndef DDPRUN_WORKER_COMM_SHM_H
-#define DDPRUN_WORKER_COMM_SHM_H
+#ifndef DDPRUN_WORKER_COMM_COMM_SHM_H
+#define DDPRUN_WORKER_COMM_COMM_SHM_H
 
 #include <stddef.h>
 #include <sys/types.h>

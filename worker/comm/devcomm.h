@@ -8,8 +8,8 @@
  * The trainer keeps the host communicator for host data too (checkpoint
  * headers, the step's loss), so a GPU job has both; they never interleave
  * on one buffer. */
-#ifndef DDPRUN_WORKER_DEVCOMM_H
-#define DDPRUN_WORKER_DEVCOMM_H
+#ifndef DDPRUN_WORKER_COMM_DEVCOMM_H
+#define DDPRUN_WORKER_COMM_DEVCOMM_H
 
 #include <errno.h>
 #include <stddef.h>

@@ -4,8 +4,8 @@
  * each bucket all-reduced as soon as backward has produced it, while
  * backward goes on; averaged over the world size at the end. Also the
  * SyncBatchNorm all-reduce. */
-#ifndef DDPRUN_WORKER_DDP_H
-#define DDPRUN_WORKER_DDP_H
+#ifndef DDPRUN_WORKER_MODEL_DDP_H
+#define DDPRUN_WORKER_MODEL_DDP_H
 
 #include <stddef.h>
 

@@ -8,8 +8,8 @@
  * layers.h builds layers from the model_add_* blocks below, an
  * architecture file (resnet.c) builds a network from layers, and arch.c
  * finds the architecture by name. */
-#ifndef DDPRUN_WORKER_MODEL_H
-#define DDPRUN_WORKER_MODEL_H
+#ifndef DDPRUN_WORKER_MODEL_MODEL_H
+#define DDPRUN_WORKER_MODEL_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>

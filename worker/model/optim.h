@@ -1,8 +1,8 @@
 /* SGD's learning-rate schedule: linear warm-up, then cosine or step
  * decay, optionally scaled linearly with the global batch. (The update
  * itself is the backend's fused sgd over the whole parameter buffer.) */
-#ifndef DDPRUN_WORKER_OPTIM_H
-#define DDPRUN_WORKER_OPTIM_H
+#ifndef DDPRUN_WORKER_MODEL_OPTIM_H
+#define DDPRUN_WORKER_MODEL_OPTIM_H
 
 typedef enum { SCHED_COSINE, SCHED_STEP, SCHED_CONSTANT } lr_schedule;
 

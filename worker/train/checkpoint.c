@@ -325,13 +325,16 @@ static int fsync_dir(const char *dir) {
     return rc;
 }
 
-int ckpt_write(const char *dir, uint64_t step, const char *header_json, const ckpt_tensor *ts,
-               int n, int keep, char *path_out, size_t path_len, char *err, size_t errlen) {
+int ckpt_write(const ckpt_save *save, char *path_out, size_t path_len, char *err,
+               size_t errlen) {
+    const char *dir = save->dir && *save->dir ? save->dir : ".";
+    const char *header_json = save->header_json ? save->header_json : "{}";
+    const ckpt_tensor *ts = save->tensors;
+    int n = save->ntensors, keep = save->keep;
+    uint64_t step = save->step;
     char tmp[PATH_MAX], final[PATH_MAX], name[64];
     int fd = -1, rc;
     tmp[0] = 0;
-    if (!header_json) header_json = "{}";
-    if (!dir || !*dir) dir = ".";
     if ((rc = check_input(header_json, ts, n, err, errlen)) < 0) return rc;
     snprintf(name, sizeof name, "ckpt-%010" PRIu64 ".ddpt", step);
     if (fmt_path(final, sizeof final, "%s/%s", dir, name) < 0 ||

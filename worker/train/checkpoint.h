@@ -3,8 +3,8 @@
  * per tensor, so a torn or corrupted file is detected and the previous one
  * used. The format is device-independent (little-endian, fp32 or raw
  * bytes). docs/checkpoint.md describes it byte by byte. */
-#ifndef DDPRUN_WORKER_CHECKPOINT_H
-#define DDPRUN_WORKER_CHECKPOINT_H
+#ifndef DDPRUN_WORKER_TRAIN_CHECKPOINT_H
+#define DDPRUN_WORKER_TRAIN_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -35,16 +35,24 @@ typedef struct {
     } *t;
 } ckpt_data;
 
+/* What to save, and where. */
+typedef struct {
+    const char *dir;          /* NULL or "": the current directory */
+    uint64_t step;            /* names the file */
+    const char *header_json;  /* a JSON object; NULL: "{}" */
+    const ckpt_tensor *tensors;
+    int ntensors;
+    int keep;                 /* checkpoints left after this one (<= 0: all) */
+} ckpt_save;
+
 /* Writes dir/ckpt-<step, 10 digits>.ddpt atomically (creating dir and its
  * parents if missing) and then deletes older checkpoints (smaller step) so
- * that `keep` remain counting this one (keep <= 0: keep all); the one just
- * written and any with a larger step are never deleted. header_json must
- * be a JSON object (NULL: "{}"). The path written goes to path_out if not
- * NULL. 0 or -errno with a message (-EINVAL for input that could not be
- * read back as given); on failure no temporary file is left and existing
- * checkpoints are untouched. */
-int ckpt_write(const char *dir, uint64_t step, const char *header_json, const ckpt_tensor *ts,
-               int n, int keep, char *path_out, size_t path_len, char *err, size_t errlen);
+ * that `keep` remain counting this one; the one just written and any with
+ * a larger step are never deleted. The path written goes to path_out if
+ * not NULL. 0 or -errno with a message (-EINVAL for input that could not
+ * be read back as given); on failure no temporary file is left and
+ * existing checkpoints are untouched. */
+int ckpt_write(const ckpt_save *save, char *path_out, size_t path_len, char *err, size_t errlen);
 
 /* Reads and verifies one checkpoint (magic, lengths, every CRC, trailer).
  * -EBADMSG for a truncated or corrupt file, -errno if it cannot be opened;

@@ -4,8 +4,8 @@
  * (OMPI_COMM_WORLD_*), srun (SLURM_*), or the legacy --local_rank
  * argument — and, when no agent provides a store, rank 0 hosting one at
  * MASTER_ADDR:MASTER_PORT as PyTorch's env:// does. */
-#ifndef DDPRUN_WORKER_DIST_ENV_H
-#define DDPRUN_WORKER_DIST_ENV_H
+#ifndef DDPRUN_WORKER_TRAIN_DIST_ENV_H
+#define DDPRUN_WORKER_TRAIN_DIST_ENV_H
 
 #include <stddef.h>
 

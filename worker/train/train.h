@@ -1,8 +1,8 @@
 /* ddp-train's training run: the configuration its flags fill in, and the
  * loop (data, forward, backward with DDP, SGD, evaluation, metrics,
  * checkpoints, SIGTERM) that train_run executes on one rank. */
-#ifndef DDPRUN_WORKER_TRAIN_H
-#define DDPRUN_WORKER_TRAIN_H
+#ifndef DDPRUN_WORKER_TRAIN_TRAIN_H
+#define DDPRUN_WORKER_TRAIN_TRAIN_H
 
 #include <stdint.h>
 

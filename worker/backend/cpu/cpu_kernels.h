@@ -1,8 +1,8 @@
 /* The CPU backend's plain-C kernels (see backend.h for each operation's
  * meaning) and its oneDNN convolution and linear layer. Only
  * cpu_backend.c assembles them into a backend. */
-#ifndef DDPRUN_WORKER_CPU_KERNELS_H
-#define DDPRUN_WORKER_CPU_KERNELS_H
+#ifndef DDPRUN_WORKER_BACKEND_CPU_CPU_KERNELS_H
+#define DDPRUN_WORKER_BACKEND_CPU_CPU_KERNELS_H
 
 #include "worker/backend/backend.h"
 

@@ -2,8 +2,8 @@
  * communicator (nccl_comm.c) runs on the backend's device and orders its
  * work against the backend's compute stream. Only worker/backend/cuda/ includes
  * this (it needs CUDA's headers); everyone else sees backend.h. */
-#ifndef DDPRUN_WORKER_CUDA_BACKEND_H
-#define DDPRUN_WORKER_CUDA_BACKEND_H
+#ifndef DDPRUN_WORKER_BACKEND_CUDA_CUDA_BACKEND_H
+#define DDPRUN_WORKER_BACKEND_CUDA_CUDA_BACKEND_H
 
 #include <cuda_runtime.h>
 #include <stddef.h>

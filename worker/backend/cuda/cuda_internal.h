@@ -2,8 +2,8 @@
  * backend's state (device, stream, library handles, scratch buffers), the
  * check macros for each library's status type, and the operations each
  * file contributes to the ops table in cuda_backend.c. */
-#ifndef DDPRUN_WORKER_CUDA_INTERNAL_H
-#define DDPRUN_WORKER_CUDA_INTERNAL_H
+#ifndef DDPRUN_WORKER_BACKEND_CUDA_CUDA_INTERNAL_H
+#define DDPRUN_WORKER_BACKEND_CUDA_CUDA_INTERNAL_H
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -9,8 +9,8 @@
  * summed per block of rows into a partials buffer the caller provides
  * (kern_partials_bytes), then across blocks in a fixed order, so the same
  * inputs give the same bits on every run. */
-#ifndef DDPRUN_WORKER_CUDA_KERNELS_H
-#define DDPRUN_WORKER_CUDA_KERNELS_H
+#ifndef DDPRUN_WORKER_BACKEND_CUDA_CUDA_KERNELS_H
+#define DDPRUN_WORKER_BACKEND_CUDA_CUDA_KERNELS_H
 
 #include <cuda_runtime.h>
 #include <stddef.h>

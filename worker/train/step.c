@@ -1,0 +1,196 @@
+/* See step.h. */
+#include "worker/train/step.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "worker/backend/bf16.h"
+#include "worker/data/sampler.h"
+#include "worker/train/progress.h"
+
+/* A step is recorded (where the backend can) once it has run this many
+ * times in this process: the first allocates what a step needs, the
+ * optimizer's first step differs from the rest. */
+#define RECORD_AFTER 2
+
+int step_allreduce_small(trainer *t, float *v, size_t n) {
+    if (t->env.world == 1) return 0;
+    comm_req *r = NULL;
+    int rc = comm_allreduce_sum_async(t->comm, v, n, &r);
+    return rc ? rc : comm_wait(r);
+}
+
+/* The batch of n in x_nchw (what the data set gives) to the model's NHWC
+ * input on the backend, in its activation type. With one channel and fp32
+ * the batch goes up as it is. */
+static void upload_batch(trainer *t, int n, int c, int h, int w) {
+    backend *be = t->be;
+    train_batch *b = &t->buf;
+    size_t count = (size_t)n * c * h * w;
+    const float *nhwc = b->x_nchw;
+    if (c > 1) {
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++)
+                for (int p = 0; p < h * w; p++)
+                    b->x_host[((size_t)i * h * w + p) * c + ch] =
+                        b->x_nchw[((size_t)i * c + ch) * h * w + p];
+        nhwc = b->x_host;
+    }
+    if (be->act == DTYPE_BF16) { /* into whichever host buffer is free */
+        float *to = nhwc == b->x_host ? b->x_nchw : b->x_host;
+        bf16_from_floats((uint16_t *)to, nhwc, count);
+        nhwc = to;
+    }
+    be->ops->upload(be, b->x, nhwc, count * backend_act_size(be));
+}
+
+double step_lr(const trainer *t) {
+    double epoch = t->at.epoch + (double)t->at.pos / (double)t->n;
+    lr_opts o = t->cfg->lr;
+    o.epochs = t->cfg->epochs;
+    if (t->cfg->lr_scale_batch > 0)
+        o.lr = lr_scaled(o.lr, t->at.global_batch, t->cfg->lr_scale_batch);
+    return lr_at(&o, epoch);
+}
+
+/* The device work of one step: forward, backward with DDP's all-reduce,
+ * SGD. It only queues work, so a GPU backend can record it and replay the
+ * recording; the inputs (batch, labels, learning rate) are uploaded into
+ * the same buffers before each step. */
+static int step_work(trainer *t) {
+    const train_config *c = t->cfg;
+    model *m = t->m;
+    void *logits;
+    int rc = model_forward(m, t->buf.x, t->batch, 1, &logits);
+    if (rc) return rc;
+    ddp_begin(t->ddp);
+    if ((rc = model_backward(m, t->batch, (float)c->label_smoothing))) return rc;
+    if ((rc = ddp_finish(t->ddp))) return rc;
+    return m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
+                           c->decay_all ? NULL : m->decay_mask, t->buf.lr, (float)c->momentum,
+                           (float)c->weight_decay, c->nesterov, t->at.optimizer_steps == 0);
+}
+
+/* Runs the step's device work: the recording of it, else directly,
+ * recording it first once steps have settled. Whether a step is recorded
+ * must be the same on every rank (NCCL treats the capture of a collective
+ * as collective), so the decision rests only on what every rank shares:
+ * the step count since start or since the last evaluation, which runs
+ * other batch sizes and may move memory (it drops the recording on every
+ * rank). A recording gone stale otherwise (the backend saw memory freed)
+ * is recorded again alone only where there is no other rank; with others
+ * it is an error, as is a recording that fails. */
+static int step_run(trainer *t) {
+    backend *be = t->be;
+    train_recording *rec = &t->rec;
+    if (rec->recorded) {
+        int rc = be->ops->replay(be);
+        if (rc != -ESTALE || t->env.world > 1) return rc;
+        rec->recorded = 0;
+    }
+    if (!be->ops->record_begin || t->cfg->no_cuda_graph || rec->eager_steps < RECORD_AFTER) {
+        rec->eager_steps++;
+        return step_work(t);
+    }
+    int rc = be->ops->record_begin(be);
+    if (rc == 0) {
+        rc = step_work(t);
+        int end = be->ops->record_end(be);
+        if (rc == 0) rc = end;
+    }
+    if (rc) {
+        rec->failed = 1;
+        return rc;
+    }
+    if (t->env.rank == 0 && rec->recordings++ == 0)
+        log_info("from step %lld on, each step replays a CUDA graph of it",
+                 (long long)t->at.global_step + 1);
+    rec->recorded = 1;
+    return be->ops->replay(be);
+}
+
+/* Names a failed step's cause: the peer or NCCL's error where the
+ * communicator knows it. */
+static int step_failed(trainer *t, int rc) {
+    const char *why = devcomm_error(t->dcomm);
+    long long step = (long long)t->at.global_step;
+    if (t->rec.failed && !why[0])
+        return trainer_fail(t, rc,
+                            "recording step %lld as a CUDA graph failed (%s; the log above says "
+                            "which call): --no-cuda-graph runs steps op by op",
+                            step, strerror(-rc));
+    if (rc == -ESTALE)
+        return trainer_fail(t, rc,
+                            "the CUDA graph of the step went stale at step %lld (memory it used "
+                            "was freed) and the other ranks replay theirs: --no-cuda-graph runs "
+                            "steps op by op",
+                            step);
+    return trainer_fail(t, rc, "training step %lld failed: %s", step,
+                        why[0] ? why : strerror(-rc));
+}
+
+int step_train(trainer *t, float stats[4]) {
+    const train_config *c = t->cfg;
+    train_batch *b = &t->buf;
+    model *m = t->m;
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    sampler_rank_batch(b->order, t->n, t->at.pos, t->env.world, t->env.rank, t->batch, b->idx);
+    dataset_batch(t->train, b->idx, t->batch, c->augment, c->seed, t->at.epoch, b->x_nchw, b->y);
+    upload_batch(t, t->batch, ch, h, w);
+    float lr = (float)step_lr(t);
+    m->be->ops->upload(m->be, b->lr, &lr, sizeof lr);
+    int rc = model_set_labels(m, b->y, t->batch);
+    if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", t->batch);
+    /* Collectives report failures where they are waited for: here, on a
+     * GPU, where the step's work is waited for. */
+    if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
+    if (rc) return step_failed(t, rc);
+    t->at.optimizer_steps++;
+    double loss;
+    int correct;
+    if ((rc = model_read_loss(m, &loss, &correct)))
+        return trainer_fail(t, rc, "training step %lld failed: %s",
+                            (long long)t->at.global_step, strerror(-rc));
+    stats[0] = (float)loss, stats[1] = (float)correct, stats[2] = (float)t->batch;
+    stats[3] = trainer_stop_requested ? 1.0f : 0.0f;
+    return 0;
+}
+
+/* One test batch of n: its loss sum and correct count into tot. */
+static int test_batch(trainer *t, int n, float tot[3]) {
+    model *m = t->m;
+    int ch, h, w;
+    dataset_shape(t->test, &ch, &h, &w);
+    dataset_batch(t->test, t->buf.idx, n, 0, 0, 0, t->buf.x_nchw, t->buf.y);
+    upload_batch(t, n, ch, h, w);
+    void *logits;
+    double loss;
+    int correct;
+    int rc = model_set_labels(m, t->buf.y, n);
+    if (rc == 0) rc = model_forward(m, t->buf.x, n, 0, &logits);
+    if (rc == 0) rc = model_loss(m, n);
+    if (rc == 0) rc = model_read_loss(m, &loss, &correct);
+    if (rc) return trainer_fail(t, rc, "evaluation failed: %s", strerror(-rc));
+    tot[0] += (float)loss, tot[1] += (float)correct, tot[2] += (float)n;
+    return 0;
+}
+
+int step_evaluate(trainer *t) {
+    if (!t->test) return 0;
+    int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch * t->env.world;
+    float tot[3] = {0, 0, 0};
+    for (int64_t start = t->env.rank; start < nt; start += stride) {
+        int n = 0;
+        for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->buf.idx[n++] = i;
+        int rc = test_batch(t, n, tot);
+        if (rc) return rc;
+    }
+    /* Every rank takes part in the sum, even one with nothing left to test. */
+    int rc = step_allreduce_small(t, tot, 3);
+    if (rc) return trainer_fail(t, rc, "all-reduce of the test results failed: %s",
+                                comm_error(t->comm)[0] ? comm_error(t->comm) : strerror(-rc));
+    if (t->env.rank == 0) progress_test(t, tot[0] / tot[2], tot[1] / tot[2], (int64_t)tot[2]);
+    return 0;
+}

@@ -1,0 +1,197 @@
+/* The trainer's set-up and teardown (see trainer.h): ranks and the store
+ * from the launcher's environment, the data sets, the backend, the model,
+ * the communicators and DDP, the per-rank batch and its buffers; and the
+ * one way a failure is reported. */
+#include "worker/train/trainer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "worker/model/arch.h"
+#include "worker/train/error_file.h"
+
+volatile sig_atomic_t trainer_stop_requested;
+
+int trainer_fail(trainer *t, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    log_error("rank %d: %s", t->env.rank, t->err);
+    error_file_write(t->err);
+    return rc < 0 ? rc : -EIO;
+}
+
+static int setup_job(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512];
+    int rc = dist_env_read(NULL, c->legacy_local_rank, &t->env, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    /* Without an agent's store, rank 0 hosts one, as PyTorch's env:// does. */
+    if (t->env.world > 1 && !t->env.agent_store && t->env.rank == 0) {
+        int port = 0;
+        store_server_opts so = {.port = t->env.master_port, .token = getenv("DDPRUN_STORE_TOKEN")};
+        if ((rc = store_thread_start(&so, &t->store, &port)))
+            return trainer_fail(t, rc, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
+                                t->env.master_port, strerror(-rc));
+    }
+    return 0;
+}
+
+static int setup_data(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[1024];
+    dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
+                      .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
+                      .size = c->synthetic_size, .seed = c->seed};
+    int rc = dataset_open(&o, &t->train, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    o.train = 0;
+    o.size = c->synthetic_size ? c->synthetic_size / 6 + 1 : 0;
+    if (c->eval && (rc = dataset_open(&o, &t->test, err, sizeof err)))
+        return trainer_fail(t, rc, "%s", err);
+    t->n = dataset_size(t->train);
+    return 0;
+}
+
+/* The backend's options: --device, except that NCCL takes one GPU per
+ * rank, so with more ranks on this node than GPUs "auto" trains on the CPU
+ * and "cuda" is an error, not NCCL's. */
+static int choose_backend(trainer *t, backend_opts *bo) {
+    const train_config *c = t->cfg;
+    *bo = (backend_opts){.kind = c->reference ? BACKEND_CPU_REFERENCE : c->device,
+                         .threads = c->threads, .precision = c->precision,
+                         .benchmark = c->cudnn_benchmark};
+    int gpus = cuda_device_count();
+    bo->device = gpus > 0 ? t->env.local_rank % gpus : 0;
+    if (gpus == 0 || t->env.local_world <= gpus || bo->kind == BACKEND_CPU ||
+        bo->kind == BACKEND_CPU_REFERENCE)
+        return 0;
+    if (bo->kind == BACKEND_CUDA)
+        return trainer_fail(t, -EINVAL,
+                            "%d ranks on this node but %d GPU%s visible: NCCL needs a GPU per "
+                            "rank; use --nproc-per-node %d, or --device cpu",
+                            t->env.local_world, gpus, gpus == 1 ? " is" : "s are", gpus);
+    if (t->env.local_rank == 0)
+        log_warn("%d ranks on this node but %d GPU%s visible: training on the CPU "
+                 "(--device cuda makes this an error)",
+                 t->env.local_world, gpus, gpus == 1 ? " is" : "s are");
+    bo->kind = BACKEND_CPU;
+    return 0;
+}
+
+static int setup_model(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512];
+    backend_opts bo;
+    int rc = choose_backend(t, &bo);
+    if (rc) return rc;
+    if ((rc = backend_create(&bo, &t->be, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
+    if (t->be->kind != BACKEND_CUDA && c->precision == PRECISION_BF16 && t->env.rank == 0)
+        log_warn("--precision bf16 on the CPU is emulated (fp32 arithmetic rounded to bf16): "
+                 "for checking numerics; it is slower than fp32");
+    model_spec ms = {.arch = c->model, .classes = dataset_classes(t->train), .seed = c->seed};
+    dataset_shape(t->train, &ms.in_c, &ms.in_h, &ms.in_w);
+    if ((rc = arch_build(t->be, &ms, &t->m, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
+    return 0;
+}
+
+static int setup_comm(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512], prefix[96];
+    snprintf(prefix, sizeof prefix, "/worker/attempt_%d/ddp-train/", t->env.restart_count);
+    comm_opts co = {.store_host = t->env.master_addr, .store_port = t->env.master_port,
+                    .rank = t->env.rank, .world = t->env.world, .local_rank = t->env.local_rank,
+                    .local_world = t->env.local_world, .timeout_ms = c->timeout_s * 1000,
+                    .no_shm = c->no_shm, .prefix = prefix};
+    int rc = comm_init(&co, &t->comm, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    if (t->be->kind == BACKEND_CUDA) {
+        devcomm_nccl_opts no = {.be = t->be, .store_host = co.store_host,
+                                .store_port = co.store_port, .prefix = prefix,
+                                .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms};
+        if ((rc = devcomm_nccl_create(&no, &t->dcomm, err, sizeof err)))
+            return trainer_fail(t, rc, "%s", err);
+    } else if ((rc = devcomm_host_create(t->comm, &t->dcomm))) {
+        return trainer_fail(t, rc, "out of memory setting up the communicator");
+    }
+    if ((rc = ddp_create(t->m, t->dcomm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp, err,
+                         sizeof err)))
+        return trainer_fail(t, rc, "setting up DDP: %s", err);
+    if (ddp_grad_why(t->ddp)[0] && t->env.local_rank == 0)
+        log_warn("gradients stay in each rank's own memory, so every all-reduce copies them "
+                 "through shared memory (slower): %s", ddp_grad_why(t->ddp));
+    return 0;
+}
+
+int trainer_setup(trainer *t) {
+    int rc = setup_job(t);
+    if (rc == 0) rc = setup_data(t);
+    if (rc == 0) rc = setup_model(t);
+    if (rc == 0) rc = setup_comm(t);
+    return rc;
+}
+
+static int choose_batch(trainer *t) {
+    int world = t->env.world;
+    if (t->at.global_batch == 0) t->at.global_batch = t->cfg->batch * world;
+    if (t->at.global_batch % world != 0)
+        return trainer_fail(t, -EINVAL,
+                            "the checkpoint's global batch %d cannot be shared evenly by %d "
+                            "ranks; resume with a world size that divides it",
+                            t->at.global_batch, world);
+    t->batch = t->at.global_batch / world;
+    if (t->batch > model_max_batch(t->m))
+        return trainer_fail(t, -EINVAL,
+                            "a batch of %d per rank is too large for %s on these inputs: at "
+                            "most %d (an activation tensor would have over 2^31 elements, "
+                            "more than the kernels' 32-bit indices reach)",
+                            t->batch, t->cfg->model, model_max_batch(t->m));
+    if (t->batch != t->cfg->batch && t->env.rank == 0)
+        log_info("world size changed: %d per rank keeps the global batch of %d", t->batch,
+                 t->at.global_batch);
+    t->steps_per_epoch = (t->n + t->at.global_batch - 1) / t->at.global_batch;
+    return 0;
+}
+
+static int allocate_batch(trainer *t) {
+    train_batch *b = &t->buf;
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    size_t per = (size_t)ch * h * w;
+    b->order = malloc((size_t)t->n * sizeof *b->order);
+    b->idx = malloc((size_t)t->batch * sizeof *b->idx);
+    b->x_nchw = malloc((size_t)t->batch * per * sizeof(float));
+    b->x_host = malloc((size_t)t->batch * per * sizeof(float));
+    b->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * backend_act_size(t->be));
+    b->y = malloc((size_t)t->batch * sizeof *b->y);
+    b->lr = t->be->ops->alloc(t->be, sizeof *b->lr);
+    return b->order && b->idx && b->x_nchw && b->x_host && b->x && b->y && b->lr
+               ? 0
+               : trainer_fail(t, -ENOMEM, "out of memory for a batch of %d", t->batch);
+}
+
+int trainer_setup_batch(trainer *t) {
+    int rc = choose_batch(t);
+    return rc ? rc : allocate_batch(t);
+}
+
+void trainer_cleanup(trainer *t) {
+    train_batch *b = &t->buf;
+    if (t->progress.metrics) fclose(t->progress.metrics);
+    free(b->order), free(b->idx), free(b->x_nchw), free(b->x_host), free(b->y);
+    if (t->be && b->x) t->be->ops->free(t->be, b->x);
+    if (t->be && b->lr) t->be->ops->free(t->be, b->lr);
+    ddp_destroy(t->ddp);
+    devcomm_destroy(t->dcomm);
+    comm_destroy(t->comm);
+    model_destroy(t->m);
+    dataset_close(t->train);
+    dataset_close(t->test);
+    if (t->be) t->be->ops->destroy(t->be);
+    store_thread_stop(t->store);
+}

@@ -1,0 +1,97 @@
+/* One rank's training run, as the files of worker/train share it: the
+ * parts it is set up from (trainer.c), where it stands (saved in
+ * checkpoints by snapshot.c), the step's buffers and recording (step.c),
+ * and its progress output (progress.c). Private to worker/train/.
+ *
+ * Errors, one convention: every function returns 0 or a negative errno.
+ * The first function that sees a failure reports it with trainer_fail
+ * (one log line, the error file for the agent) and returns its code; its
+ * callers pass the code up without reporting again. train_run turns any
+ * code into exit status 1, and reports one itself if nothing did. */
+#ifndef DDPRUN_WORKER_TRAIN_TRAINER_H
+#define DDPRUN_WORKER_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rendezvous/store_thread.h"
+#include "worker/backend/backend.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/devcomm.h"
+#include "worker/data/dataset.h"
+#include "worker/model/ddp.h"
+#include "worker/model/model.h"
+#include "worker/train/dist_env.h"
+#include "worker/train/train.h"
+
+/* Where the run stands: what a checkpoint saves and a resume restores. */
+typedef struct {
+    int epoch;
+    int64_t pos;          /* samples of this epoch already consumed, globally */
+    int64_t global_step;
+    int64_t optimizer_steps;
+    int global_batch;     /* 0 until chosen (or taken from a checkpoint) */
+} train_position;
+
+/* One step's inputs in host and backend memory. */
+typedef struct {
+    int64_t *order, *idx;   /* the epoch's sample order; this rank's batch */
+    float *x_nchw, *x_host; /* the batch as the data set gives it; as NHWC (or bf16) */
+    void *x;                /* the model's input, on the backend */
+    int32_t *y;
+    float *lr;              /* the step's learning rate, on the backend */
+} train_batch;
+
+/* The step recorded once (a CUDA graph) and replayed. */
+typedef struct {
+    int eager_steps;   /* steps run without a recording, in this process */
+    int recorded;      /* the backend holds a recording of the step */
+    int recordings;    /* made so far (the first is logged) */
+    int failed;        /* the last recording failed */
+} train_recording;
+
+/* Rank 0's output: the progress lines, the bar, the metrics file, img/s. */
+typedef struct {
+    FILE *metrics;
+    int tty, bar_shown;          /* stdout is a terminal; the bar is on it */
+    double t_start, t_measure;   /* clock_now_s() at start, after the warm-up */
+    int64_t measure_from_step;
+    int64_t measured_images;     /* since t_measure */
+    int64_t images;              /* every step's, in this process */
+} train_progress;
+
+typedef struct {
+    const train_config *cfg;
+    dist_env env;
+    store_thread *store; /* rank 0's, when no agent hosts one */
+    backend *be;
+    dataset *train, *test;
+    model *m;
+    comm *comm;          /* host data: checkpoint headers, the step's loss */
+    devcomm *dcomm;      /* backend memory: gradients, weights, SyncBN */
+    ddp *ddp;
+    int batch;           /* per rank */
+    int64_t n;           /* training samples */
+    int64_t steps_per_epoch;
+    train_position at;
+    train_batch buf;
+    train_recording rec;
+    train_progress progress;
+    char err[1024];      /* the first failure's message */
+} trainer;
+
+/* Set by SIGTERM: every rank stops after the step all of them agree on. */
+extern volatile sig_atomic_t trainer_stop_requested;
+
+/* Reports a failure (see above) and returns rc, which must be negative. */
+int trainer_fail(trainer *t, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The job (ranks, store), the data, the backend, model and communicators. */
+int trainer_setup(trainer *t);
+/* The per-rank batch: --batch-size, or, when resuming a run that had
+ * another world size, whatever keeps its global batch; and its buffers. */
+int trainer_setup_batch(trainer *t);
+void trainer_cleanup(trainer *t);
+
+#endif
