@@ -185,29 +185,16 @@ demo-store: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo-store
 
-bench-agent: deps
+# bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store: ours and
+# the peer's side by side (bench/NAME_bench.sh; docs/results.md).
+BENCHES := agent allreduce train ddp store
+$(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
-	@bench/agent_bench.sh
-
-bench-allreduce: deps
-	@$(MAKE) --no-print-directory all
-	@bench/allreduce_bench.sh
-
-bench-train: deps
-	@$(MAKE) --no-print-directory all
-	@bench/train_bench.sh
-
-bench-ddp: deps
-	@$(MAKE) --no-print-directory all
-	@bench/ddp_bench.sh
+	@bench/$*_bench.sh
 
 # On a machine with a GPU and PyTorch with CUDA (python3, or PY=...).
 bench-gpu: all
 	@bench/gpu_bench.sh
-
-bench-store: deps
-	@$(MAKE) --no-print-directory all
-	@bench/store_bench.sh
 
 clean:
 	rm -rf $(B)

@@ -455,18 +455,16 @@ int store_multi_set(store_client *c, size_t n, const char *const *keys,
 }
 
 int store_ping(store_client *c, double *rtt_us) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_now_ns();
     int64_t dl = deadline_of(c, -1);
     int rc = begin(c, STORE_OP_PING);
     if (rc) return rc;
-    uint32_t nonce = (uint32_t)t0.tv_nsec;
+    uint32_t nonce = (uint32_t)t0;
     store_enc_u32(&c->out, nonce);
     uint8_t b[4];
     if ((rc = send_req(c, dl)) || (rc = recv_exact(c, b, 4, dl))) return rc;
     if (store_load_u32(b) != nonce) return fail(c, -EPROTO);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rtt_us) *rtt_us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
+    if (rtt_us) *rtt_us = (double)(clock_now_ns() - t0) / 1e3;
     return 0;
 }
 
