@@ -136,7 +136,7 @@ static int exec(comm *c, const op_args *a) {
         return 0;
     }
     char msg[sizeof c->err - 32] = "";
-    comm_call k = comm_call_start(op_names[a->kind], c->timeout_ms, &c->cancel, msg, sizeof msg);
+    comm_call k = comm_call_start(op_names[a->kind], c->timeout_ms, &c->stop, msg, sizeof msg);
     switch (a->kind) {
     case OP_ALLREDUCE: rc = a->n ? do_allreduce(c, a->buf, a->n, &k) : 0; break;
     case OP_BROADCAST: rc = a->n ? do_broadcast(c, a->buf, a->n, a->root, &k) : 0; break;
@@ -188,7 +188,7 @@ int comm_alloc(comm *c, size_t bytes, void **out, char *err, size_t errlen) {
         return rc;
     }
     char msg[sizeof c->err - 32] = "";
-    comm_call k = comm_call_start("shared allocation", c->timeout_ms, &c->cancel, msg, sizeof msg);
+    comm_call k = comm_call_start("shared allocation", c->timeout_ms, &c->stop, msg, sizeof msg);
     rc = comm_shm_window(c->shm, bytes, out, &k);
     if (rc && rc != -ENOMEM) comm_fail(c, &k, rc);
     snprintf(err, errlen, "%s", rc == -ENOMEM ? msg : rc ? c->err : "");
@@ -353,11 +353,12 @@ int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen) {
     c->rank = o->rank;
     c->world = o->world;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : COMM_DEFAULT_TIMEOUT_MS;
+    c->stop.abort_at_ns = o->abort_at_ns;
     c->nhosts = c->lsize = 1;
     comm_ring_clear(&c->ring);
     comm_async_init(c);
     if (c->world > 1) {
-        comm_call k = comm_call_start("communicator set-up", c->timeout_ms, &c->cancel, err,
+        comm_call k = comm_call_start("communicator set-up", c->timeout_ms, &c->stop, err,
                                       errlen);
         rc = connect_all(c, o, &k);
         if (rc) {
@@ -373,7 +374,7 @@ int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen) {
 
 void comm_destroy(comm *c) {
     if (!c) return;
-    atomic_store(&c->cancel, 1);
+    atomic_store(&c->stop.cancel, 1);
     comm_async_stop(c);
     comm_shm_destroy(c->shm);
     comm_ring_close(&c->ring);

@@ -11,6 +11,7 @@
 #define DDPRUN_WORKER_COMM_COMM_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct comm comm;
@@ -24,6 +25,12 @@ typedef struct {
     int local_rank, local_world; /* ranks on this host (shared memory among them) */
     int timeout_ms;         /* any collective that takes longer fails with -ETIMEDOUT */
     int no_shm;             /* 1: TCP even between ranks on one host (tests) */
+    /* NULL, or the caller's variable: once it holds a nonzero time
+     * (CLOCK_MONOTONIC ns) and that time has passed, every call in flight
+     * or later fails with -ECANCELED and the communicator breaks as on any
+     * failure, so the peers find out at once. For a process told to stop
+     * while a peer may be gone: a signal handler may set it. */
+    const _Atomic int64_t *abort_at_ns;
 } comm_opts;
 
 /* Connects all ranks. 0 or -errno with a message. Ranks with the same

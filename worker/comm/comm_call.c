@@ -8,14 +8,35 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+/* Why the call must stop now, as a code (0: it may go on): 1 cancelled,
+ * 2 aborted, 3 timed out. */
+static int why_stop(const comm_call *k, int64_t now) {
+    if (k->stop && atomic_load(&k->stop->cancel)) return 1;
+    int64_t abort_at = k->stop && k->stop->abort_at_ns ? atomic_load(k->stop->abort_at_ns) : 0;
+    if (abort_at && now >= abort_at) return 2;
+    return now >= k->deadline_ns ? 3 : 0;
+}
+
+int comm_call_stopped(const comm_call *k) {
+    int why = why_stop(k, clock_now_ns());
+    return why == 0 ? 0 : why == 3 ? -ETIMEDOUT : -ECANCELED;
+}
+
 int comm_call_check(comm_call *k) {
-    if (k->cancel && atomic_load(k->cancel))
+    switch (why_stop(k, clock_now_ns())) {
+    case 1:
         return comm_call_fail(k, -ECANCELED, "%s cancelled: the communicator is being destroyed",
                               k->op);
-    if (clock_now_ns() >= k->deadline_ns)
+    case 2:
+        return comm_call_fail(k, -ECANCELED,
+                              "%s aborted: this rank is stopping and the collective did not "
+                              "finish in time (a peer is gone or stuck)",
+                              k->op);
+    case 3:
         return comm_call_fail(k, -ETIMEDOUT,
                               "%s timed out after %d ms (a peer is stuck, slow or gone)", k->op,
                               k->timeout_ms);
+    }
     return 0;
 }
 

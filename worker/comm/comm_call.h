@@ -12,9 +12,17 @@
 
 #include "common/clock.h"
 
+/* What stops every call of a communicator early, from outside the call:
+ * its destruction (cancel), or its owner stopping (*abort_at_ns, the
+ * owner's own variable, which a signal handler may set). */
+typedef struct {
+    atomic_int cancel;                   /* nonzero: give up with -ECANCELED */
+    const _Atomic int64_t *abort_at_ns;  /* NULL, or nonzero: give up after this time */
+} comm_stop;
+
 typedef struct {
     int64_t deadline_ns;      /* CLOCK_MONOTONIC; the call fails with -ETIMEDOUT after it */
-    const atomic_int *cancel; /* nonzero: give up with -ECANCELED (may be NULL) */
+    const comm_stop *stop;    /* may be NULL */
     const char *op;           /* "all-reduce", "init", ... for messages */
     int timeout_ms;           /* the budget the deadline came from, for messages */
     char *err;                /* receives the first failure's message */
@@ -22,9 +30,9 @@ typedef struct {
 } comm_call;
 
 /* Starts a call of timeout_ms from now. */
-static inline comm_call comm_call_start(const char *op, int timeout_ms, const atomic_int *cancel,
+static inline comm_call comm_call_start(const char *op, int timeout_ms, const comm_stop *stop,
                                         char *err, size_t errlen) {
-    return (comm_call){clock_now_ns() + (int64_t)timeout_ms * 1000000, cancel, op, timeout_ms,
+    return (comm_call){clock_now_ns() + (int64_t)timeout_ms * 1000000, stop, op, timeout_ms,
                        err, errlen};
 }
 
@@ -35,8 +43,12 @@ static inline int64_t comm_call_left_ns(const comm_call *k) {
 }
 
 /* 0 while the call may go on; -ETIMEDOUT or -ECANCELED (with a message)
- * once it may not. Cheap enough to call in every wait loop. */
+ * once it may not (past its deadline, its communicator being destroyed, or
+ * past the owner's abort time). Cheap enough to call in every wait loop. */
 int comm_call_check(comm_call *k);
+/* The same question without recording a message: 0, -ECANCELED or
+ * -ETIMEDOUT. */
+int comm_call_stopped(const comm_call *k);
 
 /* Records the message (the first one wins: later failures are usually
  * consequences of the first) and returns rc. */

@@ -35,7 +35,7 @@ struct comm {
     comm_shm *shm;      /* the ranks of this host (NULL when alone on it) */
     comm_ring ring;     /* the hosts' first ranks (used when nhosts > 1) */
     atomic_int broken;  /* 0, or the error that made the communicator unusable */
-    atomic_int cancel;  /* set by comm_destroy: in-flight calls give up */
+    comm_stop stop;     /* comm_destroy and comm_abort_at: in-flight calls give up */
     char err[512];
     comm_async async;
 };

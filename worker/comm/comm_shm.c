@@ -207,9 +207,9 @@ static int aborted(comm_shm *s, comm_call *k) {
  * before it calls wait_fail. *who receives a dead peer's local rank. */
 static int wait_problem(comm_shm *s, const comm_call *k, int *who) {
     if (atomic_load(&s->h->abort_err)) return -ECONNABORTED;
-    if (k->cancel && atomic_load(k->cancel)) return -ECANCELED;
+    int rc = comm_call_stopped(k);
+    if (rc) return rc;
     int64_t now = clock_now_ns();
-    if (now >= k->deadline_ns) return -ETIMEDOUT;
     if (now < s->next_peer_check_ns) return 0;
     s->next_peer_check_ns = now + SHM_SLICE_NS;
     for (int i = 0; i < s->nlocal; i++) {

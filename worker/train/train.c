@@ -12,9 +12,11 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "worker/data/sampler.h"
 #include "worker/train/error_file.h"
@@ -23,9 +25,24 @@
 #include "worker/train/step.h"
 #include "worker/train/trainer.h"
 
+/* SIGTERM: every rank stops after the step they all finish, and saves it.
+ * A peer that is gone (a host lost without a word) never finishes it, so
+ * the communicator is also told to abort once the step has had time to
+ * finish: 1.5 times the last step's time, at least STOP_GRACE_MIN_NS. */
+#define STOP_GRACE_MIN_NS 250000000LL
+static _Atomic int64_t stop_grace_ns = STOP_GRACE_MIN_NS;
+
 static void on_sigterm(int sig) {
     (void)sig;
     trainer_stop_requested = 1;
+    int64_t zero = 0;
+    atomic_compare_exchange_strong(&trainer_abort_at_ns, &zero,
+                                   clock_now_ns() + atomic_load(&stop_grace_ns));
+}
+
+static void time_step(int64_t t0) {
+    int64_t grace = (clock_now_ns() - t0) * 3 / 2;
+    atomic_store(&stop_grace_ns, grace > STOP_GRACE_MIN_NS ? grace : STOP_GRACE_MIN_NS);
 }
 
 /* The position after the step just finished, and its number within its
@@ -73,11 +90,13 @@ static int run_epoch(trainer *t) {
             return rc ? rc : 1;
         }
         float stats[4];
+        int64_t t0 = clock_now_ns();
         int rc = step_train(t, stats);
         if (rc) return rc;
         if ((rc = step_allreduce_small(t, stats, 4)))
             return trainer_fail(t, rc, "all-reduce of the step's loss failed: %s",
                                 comm_error(t->comm)[0] ? comm_error(t->comm) : strerror(-rc));
+        time_step(t0);
         int64_t step_in_epoch = advance(t);
         if (t->env.rank == 0)
             progress_step(t, stats[0] / stats[2], stats[1] / stats[2], step_lr(t), step_in_epoch);
@@ -140,7 +159,7 @@ int train_run(const train_config *c) {
      * forgot, the agent still gets a reason rather than a bare exit 1. */
     if (rc && !t.err[0]) trainer_fail(&t, rc, "training failed: %s", strerror(-rc));
     trainer_cleanup(&t);
-    return rc ? 1 : 0;
+    return rc == 0 ? 0 : t.stopped ? 128 + SIGTERM : 1;
 }
 
 void train_config_defaults(train_config *c) {

@@ -15,14 +15,25 @@
 #include "worker/train/error_file.h"
 
 volatile sig_atomic_t trainer_stop_requested;
+_Atomic int64_t trainer_abort_at_ns;
 
 int trainer_fail(trainer *t, int rc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t->err, sizeof t->err, fmt, ap);
     va_end(ap);
-    log_error("rank %d: %s", t->env.rank, t->err);
-    error_file_write(t->err);
+    if (trainer_stop_requested) {
+        /* Told to stop: a collective that fails now was aborted on purpose or
+         * lost a peer that is stopping too; the cause of the stop is
+         * elsewhere, so no error file that would name this rank for it. */
+        t->stopped = 1;
+        log_warn("rank %d: stopping on SIGTERM: %s; no checkpoint of the unfinished step is "
+                 "written (the newest one stays)",
+                 t->env.rank, t->err);
+    } else {
+        log_error("rank %d: %s", t->env.rank, t->err);
+        error_file_write(t->err);
+    }
     return rc < 0 ? rc : -EIO;
 }
 
@@ -107,7 +118,8 @@ static int setup_comm(trainer *t) {
     comm_opts co = {.store_host = t->env.master_addr, .store_port = t->env.master_port,
                     .rank = t->env.rank, .world = t->env.world, .local_rank = t->env.local_rank,
                     .local_world = t->env.local_world, .timeout_ms = c->timeout_s * 1000,
-                    .no_shm = c->no_shm, .prefix = prefix};
+                    .no_shm = c->no_shm, .prefix = prefix,
+                    .abort_at_ns = &trainer_abort_at_ns};
     int rc = comm_init(&co, &t->comm, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     if (t->be->kind == BACKEND_CUDA) {

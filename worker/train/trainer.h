@@ -7,11 +7,13 @@
  * The first function that sees a failure reports it with trainer_fail
  * (one log line, the error file for the agent) and returns its code; its
  * callers pass the code up without reporting again. train_run turns any
- * code into exit status 1, and reports one itself if nothing did. */
+ * code into exit status 1 (143 after SIGTERM), and reports one itself if
+ * nothing did. */
 #ifndef DDPRUN_WORKER_TRAIN_TRAINER_H
 #define DDPRUN_WORKER_TRAIN_TRAINER_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -79,12 +81,18 @@ typedef struct {
     train_recording rec;
     train_progress progress;
     char err[1024];      /* the first failure's message */
+    int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
 
 /* Set by SIGTERM: every rank stops after the step all of them agree on. */
 extern volatile sig_atomic_t trainer_stop_requested;
+/* Set by SIGTERM too: when the host communicator gives up on a collective
+ * that does not finish (comm_opts.abort_at_ns). */
+extern _Atomic int64_t trainer_abort_at_ns;
 
-/* Reports a failure (see above) and returns rc, which must be negative. */
+/* Reports a failure (see above) and returns rc, which must be negative.
+ * After SIGTERM a failure is a stop: logged as a warning, no error file,
+ * and t->stopped set. */
 int trainer_fail(trainer *t, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* The job (ranks, store), the data, the backend, model and communicators. */
