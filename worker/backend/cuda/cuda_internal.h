@@ -1,7 +1,8 @@
 /* What the files of the CUDA backend share and nobody else sees: the
- * backend's state (device, stream, library handles, scratch buffers), the
- * check macros for each library's status type, and the operations each
- * file contributes to the ops table in cuda_backend.c. */
+ * backend's state (device, stream, library handles, scratch buffers) and
+ * the operations each file contributes to the ops table in cuda_backend.c.
+ * Failed calls into CUDA, cuDNN and cuBLAS are reported by cuda_check.h's
+ * checks. */
 #ifndef DDPRUN_WORKER_CUDA_INTERNAL_H
 #define DDPRUN_WORKER_CUDA_INTERNAL_H
 
@@ -13,41 +14,8 @@
 #include "common/log.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/cuda_check.h"
 #include "worker/backend/cuda/cuda_kernels.h"
-
-/* One check macro per status type: on failure each logs where, the call
- * and the library's own words (for cuBLAS, its status's name: its string
- * function is not loaded), and returns -EIO from the calling function
- * (which therefore returns int). */
-#define CUDA_CHECK(expr)                                                                   \
-    do {                                                                                   \
-        cudaError_t e_ = (expr);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            log_error("%s:%d: CUDA: %s: %s", __FILE__, __LINE__, #expr,                    \
-                      cudaGetErrorString(e_));                                             \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
-
-#define CUDNN_CHECK(expr)                                                                  \
-    do {                                                                                   \
-        cudnnStatus_t s_ = (expr);                                                         \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                  \
-            log_error("%s:%d: cuDNN: %s: %s", __FILE__, __LINE__, #expr,                   \
-                      cudnnGetErrorString(s_));                                            \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
-
-#define CUBLAS_CHECK(expr)                                                                 \
-    do {                                                                                   \
-        cublasStatus_t s_ = (expr);                                                        \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-            log_error("%s:%d: cuBLAS: %s: %s", __FILE__, __LINE__, #expr,                  \
-                      cuda_blas_status_name(s_));                                          \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
 
 /* A device buffer that only grows: scratch whose size depends on the
  * shapes that come along. */
@@ -80,7 +48,6 @@ typedef struct {
 /* cuda_blas.c: 0, or -ENOENT with a message saying what is missing. */
 int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen);
 void cuda_blas_unload(cuda_blas *bl);
-const char *cuda_blas_status_name(cublasStatus_t s);
 
 typedef struct {
     int device;
