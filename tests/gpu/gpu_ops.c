@@ -343,37 +343,42 @@ static void test_bn_forward(ctx *t, int rows, int c) {
     size_t n = (size_t)rows * c, a = asz(t);
     void *x = bn_input(t, rows, c), *gx = dput(t, x, n * a);
     float *sum = hzero(t, c), *sumsq = hzero(t, c), *gsum = dnew(t, c * 4), *gsq = dnew(t, c * 4);
-    if (calls_ok(t, CPU(bn_stats, rows, c, x, sum, sumsq), GPU(bn_stats, rows, c, gx, gsum, gsq),
-                 "bn_stats %dx%d", rows, c)) {
+    bn_args ca = {.rows = rows, .c = c, .x = x, .sum = sum, .sumsq = sumsq, .count = rows,
+                  .eps = 1e-5f, .momentum = 0.1f};
+    bn_args ga = ca;
+    ga.x = gx, ga.sum = gsum, ga.sumsq = gsq;
+    if (calls_ok(t, CPU(bn_stats, &ca), GPU(bn_stats, &ga), "bn_stats %dx%d", rows, c)) {
         close_to(t, gsum, sum, c, TOL, "bn_stats %dx%d sum", rows, c);
         close_to(t, gsq, sumsq, c, TOL, "bn_stats %dx%d sumsq", rows, c);
     }
     /* finalize from the CPU's sums, so each op is judged on its own */
     float *run = hrand(t, 2 * (size_t)c, 0.5f, 1.5f), *grun = dput(t, run, 2 * c * 4);
     float *mean = hzero(t, c), *inv = hzero(t, c), *gmean = dnew(t, c * 4), *ginv = dnew(t, c * 4);
-    gsum = dput(t, sum, c * 4), gsq = dput(t, sumsq, c * 4);
-    if (calls_ok(t, CPU(bn_finalize, c, rows, 1e-5f, 0.1f, sum, sumsq, mean, inv, run),
-                 GPU(bn_finalize, c, rows, 1e-5f, 0.1f, gsum, gsq, gmean, ginv, grun),
-                 "bn_finalize c%d", c)) {
+    ca.mean = mean, ca.invstd = inv, ca.running = run;
+    ga.mean = gmean, ga.invstd = ginv, ga.running = grun;
+    ga.sum = dput(t, sum, c * 4), ga.sumsq = dput(t, sumsq, c * 4);
+    if (calls_ok(t, CPU(bn_finalize, &ca), GPU(bn_finalize, &ga), "bn_finalize c%d", c)) {
         close_to(t, gmean, mean, c, TOL, "bn_finalize c%d mean", c);
         close_to(t, ginv, inv, c, TOL, "bn_finalize c%d invstd", c);
         close_to(t, grun, run, 2 * (size_t)c, TOL, "bn_finalize c%d running", c);
     }
     float *m2 = hzero(t, c), *i2 = hzero(t, c);
-    if (calls_ok(t, CPU(bn_running, c, 1e-5f, run, m2, i2),
-                 GPU(bn_running, c, 1e-5f, grun, gmean, ginv), "bn_running c%d", c)) {
+    ca.mean = m2, ca.invstd = i2;
+    if (calls_ok(t, CPU(bn_running, &ca), GPU(bn_running, &ga), "bn_running c%d", c)) {
         close_to(t, gmean, m2, c, TOL, "bn_running c%d mean", c);
         close_to(t, ginv, i2, c, TOL, "bn_running c%d invstd", c);
     }
     float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f);
-    float *gg = dput(t, gamma, c * 4), *gb = dput(t, beta, c * 4);
     void *y = azero(t, n), *gy = dnew(t, n * a);
-    gmean = dput(t, mean, c * 4), ginv = dput(t, inv, c * 4);
-    for (int relu = 0; relu <= 1; relu++)
-        if (calls_ok(t, CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y),
-                     GPU(bn_apply, rows, c, gx, gmean, ginv, gg, gb, relu, gy),
-                     "bn_apply %dx%d relu %d", rows, c, relu))
+    ca.mean = mean, ca.invstd = inv, ca.gamma = gamma, ca.beta = beta, ca.y = y;
+    ga.mean = dput(t, mean, c * 4), ga.invstd = dput(t, inv, c * 4);
+    ga.gamma = dput(t, gamma, c * 4), ga.beta = dput(t, beta, c * 4), ga.y = gy;
+    for (int relu = 0; relu <= 1; relu++) {
+        ca.relu = ga.relu = relu;
+        if (calls_ok(t, CPU(bn_apply, &ca), GPU(bn_apply, &ga), "bn_apply %dx%d relu %d", rows,
+                     c, relu))
             close_act(t, gy, y, n, t->tol, "bn_apply %dx%d relu %d", rows, c, relu);
+    }
     done(t);
 }
 
@@ -382,24 +387,29 @@ static void test_bn_backward(ctx *t, int rows, int c, int relu) {
     void *x = bn_input(t, rows, c), *y = azero(t, n);
     float *mean = hrand(t, c, -0.1f, 0.1f), *inv = hrand(t, c, 0.5f, 2);
     float *gamma = hrand(t, c, 0.5f, 1.5f), *beta = hrand(t, c, -0.5f, 0.5f);
-    CPU(bn_apply, rows, c, x, mean, inv, gamma, beta, relu, y); /* a real ReLU mask */
+    bn_args ca = {.rows = rows, .c = c, .x = x, .y = y, .gamma = gamma, .beta = beta,
+                  .mean = mean, .invstd = inv, .relu = relu};
+    CPU(bn_apply, &ca); /* a real ReLU mask */
     void *dy = arand(t, n, -1, 1), *gdy = dput(t, dy, n * a);
     void *gx = dput(t, x, n * a), *gy = dput(t, y, n * a);
     float *gmean = dput(t, mean, c * 4), *ginv = dput(t, inv, c * 4), *gg = dput(t, gamma, c * 4);
     float *s1 = hzero(t, c), *s2 = hzero(t, c), *gs1 = dnew(t, c * 4), *gs2 = dnew(t, c * 4);
-    if (calls_ok(t, CPU(bn_bwd_reduce, rows, c, x, y, mean, inv, relu, dy, s1, s2),
-                 GPU(bn_bwd_reduce, rows, c, gx, gy, gmean, ginv, relu, gdy, gs1, gs2),
+    ca.dy = dy, ca.sum_dy = s1, ca.sum_dy_xhat = s2;
+    bn_args ga = {.rows = rows, .c = c, .x = gx, .y = gy, .dy = gdy, .gamma = gg,
+                  .mean = gmean, .invstd = ginv, .sum_dy = gs1, .sum_dy_xhat = gs2,
+                  .relu = relu};
+    if (calls_ok(t, CPU(bn_bwd_reduce, &ca), GPU(bn_bwd_reduce, &ga),
                  "bn_bwd_reduce %dx%d relu %d", rows, c, relu)) {
         close_act(t, gdy, dy, n, 0, "bn_bwd_reduce %dx%d relu %d: dy masked", rows, c, relu);
         close_to(t, gs1, s1, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy", rows, c, relu);
         close_to(t, gs2, s2, c, TOL, "bn_bwd_reduce %dx%d relu %d: sum_dy_xhat", rows, c, relu);
     }
-    gs1 = dput(t, s1, c * 4), gs2 = dput(t, s2, c * 4);
+    ga.sum_dy = dput(t, s1, c * 4), ga.sum_dy_xhat = dput(t, s2, c * 4);
+    ca.count = ga.count = (double)rows * 2; /* as if another rank had as many rows */
     for (int add_to = 0; add_to <= 1; add_to++) {
         void *dx = arand(t, n, -1, 1), *gdx = dput(t, dx, n * a);
-        float m = (float)rows * 2; /* as if another rank had as many rows */
-        if (calls_ok(t, CPU(bn_bwd_apply, rows, c, x, dy, mean, inv, gamma, s1, s2, m, add_to, dx),
-                     GPU(bn_bwd_apply, rows, c, gx, gdy, gmean, ginv, gg, gs1, gs2, m, add_to, gdx),
+        ca.dx = dx, ga.dx = gdx, ca.add_to = ga.add_to = add_to;
+        if (calls_ok(t, CPU(bn_bwd_apply, &ca), GPU(bn_bwd_apply, &ga),
                      "bn_bwd_apply %dx%d add_to %d", rows, c, add_to))
             close_act(t, gdx, dx, n, t->tol, "bn_bwd_apply %dx%d add_to %d", rows, c, add_to);
     }
@@ -411,8 +421,10 @@ static void test_bn_deterministic(ctx *t, int rows, int c) {
     size_t n = (size_t)rows * c;
     void *gx = dput(t, bn_input(t, rows, c), n * asz(t));
     float *a = dnew(t, c * 4), *b = dnew(t, c * 4), *a2 = dnew(t, c * 4), *b2 = dnew(t, c * 4);
-    GPU(bn_stats, rows, c, gx, a, b);
-    GPU(bn_stats, rows, c, gx, a2, b2);
+    bn_args first = {.rows = rows, .c = c, .x = gx, .sum = a, .sumsq = b};
+    bn_args again = {.rows = rows, .c = c, .x = gx, .sum = a2, .sumsq = b2};
+    GPU(bn_stats, &first);
+    GPU(bn_stats, &again);
     close_to(t, a2, hget(t, a, c * 4), c, 0, "bn_stats %dx%d deterministic: sum", rows, c);
     close_to(t, b2, hget(t, b, c * 4), c, 0, "bn_stats %dx%d deterministic: sumsq", rows, c);
     done(t);

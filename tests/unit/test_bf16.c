@@ -89,17 +89,23 @@ TEST(bf16_backend_is_the_fp32_backend_rounded) {
     int rows = (int)(ny / (size_t)s.k), c = s.k;
     float st[4 * 7], sth[4 * 7];
     for (size_t i = 0; i < ny; i++) y[i] = bf16_to_float(yh[i]); /* what bf16 holds */
-    CHECK_EQ(h->ops->bn_stats(h, rows, c, yh, sth + 2 * c, sth + 3 * c), 0);
-    CHECK_EQ(f->ops->bn_stats(f, rows, c, y, st + 2 * c, st + 3 * c), 0);
-    CHECK_MEM(sth + 2 * c, 2 * c * 4, st + 2 * c, 2 * c * 4);
     float gamma[7], beta[7], running[14] = {0};
     for (int j = 0; j < c; j++) gamma[j] = 0.5f + 0.1f * j, beta[j] = 0.05f * j - 0.1f;
-    CHECK_EQ(f->ops->bn_finalize(f, c, rows, 1e-5f, 0.1f, st + 2 * c, st + 3 * c, st, st + c,
-                                 running), 0);
     uint16_t *zh = malloc(ny * 2);
     float *z = malloc(ny * 4);
-    CHECK_EQ(h->ops->bn_apply(h, rows, c, yh, st, st + c, gamma, beta, 1, zh), 0);
-    CHECK_EQ(f->ops->bn_apply(f, rows, c, y, st, st + c, gamma, beta, 1, z), 0);
+    /* The same layer on both: the fp32 side's statistics serve both. */
+    bn_args bf = {.rows = rows, .c = c, .x = y, .y = z, .gamma = gamma, .beta = beta,
+                  .mean = st, .invstd = st + c, .running = running, .sum = st + 2 * c,
+                  .sumsq = st + 3 * c, .count = rows, .eps = 1e-5f, .momentum = 0.1f,
+                  .relu = 1};
+    bn_args bh = bf;
+    bh.x = yh, bh.y = zh, bh.sum = sth + 2 * c, bh.sumsq = sth + 3 * c;
+    CHECK_EQ(h->ops->bn_stats(h, &bh), 0);
+    CHECK_EQ(f->ops->bn_stats(f, &bf), 0);
+    CHECK_MEM(sth + 2 * c, 2 * c * 4, st + 2 * c, 2 * c * 4);
+    CHECK_EQ(f->ops->bn_finalize(f, &bf), 0);
+    CHECK_EQ(h->ops->bn_apply(h, &bh), 0);
+    CHECK_EQ(f->ops->bn_apply(f, &bf), 0);
     for (size_t i = 0; i < ny; i++) same &= zh[i] == bf16_from_float(z[i]);
     CHECK(same);
 

@@ -108,13 +108,15 @@ TEST(conv_backward_matches_finite_differences) {
 static void bn_forward(backend *b, int rows, int c, const float *x, const float *gamma,
                        const float *beta, float *y, float *mean, float *invstd) {
     float *sum = calloc(c, 4), *sq = calloc(c, 4);
-    b->ops->bn_stats(b, rows, c, x, sum, sq);
+    bn_args a = {.rows = rows, .c = c, .x = x, .y = y, .gamma = gamma, .beta = beta,
+                 .mean = mean, .invstd = invstd, .sum = sum, .sumsq = sq};
+    b->ops->bn_stats(b, &a);
     for (int j = 0; j < c; j++) {
         mean[j] = sum[j] / rows;
         float var = sq[j] / rows - mean[j] * mean[j];
         invstd[j] = 1.0f / sqrtf(var + 1e-5f);
     }
-    b->ops->bn_apply(b, rows, c, x, mean, invstd, gamma, beta, 0, y);
+    b->ops->bn_apply(b, &a);
     free(sum), free(sq);
 }
 
@@ -128,8 +130,11 @@ TEST(batchnorm_backward_matches_finite_differences) {
     bn_forward(b, rows, c, x, gamma, beta, y, mean, invstd);
     float *dy = malloc(n * 4);
     memcpy(dy, g, n * 4);
-    b->ops->bn_bwd_reduce(b, rows, c, x, y, mean, invstd, 0, dy, sdy, sdx);
-    b->ops->bn_bwd_apply(b, rows, c, x, dy, mean, invstd, gamma, sdy, sdx, (float)rows, 0, dx);
+    bn_args a = {.rows = rows, .c = c, .x = x, .y = y, .dy = dy, .dx = dx, .gamma = gamma,
+                 .mean = mean, .invstd = invstd, .sum_dy = sdy, .sum_dy_xhat = sdx,
+                 .count = rows};
+    b->ops->bn_bwd_reduce(b, &a);
+    b->ops->bn_bwd_apply(b, &a);
     /* dgamma = sum_dy_xhat, dbeta = sum_dy. */
     const float eps = 1e-3f;
     float m2[3], i2[3];
@@ -162,14 +167,17 @@ TEST(batchnorm_fused_relu_masks_the_gradient) {
     float *x = rnd(n, 21), *y = calloc(n, 4), *dy = rnd(n, 22), *dy0 = malloc(n * 4);
     float gamma[4] = {1, 1, 1, 1}, beta[4] = {0, 0, 0, 0}, mean[4], invstd[4], s1[4], s2[4];
     float sum[4], sq[4];
-    b->ops->bn_stats(b, rows, c, x, sum, sq);
+    bn_args a = {.rows = rows, .c = c, .x = x, .y = y, .dy = dy, .gamma = gamma, .beta = beta,
+                 .mean = mean, .invstd = invstd, .sum = sum, .sumsq = sq, .sum_dy = s1,
+                 .sum_dy_xhat = s2, .relu = 1};
+    b->ops->bn_stats(b, &a);
     for (int j = 0; j < c; j++) {
         mean[j] = sum[j] / rows;
         invstd[j] = 1.0f / sqrtf(sq[j] / rows - mean[j] * mean[j] + 1e-5f);
     }
-    b->ops->bn_apply(b, rows, c, x, mean, invstd, gamma, beta, 1, y);
+    b->ops->bn_apply(b, &a);
     memcpy(dy0, dy, n * 4);
-    b->ops->bn_bwd_reduce(b, rows, c, x, y, mean, invstd, 1, dy, s1, s2);
+    b->ops->bn_bwd_reduce(b, &a);
     int zeros = 0;
     for (size_t i = 0; i < n; i++) {
         CHECK(y[i] >= 0);
@@ -288,11 +296,13 @@ TEST(batchnorm_stats_do_not_depend_on_thread_count) {
     int rows = 5000, c = 16;
     float *x = rnd((size_t)rows * c, 16);
     float s1[16], q1[16], s2[16], q2[16];
-    b->ops->bn_stats(b, rows, c, x, s1, q1);
+    bn_args a1 = {.rows = rows, .c = c, .x = x, .sum = s1, .sumsq = q1};
+    bn_args a2 = {.rows = rows, .c = c, .x = x, .sum = s2, .sumsq = q2};
+    b->ops->bn_stats(b, &a1);
     backend *one = NULL;
     char err[128];
     CHECK_EQ(cpu_backend_create(1, 1, &one, err, sizeof err), 0);
-    one->ops->bn_stats(one, rows, c, x, s2, q2);
+    one->ops->bn_stats(one, &a2);
     CHECK_MEM(s1, sizeof s1, s2, sizeof s2);
     CHECK_MEM(q1, sizeof q1, q2, sizeof q2);
     free(x);

@@ -22,7 +22,7 @@
  * linear layer's weight is [out][in], as in PyTorch, so parameters map one to
  * one onto a PyTorch state_dict. Batch norm is split into statistics,
  * finalisation and application so SyncBatchNorm can all-reduce the sums in
- * between. */
+ * between; its operations share one argument struct, bn_args. */
 #ifndef DDPRUN_WORKER_BACKEND_BACKEND_H
 #define DDPRUN_WORKER_BACKEND_BACKEND_H
 
@@ -58,6 +58,29 @@ typedef struct {
     int32_t pad;
 } backend_loss;
 
+/* One batch norm's operands: batch norm runs over rows = n*h*w rows of c
+ * channels (NHWC). Every batch-norm operation takes this struct and reads
+ * or writes the fields its comment in backend_ops names, ignoring the
+ * rest, so a caller can describe a layer once and pass the same struct to
+ * each of them. x, y, dy and dx are activations (rows x c of b->act);
+ * everything else is fp32, one value per channel. */
+typedef struct {
+    int rows, c;
+    const void *x;               /* the input */
+    void *y;                     /* the output */
+    void *dy;                    /* the gradient at the output */
+    void *dx;                    /* the gradient at the input */
+    const float *gamma, *beta;   /* the parameters: scale and shift */
+    float *mean, *invstd;        /* the statistics the output is computed with */
+    float *running;              /* running mean [0, c), running variance [c, 2c) */
+    float *sum, *sumsq;          /* forward: x's per-channel sums */
+    float *sum_dy, *sum_dy_xhat; /* backward: dy's and dy*xhat's per-channel sums */
+    double count;                /* the rows the sums cover: all ranks' under SyncBatchNorm */
+    float eps, momentum;
+    int relu;                    /* a ReLU follows the batch norm */
+    int add_to;                  /* bn_bwd_apply adds into dx instead of overwriting it */
+} bn_args;
+
 /* Max pooling window (ImageNet stem: 3x3, stride 2, pad 1). */
 typedef struct {
     int n, h, w, c;
@@ -83,36 +106,31 @@ typedef struct {
     int (*conv_bwd)(backend *b, const conv_shape *s, const void *x, const float *w,
                     const void *dy, void *dx, float *dw);
 
-    /* Batch norm over rows = n*h*w, channels c (NHWC).
-     * stats: sum[c] and sumsq[c] of x. */
-    int (*bn_stats)(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
-    /* From the sums over `count` rows (all ranks' under SyncBatchNorm):
-     * mean and invstd = 1/sqrt(var + eps) with the biased variance, and the
-     * running statistics (running[0..c) mean, running[c..2c) variance)
-     * updated as PyTorch does: r = (1 - momentum)*r + momentum*batch, the
-     * variance unbiased (count/(count-1)). Computed in double. */
-    int (*bn_finalize)(backend *b, int c, double count, float eps, float momentum,
-                       const float *sum, const float *sumsq, float *mean, float *invstd,
-                       float *running);
-    /* Evaluation: mean and invstd from the running statistics. */
-    int (*bn_running)(backend *b, int c, float eps, const float *running, float *mean,
-                      float *invstd);
-    /* y = (x - mean) * invstd * gamma + beta, optionally followed by ReLU. */
-    int (*bn_apply)(backend *b, int rows, int c, const void *x, const float *mean,
-                    const float *invstd, const float *gamma, const float *beta, int relu,
-                    void *y);
+    /* Batch norm (bn_args above), split so that SyncBatchNorm can
+     * all-reduce the sums between the operations.
+     * stats: sum and sumsq of x. */
+    int (*bn_stats)(backend *b, const bn_args *a);
+    /* From sum and sumsq over count rows: mean and invstd = 1/sqrt(var +
+     * eps) with the biased variance, and the running statistics updated
+     * as PyTorch does: r = (1 - momentum)*r + momentum*batch, the variance
+     * unbiased (count/(count-1)). Computed in double. Reads c, count, eps,
+     * momentum, sum, sumsq; writes mean, invstd, running. */
+    int (*bn_finalize)(backend *b, const bn_args *a);
+    /* Evaluation: mean and invstd from running (and eps). */
+    int (*bn_running)(backend *b, const bn_args *a);
+    /* y = (x - mean) * invstd * gamma + beta, followed by ReLU when relu
+     * is set. */
+    int (*bn_apply)(backend *b, const bn_args *a);
     /* With y the forward output (for the ReLU mask when relu is set), dy
      * becomes the gradient at the batch norm's output in place, and the
-     * per-channel sums sum_dy[c], sum_dy_xhat[c] are computed. */
-    int (*bn_bwd_reduce)(backend *b, int rows, int c, const void *x, const void *y,
-                         const float *mean, const float *invstd, int relu, void *dy,
-                         float *sum_dy, float *sum_dy_xhat);
-    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the global
-     * row count (with SyncBatchNorm, all ranks' rows); add_to: dx += instead. */
-    int (*bn_bwd_apply)(backend *b, int rows, int c, const void *x, const void *dy,
-                        const float *mean, const float *invstd, const float *gamma,
-                        const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                        void *dx);
+     * per-channel sums sum_dy and sum_dy_xhat are computed (from x, mean,
+     * invstd). */
+    int (*bn_bwd_reduce)(backend *b, const bn_args *a);
+    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the
+     * global row count (count as a float: all ranks' rows under
+     * SyncBatchNorm); add_to: dx += instead. Reads x, dy, mean, invstd,
+     * gamma, sum_dy, sum_dy_xhat. */
+    int (*bn_bwd_apply)(backend *b, const bn_args *a);
 
     /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */
     int (*relu_fwd)(backend *b, size_t n, const void *x, void *y);

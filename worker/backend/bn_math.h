@@ -5,6 +5,8 @@
 #ifndef DDPRUN_WORKER_BACKEND_BN_MATH_H
 #define DDPRUN_WORKER_BACKEND_BN_MATH_H
 
+#include "worker/backend/backend.h"
+
 #ifdef __CUDACC__
 #define BN_MATH_FN static inline __host__ __device__
 #else
@@ -12,15 +14,18 @@
 #define BN_MATH_FN static inline
 #endif
 
-/* Channel j of c: sums over `count` rows in, mean[j], invstd[j] and
- * running[j] (mean), running[c + j] (variance) out. */
-BN_MATH_FN void bn_finalize_channel(int j, int c, double count, float eps, float momentum,
-                                    const float *sum, const float *sumsq, float *mean,
-                                    float *invstd, float *running) {
-    double mu = sum[j] / count, var = sumsq[j] / count - mu * mu;
+/* Channel j of a->c (backend.h's bn_finalize): a->sum[j] and a->sumsq[j]
+ * over a->count rows in, a->mean[j], a->invstd[j] and a->running[j]
+ * (mean), a->running[c + j] (variance) out. */
+BN_MATH_FN void bn_finalize_channel(int j, const bn_args *a) {
+    int c = a->c;
+    double count = a->count;
+    float eps = a->eps, momentum = a->momentum;
+    float *running = a->running;
+    double mu = a->sum[j] / count, var = a->sumsq[j] / count - mu * mu;
     if (var < 0) var = 0;
-    mean[j] = (float)mu;
-    invstd[j] = (float)(1.0 / sqrt(var + eps));
+    a->mean[j] = (float)mu;
+    a->invstd[j] = (float)(1.0 / sqrt(var + eps));
     double unbiased = count > 1 ? var * count / (count - 1) : var;
     running[j] = (1 - momentum) * running[j] + momentum * (float)mu;
     running[c + j] = (1 - momentum) * running[c + j] + momentum * (float)unbiased;

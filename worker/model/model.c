@@ -242,21 +242,41 @@ void model_destroy(model *m) {
 
 /* ---- forward ------------------------------------------------------------------ */
 
+/* A batch norm op's operands for every batch-norm operation (backend.h):
+ * its statistics (op->stats: mean, invstd, then the two sums, which the
+ * forward and backward passes share) and this rank's row count; under
+ * SyncBatchNorm the caller multiplies count by the world size once the
+ * sums are all-reduced. */
+static bn_args bn_args_of(const model *m, const model_op *op) {
+    int c = op->c;
+    model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
+    float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
+    return (bn_args){.rows = op->rows, .c = c, .x = x->data, .y = y->data, .dy = y->grad,
+                     .dx = x->grad, .gamma = m->param + op->w, .beta = m->param + op->b,
+                     .mean = mean, .invstd = invstd, .running = m->buf + op->buf,
+                     .sum = sums, .sumsq = sums + c, .sum_dy = sums, .sum_dy_xhat = sums + c,
+                     .count = op->rows, .eps = m->bn_eps, .momentum = m->bn_momentum,
+                     .relu = op->relu};
+}
+
 /* Batch statistics (all-reduced across ranks with SyncBatchNorm), and the
  * running statistics updated as PyTorch does (unbiased variance). */
-static int bn_train_stats(model *m, model_op *op) {
+static int bn_train_stats(model *m, bn_args *a) {
     backend *be = m->be;
-    int c = op->c;
-    float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
-    int rc = be->ops->bn_stats(be, op->rows, c, m->acts[op->in].data, sums, sums + c);
-    double rows = op->rows;
+    int rc = be->ops->bn_stats(be, a);
     if (rc == 0 && m->hooks.allreduce) {
-        rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c);
-        rows *= m->hooks.world;
+        rc = m->hooks.allreduce(m->hooks.ctx, a->sum, 2 * (size_t)a->c);
+        a->count *= m->hooks.world;
     }
     if (rc) return rc;
-    return be->ops->bn_finalize(be, c, rows, m->bn_eps, m->bn_momentum, sums, sums + c, mean,
-                                invstd, m->buf + op->buf);
+    return be->ops->bn_finalize(be, a);
+}
+
+static int forward_bn(model *m, const model_op *op, int train) {
+    backend *be = m->be;
+    bn_args a = bn_args_of(m, op);
+    int rc = train ? bn_train_stats(m, &a) : be->ops->bn_running(be, &a);
+    return rc ? rc : be->ops->bn_apply(be, &a);
 }
 
 static int forward_op(model *m, model_op *op, int n, int train) {
@@ -264,16 +284,9 @@ static int forward_op(model *m, model_op *op, int n, int train) {
     const backend_ops *o = be->ops;
     model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
     size_t ny = (size_t)n * y->h * y->w * y->c;
-    int rc;
     switch (op->kind) {
     case OP_CONV: return o->conv_fwd(be, &op->cs, x->data, m->param + op->w, y->data);
-    case OP_BN:
-        rc = train ? bn_train_stats(m, op)
-                   : o->bn_running(be, op->c, m->bn_eps, m->buf + op->buf, op->stats,
-                                   op->stats + op->c);
-        if (rc) return rc;
-        return o->bn_apply(be, op->rows, op->c, x->data, op->stats, op->stats + op->c,
-                           m->param + op->w, m->param + op->b, op->relu, y->data);
+    case OP_BN: return forward_bn(m, op, train);
     case OP_RELU: return o->relu_fwd(be, ny, x->data, y->data);
     case OP_ADD: return o->add_fwd(be, ny, x->data, m->acts[op->in2].data, op->relu, y->data);
     case OP_MAXPOOL: return o->maxpool_fwd(be, &op->ps, x->data, y->data, op->argmax);
@@ -349,25 +362,21 @@ static int dx_done(model *m, int act, size_t count) {
 static int backward_bn(model *m, model_op *op) {
     backend *be = m->be;
     int c = op->c, rc;
-    model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
-    float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
-    float *dgamma = m->grad + op->w, *dbeta = m->grad + op->b;
-    rc = be->ops->bn_bwd_reduce(be, op->rows, c, x->data, y->data, mean, invstd, op->relu,
-                                y->grad, sums, sums + c);
+    model_act *x = &m->acts[op->in];
+    bn_args a = bn_args_of(m, op);
+    rc = be->ops->bn_bwd_reduce(be, &a);
     if (rc) return rc;
     /* The parameters' gradients are this rank's (DDP averages them); the
      * input's gradient needs the sums over every rank under SyncBatchNorm. */
-    be->ops->copy(be, dbeta, sums, (size_t)c * sizeof(float));
-    be->ops->copy(be, dgamma, sums + c, (size_t)c * sizeof(float));
-    float rows = (float)op->rows;
+    be->ops->copy(be, m->grad + op->b, a.sum_dy, (size_t)c * sizeof(float));
+    be->ops->copy(be, m->grad + op->w, a.sum_dy_xhat, (size_t)c * sizeof(float));
     if (m->hooks.allreduce) {
-        if ((rc = m->hooks.allreduce(m->hooks.ctx, sums, 2 * (size_t)c))) return rc;
-        rows *= (float)m->hooks.world;
+        if ((rc = m->hooks.allreduce(m->hooks.ctx, a.sum_dy, 2 * (size_t)c))) return rc;
+        a.count *= m->hooks.world;
     }
     if (op->in == 0) return 0;
-    int add = x->grad_set;
-    rc = be->ops->bn_bwd_apply(be, op->rows, c, x->data, y->grad, mean, invstd, m->param + op->w,
-                               sums, sums + c, rows, add, x->grad);
+    a.add_to = x->grad_set;
+    rc = be->ops->bn_bwd_apply(be, &a);
     x->grad_set = 1;
     return rc;
 }

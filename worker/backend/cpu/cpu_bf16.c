@@ -90,44 +90,41 @@ static int conv_bwd(backend *b, const conv_shape *s, const void *x, const float 
     return dx ? narrow(rc, dx, DX, conv_in(s)) : rc;
 }
 
-static int bn_stats(backend *b, int rows, int c, const void *x, float *sum, float *sumsq) {
-    float *X = widen(b, 0, x, (size_t)rows * c);
-    if (!X) return -ENOMEM;
-    return inner(b)->ops->bn_stats(inner(b), rows, c, X, sum, sumsq);
+/* The batch-norm operations run the inner backend's on a copy of the
+ * arguments whose activations are the widened scratch copies. */
+static int bn_stats(backend *b, const bn_args *a) {
+    bn_args f = *a;
+    f.x = widen(b, 0, a->x, (size_t)a->rows * a->c);
+    if (!f.x) return -ENOMEM;
+    return inner(b)->ops->bn_stats(inner(b), &f);
 }
 
-static int bn_apply(backend *b, int rows, int c, const void *x, const float *mean,
-                    const float *invstd, const float *gamma, const float *beta, int relu,
-                    void *y) {
-    size_t n = (size_t)rows * c;
-    float *X = widen(b, 0, x, n);
+static int bn_apply(backend *b, const bn_args *a) {
+    size_t n = (size_t)a->rows * a->c;
+    float *X = widen(b, 0, a->x, n);
     if (!X) return -ENOMEM;
-    int rc = inner(b)->ops->bn_apply(inner(b), rows, c, X, mean, invstd, gamma, beta, relu, X);
-    return narrow(rc, y, X, n);
+    bn_args f = *a;
+    f.x = X, f.y = X;
+    return narrow(inner(b)->ops->bn_apply(inner(b), &f), a->y, X, n);
 }
 
-static int bn_bwd_reduce(backend *b, int rows, int c, const void *x, const void *y,
-                         const float *mean, const float *invstd, int relu, void *dy,
-                         float *sum_dy, float *sum_dy_xhat) {
-    size_t n = (size_t)rows * c;
-    float *X = widen(b, 0, x, n), *Y = widen(b, 1, y, n), *DY = widen(b, 2, dy, n);
+static int bn_bwd_reduce(backend *b, const bn_args *a) {
+    size_t n = (size_t)a->rows * a->c;
+    float *X = widen(b, 0, a->x, n), *Y = widen(b, 1, a->y, n), *DY = widen(b, 2, a->dy, n);
     if (!X || !Y || !DY) return -ENOMEM;
-    int rc = inner(b)->ops->bn_bwd_reduce(inner(b), rows, c, X, Y, mean, invstd, relu, DY,
-                                          sum_dy, sum_dy_xhat);
-    return narrow(rc, dy, DY, n);
+    bn_args f = *a;
+    f.x = X, f.y = Y, f.dy = DY;
+    return narrow(inner(b)->ops->bn_bwd_reduce(inner(b), &f), a->dy, DY, n);
 }
 
-static int bn_bwd_apply(backend *b, int rows, int c, const void *x, const void *dy,
-                        const float *mean, const float *invstd, const float *gamma,
-                        const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                        void *dx) {
-    size_t n = (size_t)rows * c;
-    float *X = widen(b, 0, x, n), *DY = widen(b, 1, dy, n);
-    float *DX = add_to ? widen(b, 2, dx, n) : scratch(b, 2, n);
+static int bn_bwd_apply(backend *b, const bn_args *a) {
+    size_t n = (size_t)a->rows * a->c;
+    float *X = widen(b, 0, a->x, n), *DY = widen(b, 1, a->dy, n);
+    float *DX = a->add_to ? widen(b, 2, a->dx, n) : scratch(b, 2, n);
     if (!X || !DY || !DX) return -ENOMEM;
-    int rc = inner(b)->ops->bn_bwd_apply(inner(b), rows, c, X, DY, mean, invstd, gamma, sum_dy,
-                                         sum_dy_xhat, m, add_to, DX);
-    return narrow(rc, dx, DX, n);
+    bn_args f = *a;
+    f.x = X, f.dy = DY, f.dx = DX;
+    return narrow(inner(b)->ops->bn_bwd_apply(inner(b), &f), a->dx, DX, n);
 }
 
 static int relu_fwd(backend *b, size_t n, const void *x, void *y) {
@@ -226,16 +223,12 @@ static void copy(backend *b, void *dst, const void *src, size_t bytes) {
 }
 static int sync(backend *b) { return inner(b)->ops->sync(inner(b)); }
 
-static int bn_finalize(backend *b, int c, double count, float eps, float momentum,
-                       const float *sum, const float *sumsq, float *mean, float *invstd,
-                       float *running) {
-    return inner(b)->ops->bn_finalize(inner(b), c, count, eps, momentum, sum, sumsq, mean,
-                                      invstd, running);
+static int bn_finalize(backend *b, const bn_args *a) {
+    return inner(b)->ops->bn_finalize(inner(b), a);
 }
 
-static int bn_running(backend *b, int c, float eps, const float *running, float *mean,
-                      float *invstd) {
-    return inner(b)->ops->bn_running(inner(b), c, eps, running, mean, invstd);
+static int bn_running(backend *b, const bn_args *a) {
+    return inner(b)->ops->bn_running(inner(b), a);
 }
 
 static int scale(backend *b, size_t n, float alpha, float *x) {

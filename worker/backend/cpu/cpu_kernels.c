@@ -38,9 +38,9 @@ static void sum_blocks(double *part, int nblk, int c, float *a, float *b) {
     free(part);
 }
 
-int cpu_bn_stats(backend *b, int rows, int c, const void *x_, float *sum,
-                 float *sumsq) {
-    const float *restrict x = x_;
+int cpu_bn_stats(backend *b, const bn_args *a) {
+    const float *restrict x = a->x;
+    int rows = a->rows, c = a->c;
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = calloc((size_t)nblk * 2 * (size_t)c, sizeof *part);
@@ -61,33 +61,32 @@ int cpu_bn_stats(backend *b, int rows, int c, const void *x_, float *sum,
             }
         }
     }
-    sum_blocks(part, nblk, c, sum, sumsq);
+    sum_blocks(part, nblk, c, a->sum, a->sumsq);
     return 0;
 }
 
-int cpu_bn_finalize(backend *b, int c, double count, float eps, float momentum,
-                    const float *sum, const float *sumsq, float *mean, float *invstd,
-                    float *running) {
+int cpu_bn_finalize(backend *b, const bn_args *a) {
     (void)b;
-    for (int j = 0; j < c; j++)
-        bn_finalize_channel(j, c, count, eps, momentum, sum, sumsq, mean, invstd, running);
+    for (int j = 0; j < a->c; j++) bn_finalize_channel(j, a);
     return 0;
 }
 
-int cpu_bn_running(backend *b, int c, float eps, const float *running, float *mean,
-                   float *invstd) {
+int cpu_bn_running(backend *b, const bn_args *a) {
+    int c = a->c;
+    const float *running = a->running;
     (void)b;
     for (int j = 0; j < c; j++) {
-        mean[j] = running[j];
-        invstd[j] = 1.0f / sqrtf(running[c + j] + eps);
+        a->mean[j] = running[j];
+        a->invstd[j] = 1.0f / sqrtf(running[c + j] + a->eps);
     }
     return 0;
 }
 
-int cpu_bn_apply(backend *b, int rows, int c, const void *x_, const float *mean,
-                 const float *invstd, const float *gamma, const float *beta, int relu, void *y_) {
-    const float *x = x_;
-    float *y = y_;
+int cpu_bn_apply(backend *b, const bn_args *a) {
+    const float *x = a->x;
+    float *y = a->y;
+    int rows = a->rows, c = a->c, relu = a->relu;
+    const float *mean = a->mean, *invstd = a->invstd, *gamma = a->gamma, *beta = a->beta;
     (void)b;
     float *scale = malloc(2 * (size_t)c * sizeof *scale);
     if (!scale) return -ENOMEM;
@@ -114,13 +113,13 @@ int cpu_bn_apply(backend *b, int rows, int c, const void *x_, const float *mean,
 
 /* Per block, float sums over at most ROW_BLOCK rows (well within float's
  * precision: the terms do not cancel), then double across blocks. */
-int cpu_bn_bwd_reduce(backend *b, int rows, int c, const void *x_,
-                      const void *y_, const float *restrict mean,
-                      const float *restrict invstd, int relu, void *dy_,
-                      float *sum_dy, float *sum_dy_xhat) {
-    const float *restrict x = x_;
-    const float *restrict y = y_;
-    float *restrict dy = dy_;
+int cpu_bn_bwd_reduce(backend *b, const bn_args *a) {
+    const float *restrict x = a->x;
+    const float *restrict y = a->y;
+    float *restrict dy = a->dy;
+    const float *restrict mean = a->mean;
+    const float *restrict invstd = a->invstd;
+    int rows = a->rows, c = a->c, relu = a->relu;
     (void)b;
     int nblk = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
     double *part = malloc((size_t)nblk * 2 * (size_t)c * sizeof *part); /* all written */
@@ -155,17 +154,18 @@ int cpu_bn_bwd_reduce(backend *b, int rows, int c, const void *x_,
         double *p = part + (size_t)blk * 2 * c;
         for (int j = 0; j < 2 * c; j++) p[j] = acc[j];
     }
-    sum_blocks(part, nblk, c, sum_dy, sum_dy_xhat);
+    sum_blocks(part, nblk, c, a->sum_dy, a->sum_dy_xhat);
     return 0;
 }
 
-int cpu_bn_bwd_apply(backend *b, int rows, int c, const void *x_, const void *dy_,
-                     const float *mean, const float *invstd, const float *gamma,
-                     const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                     void *dx_) {
-    const float *x = x_;
-    const float *dy = dy_;
-    float *dx = dx_;
+int cpu_bn_bwd_apply(backend *b, const bn_args *a) {
+    const float *x = a->x;
+    const float *dy = a->dy;
+    float *dx = a->dx;
+    int rows = a->rows, c = a->c, add_to = a->add_to;
+    const float *mean = a->mean, *invstd = a->invstd, *gamma = a->gamma;
+    const float *sum_dy = a->sum_dy, *sum_dy_xhat = a->sum_dy_xhat;
+    float m = (float)a->count; /* the divisions below are in float */
     (void)b;
     float *k = malloc(3 * (size_t)c * sizeof *k);
     if (!k) return -ENOMEM;

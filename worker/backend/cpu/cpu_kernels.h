@@ -6,21 +6,12 @@
 
 #include "worker/backend/backend.h"
 
-int cpu_bn_stats(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
-int cpu_bn_finalize(backend *b, int c, double count, float eps, float momentum,
-                    const float *sum, const float *sumsq, float *mean, float *invstd,
-                    float *running);
-int cpu_bn_running(backend *b, int c, float eps, const float *running, float *mean,
-                   float *invstd);
-int cpu_bn_apply(backend *b, int rows, int c, const void *x, const float *mean,
-                 const float *invstd, const float *gamma, const float *beta, int relu, void *y);
-int cpu_bn_bwd_reduce(backend *b, int rows, int c, const void *x, const void *y,
-                      const float *mean, const float *invstd, int relu, void *dy,
-                      float *sum_dy, float *sum_dy_xhat);
-int cpu_bn_bwd_apply(backend *b, int rows, int c, const void *x, const void *dy,
-                     const float *mean, const float *invstd, const float *gamma,
-                     const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                     void *dx);
+int cpu_bn_stats(backend *b, const bn_args *a);
+int cpu_bn_finalize(backend *b, const bn_args *a);
+int cpu_bn_running(backend *b, const bn_args *a);
+int cpu_bn_apply(backend *b, const bn_args *a);
+int cpu_bn_bwd_reduce(backend *b, const bn_args *a);
+int cpu_bn_bwd_apply(backend *b, const bn_args *a);
 int cpu_relu_fwd(backend *b, size_t n, const void *x, void *y);
 int cpu_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx);
 int cpu_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);

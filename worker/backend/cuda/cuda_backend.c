@@ -33,11 +33,9 @@ void cuda_backend_drop_recording(const backend *b) {
     if (!st->graph) return;
     /* An executable graph still in flight is freed once it completes
      * (cuGraphExecDestroy), so no wait: a replay stuck in a collective
-     * ends when NCCL's abort stops its kernels. */
-    cudaError_t e = cudaGraphExecDestroy(st->graph);
-    if (e != cudaSuccess)
-        log_error("%s:%d: CUDA: destroying the recorded step: %s", __FILE__, __LINE__,
-                  cudaGetErrorString(e));
+     * ends when NCCL's abort stops its kernels. Nothing is left to return
+     * a failure to: the check logs it. */
+    (void)CUDA_CHECK_RC(cudaGraphExecDestroy(st->graph));
     st->graph = NULL;
 }
 
@@ -76,15 +74,12 @@ static int alloc_zeroed(cuda_state *st, size_t bytes, void **out) {
     /* cudaMalloc aligns to 256 bytes, more than the 64 backend.h promises. */
     CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 256));
     int rc = 0;
-    cudaError_t e = cudaMemsetAsync(*out, 0, bytes, st->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);
-    if (e != cudaSuccess) {
-        log_error("%s:%d: CUDA: zeroing %zu bytes: %s", __FILE__, __LINE__, bytes,
-                  cudaGetErrorString(e));
-        cudaFree(*out);
-        *out = NULL;
-        rc = -EIO;
-    }
+    CUDA_CHECK_GOTO(cudaMemsetAsync(*out, 0, bytes, st->stream), rc, fail);
+    CUDA_CHECK_GOTO(cudaStreamSynchronize(st->stream), rc, fail);
+    return 0;
+fail:
+    cudaFree(*out);
+    *out = NULL;
     return rc;
 }
 
@@ -179,21 +174,22 @@ static int cuda_record_begin(backend *b) {
 static int cuda_record_end(backend *b) {
     cuda_state *st = cuda_state_of(b);
     cudaGraph_t g = NULL;
-    cudaError_t ended = cudaStreamEndCapture(st->stream, &g);
+    int rc = 0;
+    CUDA_CHECK_GOTO(cudaStreamEndCapture(st->stream, &g), rc, out);
+    /* Node priorities, copied from the streams while recording: NCCL's
+     * high-priority stream keeps the buckets ahead of backward's kernels. */
+    CUDA_CHECK_GOTO(cudaGraphInstantiateWithFlags(&st->graph, g,
+                                                  cudaGraphInstantiateFlagUseNodePriority),
+                    rc, out);
+    st->graph_stale = 0;
+out:
     /* The conversions the recording queued have not run (a replay runs
      * them), yet they marked their copies current: an eager call before
      * the first replay, or after a failed recording, must convert again. */
     cuda_weights_invalidate(st);
-    CUDA_CHECK(ended);
-    /* Node priorities, copied from the streams while recording: NCCL's
-     * high-priority stream keeps the buckets ahead of backward's kernels. */
-    cudaError_t e = cudaGraphInstantiateWithFlags(&st->graph, g,
-                                                  cudaGraphInstantiateFlagUseNodePriority);
-    cudaGraphDestroy(g);
-    if (e != cudaSuccess) st->graph = NULL;
-    CUDA_CHECK(e);
-    st->graph_stale = 0;
-    return 0;
+    if (g) cudaGraphDestroy(g);
+    if (rc) st->graph = NULL;
+    return rc;
 }
 
 static int cuda_replay(backend *b) {
@@ -297,15 +293,11 @@ static const backend_ops cuda_ops = {
 
 /* bf16 tensor cores (and cuDNN's bf16 convolutions) start with Ampere. */
 static int check_bf16(int device, char *err, size_t errlen) {
-    int major = 0, minor = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    if (e != cudaSuccess) {
-        snprintf(err, errlen, "cannot read CUDA device %d's compute capability: %s", device,
-                 cudaGetErrorString(e));
-        return -EIO;
-    }
+    int major = 0, minor = 0, rc = 0;
+    CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                    rc, fail);
+    CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                    rc, fail);
     if (major < 8) {
         snprintf(err, errlen, "--precision bf16 needs a GPU of compute capability 8.0 (Ampere) "
                               "or newer; CUDA device %d is %d.%d: use --precision fp32",
@@ -313,6 +305,10 @@ static int check_bf16(int device, char *err, size_t errlen) {
         return -ENOTSUP;
     }
     return 0;
+fail:
+    snprintf(err, errlen, "cannot read CUDA device %d's compute capability (the log above says "
+                          "why)", device);
+    return rc;
 }
 
 /* What is wrong with the request, before touching the device; 0 if fine. */

@@ -356,34 +356,45 @@ static cudnnStatus_t run_algo(cuda_state *st, conv_entry *e, conv_dir d, int i,
                                           l->ws[i], &zero, e->w, io->out);
 }
 
+/* Runs the current candidate. A status in cuDNN's "not supported"
+ * category is no failure here: it sets *refused (and says so) for the
+ * caller to try the next candidate. */
+static cudnnStatus_t run_current(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io,
+                                 int *refused) {
+    const algo_list *l = &e->dirs[d];
+    cudnnStatus_t s = run_algo(st, e, d, l->cur, io);
+    *refused = CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
+    if (!*refused) return s;
+    char desc[160];
+    shape_str(&e->s, desc, sizeof desc);
+    log_warn("cuDNN: convolution %s %s: algorithm %d is not supported after all (%s); "
+             "trying the next", dir_names[d], desc, l->algo[l->cur], cudnnGetErrorString(s));
+    return CUDNN_STATUS_SUCCESS;
+}
+
 /* Runs direction d with the current candidate, moving on to the next one
  * when cuDNN says it does not support this case after all. */
 static int conv_run(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io) {
     algo_list *l = &e->dirs[d];
     char desc[160];
-    if (!l->ready) {
-        int rc = choose(st, e, d, io);
-        if (rc) return rc;
-    }
+    int rc = 0;
+    if (!l->ready && (rc = choose(st, e, d, io))) return rc;
     for (; l->cur < l->n; l->cur++) {
-        int rc = cuda_buf_reserve(st, &st->workspace, l->ws[l->cur]);
-        if (rc) return rc;
+        if ((rc = cuda_buf_reserve(st, &st->workspace, l->ws[l->cur]))) return rc;
         CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, l->math[l->cur]));
-        cudnnStatus_t s = run_algo(st, e, d, l->cur, io);
-        if (s == CUDNN_STATUS_SUCCESS) return 0;
-        shape_str(&e->s, desc, sizeof desc);
-        if (CUDNN_STATUS_CATEGORY(s) != CUDNN_STATUS_NOT_SUPPORTED) {
-            log_error("%s:%d: cuDNN: convolution %s %s, algorithm %d: %s", __FILE__, __LINE__,
-                      dir_names[d], desc, l->algo[l->cur], cudnnGetErrorString(s));
-            return -EIO;
-        }
-        log_warn("cuDNN: convolution %s %s: algorithm %d is not supported after all (%s); "
-                 "trying the next", dir_names[d], desc, l->algo[l->cur], cudnnGetErrorString(s));
+        int refused = 0;
+        CUDNN_CHECK_GOTO(run_current(st, e, d, io, &refused), rc, failed);
+        if (!refused) return 0;
     }
     shape_str(&e->s, desc, sizeof desc);
     log_error("cuDNN has no algorithm for convolution %s %s in %s mode", dir_names[d], desc,
               mode_name(st));
     return -ENOTSUP;
+failed:
+    shape_str(&e->s, desc, sizeof desc);
+    log_error("cuDNN: that was convolution %s %s, algorithm %d", dir_names[d], desc,
+              l->algo[l->cur]);
+    return rc;
 }
 
 /* ---- the operations ------------------------------------------------------------------------- */

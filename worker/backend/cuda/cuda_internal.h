@@ -1,7 +1,8 @@
 /* What the files of the CUDA backend share and nobody else sees: the
- * backend's state (device, stream, library handles, scratch buffers), the
- * check macros for each library's status type, and the operations each
- * file contributes to the ops table in cuda_backend.c. */
+ * backend's state (device, stream, library handles, scratch buffers) and
+ * the operations each file contributes to the ops table in cuda_backend.c.
+ * Failed calls into CUDA, cuDNN and cuBLAS are reported by cuda_check.h's
+ * checks. */
 #ifndef DDPRUN_WORKER_BACKEND_CUDA_CUDA_INTERNAL_H
 #define DDPRUN_WORKER_BACKEND_CUDA_CUDA_INTERNAL_H
 
@@ -13,41 +14,8 @@
 #include "common/log.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/cuda_check.h"
 #include "worker/backend/cuda/cuda_kernels.h"
-
-/* One check macro per status type: on failure each logs where, the call
- * and the library's own words (for cuBLAS, its status's name: its string
- * function is not loaded), and returns -EIO from the calling function
- * (which therefore returns int). */
-#define CUDA_CHECK(expr)                                                                   \
-    do {                                                                                   \
-        cudaError_t e_ = (expr);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            log_error("%s:%d: CUDA: %s: %s", __FILE__, __LINE__, #expr,                    \
-                      cudaGetErrorString(e_));                                             \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
-
-#define CUDNN_CHECK(expr)                                                                  \
-    do {                                                                                   \
-        cudnnStatus_t s_ = (expr);                                                         \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                  \
-            log_error("%s:%d: cuDNN: %s: %s", __FILE__, __LINE__, #expr,                   \
-                      cudnnGetErrorString(s_));                                            \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
-
-#define CUBLAS_CHECK(expr)                                                                 \
-    do {                                                                                   \
-        cublasStatus_t s_ = (expr);                                                        \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-            log_error("%s:%d: cuBLAS: %s: %s", __FILE__, __LINE__, #expr,                  \
-                      cuda_blas_status_name(s_));                                          \
-            return -EIO;                                                                   \
-        }                                                                                  \
-    } while (0)
 
 /* A device buffer that only grows: scratch whose size depends on the
  * shapes that come along. */
@@ -80,7 +48,6 @@ typedef struct {
 /* cuda_blas.c: 0, or -ENOENT with a message saying what is missing. */
 int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen);
 void cuda_blas_unload(cuda_blas *bl);
-const char *cuda_blas_status_name(cublasStatus_t s);
 
 typedef struct {
     int device;
@@ -158,22 +125,12 @@ int cuda_linear_bwd(backend *b, int n, int in, int out, const void *x, const flo
                     const void *dy, void *dx, float *dw, float *dbias);
 
 /* cuda_ops.c: the operations our own kernels (cuda_kernels.cu) compute. */
-int cuda_bn_stats(backend *b, int rows, int c, const void *x, float *sum, float *sumsq);
-int cuda_bn_finalize(backend *b, int c, double count, float eps, float momentum,
-                     const float *sum, const float *sumsq, float *mean, float *invstd,
-                     float *running);
-int cuda_bn_running(backend *b, int c, float eps, const float *running, float *mean,
-                    float *invstd);
-int cuda_bn_apply(backend *b, int rows, int c, const void *x, const float *mean,
-                  const float *invstd, const float *gamma, const float *beta, int relu,
-                  void *y);
-int cuda_bn_bwd_reduce(backend *b, int rows, int c, const void *x, const void *y,
-                       const float *mean, const float *invstd, int relu, void *dy,
-                       float *sum_dy, float *sum_dy_xhat);
-int cuda_bn_bwd_apply(backend *b, int rows, int c, const void *x, const void *dy,
-                      const float *mean, const float *invstd, const float *gamma,
-                      const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                      void *dx);
+int cuda_bn_stats(backend *b, const bn_args *a);
+int cuda_bn_finalize(backend *b, const bn_args *a);
+int cuda_bn_running(backend *b, const bn_args *a);
+int cuda_bn_apply(backend *b, const bn_args *a);
+int cuda_bn_bwd_reduce(backend *b, const bn_args *a);
+int cuda_bn_bwd_apply(backend *b, const bn_args *a);
 int cuda_relu_fwd(backend *b, size_t n, const void *x, void *y);
 int cuda_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx);
 int cuda_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);

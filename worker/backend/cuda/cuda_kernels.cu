@@ -187,28 +187,26 @@ template <class T> struct bias_terms {
 };
 
 template <class T>
-static cudaError_t bn_stats_launch(cudaStream_t st, int rows, int c, const void *x,
-                                   void *partials, float *sum, float *sumsq) {
-    stats_terms<T> f = {(const T *)x, c};
-    return colsum(st, rows, c, f, partials, sum, sumsq);
+static cudaError_t bn_stats_launch(cudaStream_t st, const bn_args *a, void *partials) {
+    stats_terms<T> f = {(const T *)a->x, a->c};
+    return colsum(st, a->rows, a->c, f, partials, a->sum, a->sumsq);
 }
 
-extern "C" cudaError_t kern_bn_stats(cudaStream_t st, backend_dtype dt, int rows, int c,
-                                     const void *x, void *partials, float *sum, float *sumsq) {
-    return DISPATCH(dt, bn_stats_launch, st, rows, c, x, partials, sum, sumsq);
+extern "C" cudaError_t kern_bn_stats(cudaStream_t st, backend_dtype dt, const bn_args *a,
+                                     void *partials) {
+    return DISPATCH(dt, bn_stats_launch, st, a, partials);
 }
 
 template <class T>
-static cudaError_t bn_bwd_reduce_launch(cudaStream_t st, const kern_bn_bwd_reduce_args *a,
-                                        void *partials) {
+static cudaError_t bn_bwd_reduce_launch(cudaStream_t st, const bn_args *a, void *partials) {
     bwd_terms<T> f = {(const T *)a->x, (const T *)a->y, a->mean, a->invstd, (T *)a->dy,
                       a->c, a->relu};
     return colsum(st, a->rows, a->c, f, partials, a->sum_dy, a->sum_dy_xhat);
 }
 
-extern "C" cudaError_t kern_bn_bwd_reduce(cudaStream_t st, const kern_bn_bwd_reduce_args *a,
+extern "C" cudaError_t kern_bn_bwd_reduce(cudaStream_t st, backend_dtype dt, const bn_args *a,
                                           void *partials) {
-    return DISPATCH(a->dt, bn_bwd_reduce_launch, st, a, partials);
+    return DISPATCH(dt, bn_bwd_reduce_launch, st, a, partials);
 }
 
 template <class T>
@@ -226,19 +224,14 @@ extern "C" cudaError_t kern_bias_grad(cudaStream_t st, backend_dtype dt, int row
 /* ---- batch norm, per channel and elementwise --------------------------------- */
 
 /* The same function as cpu_bn_finalize (worker/backend/bn_math.h). */
-__global__ void bn_finalize_kernel(int c, double count, float eps, float momentum,
-                                   const float *sum, const float *sumsq, float *mean,
-                                   float *invstd, float *running) {
+__global__ void bn_finalize_kernel(bn_args a) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < c) bn_finalize_channel(j, c, count, eps, momentum, sum, sumsq, mean, invstd, running);
+    if (j < a.c) bn_finalize_channel(j, &a);
 }
 
-extern "C" cudaError_t kern_bn_finalize(cudaStream_t st, int c, double count, float eps,
-                                        float momentum, const float *sum, const float *sumsq,
-                                        float *mean, float *invstd, float *running) {
-    if (c <= 0) return cudaSuccess;
-    bn_finalize_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, st>>>(
-        c, count, eps, momentum, sum, sumsq, mean, invstd, running);
+extern "C" cudaError_t kern_bn_finalize(cudaStream_t st, const bn_args *a) {
+    if (a->c <= 0) return cudaSuccess;
+    bn_finalize_kernel<<<(a->c + THREADS - 1) / THREADS, THREADS, 0, st>>>(*a);
     return cudaGetLastError();
 }
 
@@ -250,11 +243,10 @@ __global__ void bn_running_kernel(int c, float eps, const float *running, float 
     invstd[j] = 1.0f / sqrtf(running[c + j] + eps);
 }
 
-extern "C" cudaError_t kern_bn_running(cudaStream_t st, int c, float eps, const float *running,
-                                       float *mean, float *invstd) {
-    if (c <= 0) return cudaSuccess;
-    bn_running_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, st>>>(c, eps, running, mean,
-                                                                        invstd);
+extern "C" cudaError_t kern_bn_running(cudaStream_t st, const bn_args *a) {
+    if (a->c <= 0) return cudaSuccess;
+    bn_running_kernel<<<(a->c + THREADS - 1) / THREADS, THREADS, 0, st>>>(
+        a->c, a->eps, a->running, a->mean, a->invstd);
     return cudaGetLastError();
 }
 
@@ -269,7 +261,7 @@ template <class T> static int channel_vec(int c, const void *a, const void *b, c
 /* y = x*scale + shift per channel; ReLU as a floor of 0, or -INFINITY to
  * let every value (and NaN) through, exactly as the CPU kernel does. */
 template <class T, int V>
-__global__ void bn_apply_kernel(size_t total, kern_bn_apply_args a, float lo) {
+__global__ void bn_apply_kernel(size_t total, bn_args a, float lo) {
     const T *x = (const T *)a.x;
     T *y = (T *)a.y;
     GRID_STRIDE(g, total / V) {
@@ -288,7 +280,7 @@ __global__ void bn_apply_kernel(size_t total, kern_bn_apply_args a, float lo) {
     }
 }
 
-template <class T> static cudaError_t bn_apply_launch(cudaStream_t st, const kern_bn_apply_args *a) {
+template <class T> static cudaError_t bn_apply_launch(cudaStream_t st, const bn_args *a) {
     size_t total = (size_t)a->rows * a->c;
     if (total == 0) return cudaSuccess;
     float lo = a->relu ? 0.0f : -INFINITY;
@@ -300,11 +292,13 @@ template <class T> static cudaError_t bn_apply_launch(cudaStream_t st, const ker
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kern_bn_apply(cudaStream_t st, const kern_bn_apply_args *a) {
-    return DISPATCH(a->dt, bn_apply_launch, st, a);
+extern "C" cudaError_t kern_bn_apply(cudaStream_t st, backend_dtype dt, const bn_args *a) {
+    return DISPATCH(dt, bn_apply_launch, st, a);
 }
 
-template <class T, int V> __global__ void bn_bwd_apply_kernel(size_t total, kern_bn_bwd_apply_args a) {
+/* m: the global row count, a.count, in float (as the CPU's kernel). */
+template <class T, int V>
+__global__ void bn_bwd_apply_kernel(size_t total, bn_args a, float m) {
     const T *x = (const T *)a.x, *dy = (const T *)a.dy;
     T *dx = (T *)a.dx;
     GRID_STRIDE(g, total / V) {
@@ -317,8 +311,8 @@ template <class T, int V> __global__ void bn_bwd_apply_kernel(size_t total, kern
 #pragma unroll
         for (int k = 0; k < V; k++) {
             int j = j0 + k;
-            float kk = a.gamma[j] * a.invstd[j], mdy = a.sum_dy[j] / a.m,
-                  mxh = a.sum_dy_xhat[j] / a.m;
+            float kk = a.gamma[j] * a.invstd[j], mdy = a.sum_dy[j] / m,
+                  mxh = a.sum_dy_xhat[j] / m;
             float xhat = (xv[k] - a.mean[j]) * a.invstd[j];
             float gr = kk * (dyv[k] - mdy - xhat * mxh);
             out[k] = a.add_to ? out[k] + gr : gr;
@@ -328,19 +322,20 @@ template <class T, int V> __global__ void bn_bwd_apply_kernel(size_t total, kern
 }
 
 template <class T>
-static cudaError_t bn_bwd_apply_launch(cudaStream_t st, const kern_bn_bwd_apply_args *a) {
+static cudaError_t bn_bwd_apply_launch(cudaStream_t st, const bn_args *a) {
     size_t total = (size_t)a->rows * a->c;
     if (total == 0) return cudaSuccess;
+    float m = (float)a->count;
     if (channel_vec<T>(a->c, a->x, a->dy, a->dx) > 1)
         bn_bwd_apply_kernel<T, vec<T>::n>
-            <<<blocks_for(total / vec<T>::n), THREADS, 0, st>>>(total, *a);
+            <<<blocks_for(total / vec<T>::n), THREADS, 0, st>>>(total, *a, m);
     else
-        bn_bwd_apply_kernel<T, 1><<<blocks_for(total), THREADS, 0, st>>>(total, *a);
+        bn_bwd_apply_kernel<T, 1><<<blocks_for(total), THREADS, 0, st>>>(total, *a, m);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kern_bn_bwd_apply(cudaStream_t st, const kern_bn_bwd_apply_args *a) {
-    return DISPATCH(a->dt, bn_bwd_apply_launch, st, a);
+extern "C" cudaError_t kern_bn_bwd_apply(cudaStream_t st, backend_dtype dt, const bn_args *a) {
+    return DISPATCH(dt, bn_bwd_apply_launch, st, a);
 }
 
 /* ---- elementwise ------------------------------------------------------------------ */

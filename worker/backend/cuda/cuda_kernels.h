@@ -51,48 +51,18 @@ static inline size_t kern_xent_scratch_bytes(int n) {
 }
 
 /* ---- batch norm ---- */
-/* Activations (the void * arguments) hold elements of type dt: fp32, or
- * bf16 widened to fp32 on load and rounded to nearest even on store. The
- * arithmetic, and every float * argument, is fp32 in both cases. */
-cudaError_t kern_bn_stats(cudaStream_t st, backend_dtype dt, int rows, int c, const void *x,
-                          void *partials, float *sum, float *sumsq);
-cudaError_t kern_bn_finalize(cudaStream_t st, int c, double count, float eps, float momentum,
-                             const float *sum, const float *sumsq, float *mean, float *invstd,
-                             float *running);
-cudaError_t kern_bn_running(cudaStream_t st, int c, float eps, const float *running,
-                            float *mean, float *invstd);
-/* The apply arguments, too many for one line of parameters. */
-typedef struct {
-    backend_dtype dt;
-    int rows, c;
-    const void *x;
-    const float *mean, *invstd, *gamma, *beta;
-    int relu;
-    void *y;
-} kern_bn_apply_args;
-cudaError_t kern_bn_apply(cudaStream_t st, const kern_bn_apply_args *a);
-/* The reduce arguments; dy is masked by the ReLU in place (when relu). */
-typedef struct {
-    backend_dtype dt;
-    int rows, c;
-    const void *x, *y;
-    const float *mean, *invstd;
-    int relu;
-    void *dy;
-    float *sum_dy, *sum_dy_xhat;
-} kern_bn_bwd_reduce_args;
-cudaError_t kern_bn_bwd_reduce(cudaStream_t st, const kern_bn_bwd_reduce_args *a,
+/* The operations of backend.h, on its bn_args. Activations (x, y, dy, dx)
+ * hold elements of type dt: fp32, or bf16 widened to fp32 on load and
+ * rounded to nearest even on store. The arithmetic, and every float *
+ * field, is fp32 in both cases. dy is masked by the ReLU in place (when
+ * relu). */
+cudaError_t kern_bn_stats(cudaStream_t st, backend_dtype dt, const bn_args *a, void *partials);
+cudaError_t kern_bn_finalize(cudaStream_t st, const bn_args *a);
+cudaError_t kern_bn_running(cudaStream_t st, const bn_args *a);
+cudaError_t kern_bn_apply(cudaStream_t st, backend_dtype dt, const bn_args *a);
+cudaError_t kern_bn_bwd_reduce(cudaStream_t st, backend_dtype dt, const bn_args *a,
                                void *partials);
-typedef struct {
-    backend_dtype dt;
-    int rows, c;
-    const void *x, *dy;
-    const float *mean, *invstd, *gamma, *sum_dy, *sum_dy_xhat;
-    float m;
-    int add_to;
-    void *dx;
-} kern_bn_bwd_apply_args;
-cudaError_t kern_bn_bwd_apply(cudaStream_t st, const kern_bn_bwd_apply_args *a);
+cudaError_t kern_bn_bwd_apply(cudaStream_t st, backend_dtype dt, const bn_args *a);
 
 /* ---- elementwise (activations) ---- */
 cudaError_t kern_relu_fwd(cudaStream_t st, backend_dtype dt, size_t n, const void *x, void *y);

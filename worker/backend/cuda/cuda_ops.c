@@ -13,68 +13,48 @@ static void wrote(cuda_state *st, const float *p, size_t count) {
 
 /* ---- batch norm ------------------------------------------------------------- */
 
-int cuda_bn_stats(backend *b, int rows, int c, const void *x, float *sum, float *sumsq) {
+int cuda_bn_stats(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    wrote(st, sum, c), wrote(st, sumsq, c);
-    int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(rows, c));
+    wrote(st, a->sum, a->c), wrote(st, a->sumsq, a->c);
+    int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(a->rows, a->c));
     if (rc) return rc;
-    CUDA_CHECK(kern_bn_stats(st->stream, st->act, rows, c, x, st->partials.p, sum, sumsq));
+    CUDA_CHECK(kern_bn_stats(st->stream, st->act, a, st->partials.p));
     return 0;
 }
 
-int cuda_bn_finalize(backend *b, int c, double count, float eps, float momentum,
-                     const float *sum, const float *sumsq, float *mean, float *invstd,
-                     float *running) {
+int cuda_bn_finalize(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    wrote(st, mean, c), wrote(st, invstd, c), wrote(st, running, 2 * (size_t)c);
-    CUDA_CHECK(kern_bn_finalize(st->stream, c, count, eps, momentum, sum, sumsq, mean, invstd,
-                                running));
+    wrote(st, a->mean, a->c), wrote(st, a->invstd, a->c);
+    wrote(st, a->running, 2 * (size_t)a->c);
+    CUDA_CHECK(kern_bn_finalize(st->stream, a));
     return 0;
 }
 
-int cuda_bn_running(backend *b, int c, float eps, const float *running, float *mean,
-                    float *invstd) {
+int cuda_bn_running(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    wrote(st, mean, c), wrote(st, invstd, c);
-    CUDA_CHECK(kern_bn_running(st->stream, c, eps, running, mean, invstd));
+    wrote(st, a->mean, a->c), wrote(st, a->invstd, a->c);
+    CUDA_CHECK(kern_bn_running(st->stream, a));
     return 0;
 }
 
-int cuda_bn_apply(backend *b, int rows, int c, const void *x, const float *mean,
-                  const float *invstd, const float *gamma, const float *beta, int relu,
-                  void *y) {
+int cuda_bn_apply(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    kern_bn_apply_args a = {.dt = st->act, .rows = rows, .c = c, .x = x, .mean = mean,
-                            .invstd = invstd, .gamma = gamma, .beta = beta, .relu = relu,
-                            .y = y};
-    CUDA_CHECK(kern_bn_apply(st->stream, &a));
+    CUDA_CHECK(kern_bn_apply(st->stream, st->act, a));
     return 0;
 }
 
-int cuda_bn_bwd_reduce(backend *b, int rows, int c, const void *x, const void *y,
-                       const float *mean, const float *invstd, int relu, void *dy,
-                       float *sum_dy, float *sum_dy_xhat) {
+int cuda_bn_bwd_reduce(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    wrote(st, sum_dy, c), wrote(st, sum_dy_xhat, c);
-    int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(rows, c));
+    wrote(st, a->sum_dy, a->c), wrote(st, a->sum_dy_xhat, a->c);
+    int rc = cuda_buf_reserve(st, &st->partials, kern_partials_bytes(a->rows, a->c));
     if (rc) return rc;
-    kern_bn_bwd_reduce_args a = {.dt = st->act, .rows = rows, .c = c, .x = x, .y = y,
-                                 .mean = mean, .invstd = invstd, .relu = relu, .dy = dy,
-                                 .sum_dy = sum_dy, .sum_dy_xhat = sum_dy_xhat};
-    CUDA_CHECK(kern_bn_bwd_reduce(st->stream, &a, st->partials.p));
+    CUDA_CHECK(kern_bn_bwd_reduce(st->stream, st->act, a, st->partials.p));
     return 0;
 }
 
-int cuda_bn_bwd_apply(backend *b, int rows, int c, const void *x, const void *dy,
-                      const float *mean, const float *invstd, const float *gamma,
-                      const float *sum_dy, const float *sum_dy_xhat, float m, int add_to,
-                      void *dx) {
+int cuda_bn_bwd_apply(backend *b, const bn_args *a) {
     cuda_state *st = cuda_state_of(b);
-    kern_bn_bwd_apply_args a = {.dt = st->act, .rows = rows, .c = c, .x = x, .dy = dy,
-                                .mean = mean, .invstd = invstd, .gamma = gamma,
-                                .sum_dy = sum_dy, .sum_dy_xhat = sum_dy_xhat, .m = m,
-                                .add_to = add_to, .dx = dx};
-    CUDA_CHECK(kern_bn_bwd_apply(st->stream, &a));
+    CUDA_CHECK(kern_bn_bwd_apply(st->stream, st->act, a));
     return 0;
 }
 

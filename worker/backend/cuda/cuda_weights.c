@@ -47,13 +47,11 @@ int cuda_weights_clear(cuda_state *st) {
     cuda_weight_cache *wc = st->wcache;
     int rc = 0;
     if (wc->n && st->graph) st->graph_stale = 1; /* it may convert into these copies */
+    /* Every copy is freed, whatever happens to the others; the first
+     * failure is the one returned. */
     for (int i = 0; i < wc->n; i++) {
-        cudaError_t e = cudaFree(wc->e[i].copy);
-        if (e != cudaSuccess && !rc) {
-            log_error("%s:%d: CUDA: freeing a cached weight copy: %s", __FILE__, __LINE__,
-                      cudaGetErrorString(e));
-            rc = -EIO;
-        }
+        int e = CUDA_CHECK_RC(cudaFree(wc->e[i].copy));
+        if (e && !rc) rc = e;
     }
     wc->n = 0;
     return rc;

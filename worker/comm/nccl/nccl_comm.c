@@ -42,6 +42,7 @@
 #include "common/log.h"
 #include "rendezvous/store_client.h"
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/cuda_check.h"
 #include "worker/comm/comm_call.h"
 #include "worker/comm/devcomm.h"
 
@@ -98,9 +99,7 @@ static void nc_abort(nc *n) {
      * communicator that ncclCommAbort waits for without a bound: the
      * recording goes first (see cuda_backend_drop_recording). */
     cuda_backend_drop_recording(n->be);
-    ncclResult_t r = ncclCommAbort(n->comm);
-    if (r != ncclSuccess && r != ncclInProgress)
-        log_error("rank %d: ncclCommAbort failed: %s", n->d.rank, ncclGetErrorString(r));
+    (void)NCCL_CHECK_RC(ncclCommAbort(n->comm)); /* logged; nothing more to do */
     n->comm = NULL;
 }
 
@@ -108,7 +107,7 @@ static void nc_abort(nc *n) {
  * or already invalidated: either way it has not ended). */
 static int recording(const nc *n) {
     enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
-    return n->compute && cudaStreamIsCapturing(n->compute, &s) == cudaSuccess &&
+    return n->compute && CUDA_CHECK_RC(cudaStreamIsCapturing(n->compute, &s)) == 0 &&
            s != cudaStreamCaptureStatusNone;
 }
 
@@ -143,50 +142,21 @@ static int nc_fail(nc *n, int rc, const char *fmt, ...) {
     return rc;
 }
 
-/* NCCL's own account of its last error (often naming the peer or the
- * network interface), without its trailing newline. */
-static void last_error(const nc *n, char *buf, size_t len) {
-    const char *s = ncclGetLastError(n->comm);
-    snprintf(buf, len, "%s", s ? s : "");
-    size_t l = strlen(buf);
-    while (l > 0 && (buf[l - 1] == '\n' || buf[l - 1] == ' ')) buf[--l] = 0;
-}
-
-static int nccl_failed(nc *n, ncclResult_t r, const char *call, const char *file, int line) {
+/* The failure handlers of the checks around every CUDA and NCCL call
+ * (cuda_check.h's _CHECK_OR forms): the check has logged the call with
+ * file:line and given the errno; the communicator breaks (nc_fail), keeping
+ * the library's words for the trainer and every later call. */
+static int nc_nccl_failed(nc *n, ncclResult_t r, int rc) {
     char last[512];
-    last_error(n, last, sizeof last);
-    log_error("%s:%d: %s: %s%s%s", file, line, call, ncclGetErrorString(r), last[0] ? ": " : "",
-              last);
-    return nc_fail(n, -EIO, "NCCL %s failed: %s%s%s%s", n->op,
-                   ncclGetErrorString(r), last[0] ? " (" : "", last, last[0] ? ")" : "");
+    cuda_check_nccl_last_error(last, sizeof last);
+    return nc_fail(n, rc, "NCCL %s failed: %s%s%s%s", n->op, ncclGetErrorString(r),
+                   last[0] ? " (" : "", last, last[0] ? ")" : "");
 }
 
-static int cuda_failed(nc *n, cudaError_t e, const char *call, const char *file, int line) {
-    log_error("%s:%d: %s: %s: %s", file, line, call, cudaGetErrorName(e), cudaGetErrorString(e));
-    return nc_fail(n, -EIO, "CUDA error during NCCL %s: %s (%s)", n->op,
-                   cudaGetErrorString(e), cudaGetErrorName(e));
+static int nc_cuda_failed(nc *n, cudaError_t e, int rc) {
+    return nc_fail(n, rc, "CUDA error during NCCL %s: %s (%s)", n->op, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
 }
-
-/* One check per status type, around every call: a failure is logged with
- * file:line and the library's error string, breaks the communicator and
- * returns -EIO from the enclosing function. ncclInProgress is not a
- * failure: a non-blocking communicator returns it while it finishes the
- * call in the background, and nc_poll waits for that. (The backend's
- * CUDA_CHECK in cuda_internal.h only returns; here the communicator must
- * also be aborted and the error kept for every later call, hence these
- * file-local ones, which take the communicator.) */
-#define NCCL_CHECK(n, call)                                                                    \
-    do {                                                                                       \
-        ncclResult_t r_ = (call);                                                              \
-        if (r_ != ncclSuccess && r_ != ncclInProgress)                                         \
-            return nccl_failed((n), r_, #call, __FILE__, __LINE__);                            \
-    } while (0)
-
-#define CUDA_CHECK(n, call)                                                                    \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) return cuda_failed((n), e_, #call, __FILE__, __LINE__);         \
-    } while (0)
 
 /* --- supervision --------------------------------------------------------- */
 
@@ -208,25 +178,38 @@ static int nc_timed_out(nc *n) {
                    n->op, n->timeout_ms / 1000.0);
 }
 
+/* The communicator's asynchronous state in *st (ncclSuccess, ncclInProgress
+ * while it finishes a call, or the error that broke it), returned too
+ * unless reading it failed. */
+static ncclResult_t async_error(const nc *n, ncclResult_t *st) {
+    *st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(n->comm, st);
+    return cuda_check_ok_nccl(r) ? *st : r;
+}
+
+/* Whether ev has completed, in *done. "Not ready" is no failure, but
+ * CUDA also keeps it as the thread's last error, which the next kernel
+ * launch's cudaGetLastError would report as its own failure: clear it. */
+static cudaError_t event_query(cudaEvent_t ev, int *done) {
+    cudaError_t e = cudaEventQuery(ev);
+    *done = e == cudaSuccess;
+    if (e != cudaErrorNotReady) return e;
+    (void)cudaGetLastError();
+    return cudaSuccess;
+}
+
 /* Until ev has completed (or, with ev NULL, until the communicator has
  * finished the call it returned ncclInProgress for), NCCL reports an
  * error, or deadline_ns passes. */
 static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
     int64_t start = clock_now_ns();
     for (unsigned us = 4;;) {
-        ncclResult_t st = ncclSuccess;
-        NCCL_CHECK(n, ncclCommGetAsyncError(n->comm, &st));
-        if (st != ncclSuccess && st != ncclInProgress)
-            return nccl_failed(n, st, "ncclCommGetAsyncError", __FILE__, __LINE__);
+        ncclResult_t st;
+        NCCL_CHECK_OR(async_error(n, &st), nc_nccl_failed, n);
         if (ev) {
-            cudaError_t e = cudaEventQuery(ev);
-            if (e == cudaSuccess) return 0;
-            if (e != cudaErrorNotReady)
-                return cuda_failed(n, e, "cudaEventQuery", __FILE__, __LINE__);
-            /* "Not ready" is also recorded as the thread's last error,
-             * which the next kernel launch's cudaGetLastError would
-             * report as its own failure: clear it. */
-            (void)cudaGetLastError();
+            int done = 0;
+            CUDA_CHECK_OR(event_query(ev, &done), nc_cuda_failed, n);
+            if (done) return 0;
         } else if (st == ncclSuccess) {
             return 0;
         }
@@ -260,7 +243,9 @@ static int req_get(nc *n, nc_kind kind, size_t count, int root, nc_req **out) {
     r->kind = kind, r->count = count, r->root = root;
     r->issued_ns = clock_now_ns();
     describe(n, r);
-    if (!r->done) CUDA_CHECK(n, cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    if (!r->done)
+        CUDA_CHECK_OR(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), nc_cuda_failed,
+                      n);
     *out = r;
     return 0;
 }
@@ -277,15 +262,17 @@ static void req_put(nc *n, nc_req *r) {
  * collective is on the stream; the event must come after it, so that
  * hand-off (microseconds, not the collective itself) is waited for here. */
 static int nc_enqueue(nc *n, nc_req *r, void *buf) {
-    CUDA_CHECK(n, cudaEventRecord(n->ready, n->compute));
-    CUDA_CHECK(n, cudaStreamWaitEvent(n->stream, n->ready, 0));
+    CUDA_CHECK_OR(cudaEventRecord(n->ready, n->compute), nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaStreamWaitEvent(n->stream, n->ready, 0), nc_cuda_failed, n);
     if (r->kind == NC_ALLREDUCE)
-        NCCL_CHECK(n, ncclAllReduce(buf, buf, r->count, ncclFloat, ncclSum, n->comm, n->stream));
+        NCCL_CHECK_OR(ncclAllReduce(buf, buf, r->count, ncclFloat, ncclSum, n->comm, n->stream),
+                      nc_nccl_failed, n);
     else
-        NCCL_CHECK(n, ncclBroadcast(buf, buf, r->count, ncclUint8, r->root, n->comm, n->stream));
+        NCCL_CHECK_OR(ncclBroadcast(buf, buf, r->count, ncclUint8, r->root, n->comm, n->stream),
+                      nc_nccl_failed, n);
     int rc = nc_poll(n, NULL, r->issued_ns + ms_to_ns(n->timeout_ms));
     if (rc) return rc;
-    CUDA_CHECK(n, cudaEventRecord(r->done, n->stream));
+    CUDA_CHECK_OR(cudaEventRecord(r->done, n->stream), nc_cuda_failed, n);
     return 0;
 }
 
@@ -294,7 +281,7 @@ static int nc_enqueue(nc *n, nc_req *r, void *buf) {
  * recording made for r. */
 static int nc_order_after(nc *n, nc_req *r) {
     describe(n, r);
-    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, r->done, 0));
+    CUDA_CHECK_OR(cudaStreamWaitEvent(n->compute, r->done, 0), nc_cuda_failed, n);
     return 0;
 }
 
@@ -343,9 +330,9 @@ static int nc_sync(devcomm *d) {
     if (n->broken) return n->broken;
     snprintf(n->op, sizeof n->op, "step (its all-reduces and the work waiting on them)");
     int64_t deadline = (n->oldest_ns ? n->oldest_ns : clock_now_ns()) + ms_to_ns(n->timeout_ms);
-    CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
-    CUDA_CHECK(n, cudaStreamWaitEvent(n->compute, n->ready, 0));
-    CUDA_CHECK(n, cudaEventRecord(n->synced, n->compute));
+    CUDA_CHECK_OR(cudaEventRecord(n->ready, n->stream), nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaStreamWaitEvent(n->compute, n->ready, 0), nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaEventRecord(n->synced, n->compute), nc_cuda_failed, n);
     int rc = nc_poll(n, n->synced, deadline);
     if (rc == 0) n->oldest_ns = 0;
     return rc;
@@ -375,18 +362,18 @@ static const char *nc_error(const devcomm *d) {
 static int nc_shutdown(nc *n) {
     snprintf(n->op, sizeof n->op, "shutdown");
     int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
-    CUDA_CHECK(n, cudaEventRecord(n->ready, n->stream));
+    CUDA_CHECK_OR(cudaEventRecord(n->ready, n->stream), nc_cuda_failed, n);
     int rc = nc_poll(n, n->ready, deadline);
     if (rc) return rc;
     /* Finalising waits until no CUDA graph holds the communicator's
      * collectives (NCCL's commDestroySync): drop the recorded step first,
      * or every run that recorded one would wait here for the timeout. */
     cuda_backend_drop_recording(n->be);
-    NCCL_CHECK(n, ncclCommFinalize(n->comm));
+    NCCL_CHECK_OR(ncclCommFinalize(n->comm), nc_nccl_failed, n);
     if ((rc = nc_poll(n, NULL, deadline))) return rc;
     ncclComm_t c = n->comm;
     n->comm = NULL; /* whatever ncclCommDestroy returns, the handle is gone */
-    NCCL_CHECK(n, ncclCommDestroy(c));
+    NCCL_CHECK_OR(ncclCommDestroy(c), nc_nccl_failed, n);
     return 0;
 }
 
@@ -394,19 +381,15 @@ static void nc_destroy(devcomm *d) {
     nc *n = d->impl;
     if (n->comm && !n->broken) nc_shutdown(n);
     nc_abort(n);
-    cudaError_t e = cudaSuccess, e1;
+    /* Nothing is left to return a failure to: the checks log them. */
     for (nc_req *r = n->all, *next; r; r = next) {
         next = r->next_all;
-        if (r->done && (e1 = cudaEventDestroy(r->done)) != cudaSuccess) e = e1;
+        if (r->done) (void)CUDA_CHECK_RC(cudaEventDestroy(r->done));
         free(r);
     }
-    if (n->ready && (e1 = cudaEventDestroy(n->ready)) != cudaSuccess) e = e1;
-    if (n->synced && (e1 = cudaEventDestroy(n->synced)) != cudaSuccess) e = e1;
-    if (n->stream && (e1 = cudaStreamDestroy(n->stream)) != cudaSuccess) e = e1;
-    /* Nothing is left to return an error to; say so in the log. */
-    if (e != cudaSuccess)
-        log_error("rank %d: freeing the NCCL communicator's streams and events: %s", d->rank,
-                  cudaGetErrorString(e));
+    if (n->ready) (void)CUDA_CHECK_RC(cudaEventDestroy(n->ready));
+    if (n->synced) (void)CUDA_CHECK_RC(cudaEventDestroy(n->synced));
+    if (n->stream) (void)CUDA_CHECK_RC(cudaStreamDestroy(n->stream));
     free(n);
 }
 
@@ -467,7 +450,7 @@ static int fetch_id(nc *n, const devcomm_nccl_opts *o, store_client *st, const c
  * prefix is unique to the attempt, so a restarted group never picks up its
  * predecessor's id. A single rank needs no store at all. */
 static int share_id(nc *n, const devcomm_nccl_opts *o, ncclUniqueId *id, int64_t deadline) {
-    if (o->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(id));
+    if (o->rank == 0) NCCL_CHECK_OR(ncclGetUniqueId(id), nc_nccl_failed, n);
     if (o->world == 1) return 0;
     char key[512];
     snprintf(key, sizeof key, "%snccl_id", o->prefix);
@@ -496,11 +479,14 @@ static int share_id(nc *n, const devcomm_nccl_opts *o, ncclUniqueId *id, int64_t
  * both are ready. */
 static int setup_device(nc *n) {
     int least = 0, greatest = 0;
-    CUDA_CHECK(n, cudaSetDevice(n->device));
-    CUDA_CHECK(n, cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    CUDA_CHECK(n, cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest));
-    CUDA_CHECK(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
-    CUDA_CHECK(n, cudaEventCreateWithFlags(&n->synced, cudaEventDisableTiming));
+    CUDA_CHECK_OR(cudaSetDevice(n->device), nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaDeviceGetStreamPriorityRange(&least, &greatest), nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest),
+                  nc_cuda_failed, n);
+    CUDA_CHECK_OR(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming), nc_cuda_failed,
+                  n);
+    CUDA_CHECK_OR(cudaEventCreateWithFlags(&n->synced, cudaEventDisableTiming), nc_cuda_failed,
+                  n);
     return 0;
 }
 
@@ -512,7 +498,8 @@ static int init_comm(nc *n, const ncclUniqueId *id, int64_t deadline) {
     ncclComm_t c = NULL;
     /* On an immediate failure NCCL has already freed the handle, so it is
      * kept only once the call has been accepted. */
-    NCCL_CHECK(n, ncclCommInitRankConfig(&c, n->d.world, *id, n->d.rank, &cfg));
+    NCCL_CHECK_OR(ncclCommInitRankConfig(&c, n->d.world, *id, n->d.rank, &cfg), nc_nccl_failed,
+                  n);
     n->comm = c;
     return nc_poll(n, NULL, deadline);
 }
