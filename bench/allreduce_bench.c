@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/opts.h"
 #include "worker/comm/comm.h"
 
 typedef struct {
@@ -29,101 +30,79 @@ typedef struct {
     int own_memory; /* 1: a malloc'd buffer instead of comm_alloc's */
 } bench_opts;
 
-/* A whole decimal number >= lo that fits an int; 1 if v is not one. */
-static int parse_int(const char *v, long lo, int *out) {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > INT_MAX) return 1;
-    *out = (int)n;
-    return 0;
+static const char usage_head[] =
+    "usage: ddp-allreduce-bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
+    "                           [--no-shm] [--no-bind] [--own-memory] [--timeout-ms N]\n"
+    "Measures all-reduce (sum of floats) across the ranks a launcher started\n"
+    "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), e.g.\n"
+    "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n";
+
+static void print_usage(const opts_spec *spec) {
+    char text[2048];
+    opts_format_help(spec, text, sizeof text);
+    printf("%s%s", usage_head, text);
 }
 
-static int parse_size(const char *s, size_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1048576.0; end++; break;
-    case 'g': case 'G': mul = 1073741824.0; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (end == s || *end || v < 0) return -EINVAL;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ddp-allreduce-bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-            "                           [--no-shm] [--no-bind] [--own-memory] [--timeout-ms N]\n"
-            "Measures all-reduce (sum of floats) across the ranks a launcher started\n"
-            "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), e.g.\n"
-            "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n"
-            "  --min-bytes N   smallest size, with K, M or G (default 4K)\n"
-            "  --max-bytes N   largest size (default 128M); sizes double in between\n"
-            "  --iters N       timed all-reduces per size (default 0: as many as fit\n"
-            "                  in about 0.25 s, 5 to 2000)\n"
-            "  --warmup N      untimed all-reduces per size first (default 5)\n"
-            "  --no-shm        TCP between every pair of ranks, even on one host\n"
-            "  --no-bind       with more ranks on this host than CPUs, do not bind\n"
-            "                  each rank to one CPU (local rank mod CPUs)\n"
-            "  --own-memory    all-reduce a malloc'd buffer, which goes through shared\n"
-            "                  memory by copies, rather than one from comm_alloc, which\n"
-            "                  the ranks of a host read in place (as ddp-train's gradients)\n"
-            "  --timeout-ms N  a collective taking longer fails (default 120000)\n");
-}
-
+/* Fills *o from the command line: 0; 1 after --help; or -EINVAL with the
+ * message printed. */
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){4096, (size_t)128 << 20, 0, 5, 0, 120000, 0, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(a, "--no-shm")) {
-            o->no_shm = 1;
-            continue;
-        } else if (!strcmp(a, "--no-bind")) {
-            o->no_bind = 1;
-            continue;
-        } else if (!strcmp(a, "--own-memory")) {
-            o->own_memory = 1;
-            continue;
-        }
-        /* Every other option takes a value: a size or a whole number. */
-        size_t *size = NULL;
-        int *count = NULL;
-        long lo = 0;
-        if (!strcmp(a, "--min-bytes")) size = &o->min_bytes;
-        else if (!strcmp(a, "--max-bytes")) size = &o->max_bytes;
-        else if (!strcmp(a, "--iters")) count = &o->iters;
-        else if (!strcmp(a, "--warmup")) count = &o->warmup;
-        else if (!strcmp(a, "--timeout-ms")) count = &o->timeout_ms, lo = 1;
-        else {
-            fprintf(stderr, "ddp-allreduce-bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return -1;
-        }
-        if (!v || (size ? parse_size(v, size) : parse_int(v, lo, count))) {
-            fprintf(stderr, "ddp-allreduce-bench: %s needs a valid value, got '%s'\n", a,
-                    v ? v : "nothing");
-            return -1;
-        }
-        i++;
+    const opts_opt table[] = {
+        {"min-bytes", 0, OPTS_SIZE, .target = &o->min_bytes, .metavar = "N",
+         .help = "smallest size, with K, M or G (default 4K)"},
+        {"max-bytes", 0, OPTS_SIZE, .target = &o->max_bytes, .metavar = "N",
+         .help = "largest size (default 128M); sizes double in between"},
+        {"iters", 0, OPTS_INT, .target = &o->iters, .lo = 0, .hi = INT_MAX, .metavar = "N",
+         .help = "timed all-reduces per size (default 0: as many as fit\n"
+                 "in about 0.25 s, 5 to 2000)"},
+        {"warmup", 0, OPTS_INT, .target = &o->warmup, .lo = 0, .hi = INT_MAX, .metavar = "N",
+         .help = "untimed all-reduces per size first (default 5)"},
+        {"no-shm", 0, OPTS_FLAG, .target = &o->no_shm,
+         .help = "TCP between every pair of ranks, even on one host"},
+        {"no-bind", 0, OPTS_FLAG, .target = &o->no_bind,
+         .help = "with more ranks on this host than CPUs, do not bind\n"
+                 "each rank to one CPU (local rank mod CPUs)"},
+        {"own-memory", 0, OPTS_FLAG, .target = &o->own_memory,
+         .help = "all-reduce a malloc'd buffer, which goes through shared\n"
+                 "memory by copies, rather than one from comm_alloc, which\n"
+                 "the ranks of a host read in place (as ddp-train's gradients)"},
+        {"timeout-ms", 0, OPTS_INT, .target = &o->timeout_ms, .lo = 1, .hi = INT_MAX,
+         .metavar = "N", .help = "a collective taking longer fails (default 120000)"},
+        {"help", 'h', .type = OPTS_HELP, .help = "print this help"},
+    };
+    opts_spec spec = {.prog = "ddp-allreduce-bench", .opts = table,
+                      .nopts = sizeof table / sizeof table[0], .no_operands = 1};
+    char err[512];
+    int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
+    if (rc == OPTS_HELP_GIVEN) print_usage(&spec);
+    if (rc == 0 && (o->min_bytes < 4 || o->min_bytes > o->max_bytes)) {
+        snprintf(err, sizeof err, "need 4 <= --min-bytes <= --max-bytes");
+        rc = -EINVAL;
     }
-    if (o->min_bytes < 4 || o->min_bytes > o->max_bytes) {
-        fprintf(stderr, "ddp-allreduce-bench: need 4 <= --min-bytes <= --max-bytes\n");
-        return -1;
-    }
-    return 0;
+    if (rc < 0) fprintf(stderr, "ddp-allreduce-bench: %s\n", err);
+    return rc;
 }
 
-static int env_int(const char *name, int def) {
+/* An integer variable the launcher sets, or def when it is unset; -EINVAL
+ * (reported) when it holds something else. */
+static int env_int(const char *name, int def, int *out) {
     const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
+    *out = def;
+    if (!v || !*v || opts_parse_int(v, 0, INT_MAX, out) == 0) return 0;
+    fprintf(stderr, "ddp-allreduce-bench: %s='%s' is not a non-negative integer\n", name, v);
+    return -EINVAL;
+}
+
+/* torchrun's environment: where the store is and who this rank is. */
+static int read_env(comm_opts *co, int *restart) {
+    const char *master = getenv("MASTER_ADDR");
+    co->store_host = master ? master : "127.0.0.1";
+    if (env_int("TORCHELASTIC_RESTART_COUNT", 0, restart) ||
+        env_int("MASTER_PORT", 0, &co->store_port) || env_int("RANK", 0, &co->rank) ||
+        env_int("WORLD_SIZE", 1, &co->world) || env_int("LOCAL_RANK", 0, &co->local_rank) ||
+        env_int("LOCAL_WORLD_SIZE", 1, &co->local_world))
+        return -EINVAL;
+    return 0;
 }
 
 /* Fills known values, all-reduces once and checks the exact sum; returns
@@ -213,24 +192,18 @@ static int bind_if_oversubscribed(int local_rank, int local_world) {
 
 int main(int argc, char **argv) {
     bench_opts o;
-    if (parse_args(argc, argv, &o)) return 2;
-    const char *master = getenv("MASTER_ADDR");
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+    comm_opts co = {.timeout_ms = o.timeout_ms, .no_shm = o.no_shm};
+    int restart;
+    if (read_env(&co, &restart)) return 2;
     char prefix[128];
-    snprintf(prefix, sizeof prefix, "/ddp-allreduce-bench/attempt_%d/",
-             env_int("TORCHELASTIC_RESTART_COUNT", 0));
-    comm_opts co = {.store_host = master ? master : "127.0.0.1",
-                    .store_port = env_int("MASTER_PORT", 0),
-                    .prefix = prefix,
-                    .rank = env_int("RANK", 0),
-                    .world = env_int("WORLD_SIZE", 1),
-                    .local_rank = env_int("LOCAL_RANK", 0),
-                    .local_world = env_int("LOCAL_WORLD_SIZE", 1),
-                    .timeout_ms = o.timeout_ms,
-                    .no_shm = o.no_shm};
+    snprintf(prefix, sizeof prefix, "/ddp-allreduce-bench/attempt_%d/", restart);
+    co.prefix = prefix;
     int bound = o.no_bind ? -1 : bind_if_oversubscribed(co.local_rank, co.local_world);
     char err[512];
     comm *c = NULL;
-    int rc = comm_init(&co, &c, err, sizeof err);
+    rc = comm_init(&co, &c, err, sizeof err);
     if (rc) {
         fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", co.rank, err);
         return 1;

@@ -17,6 +17,7 @@
  * no operation failed. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -28,6 +29,7 @@
 
 #include "common/clock.h"
 #include "common/fdlimit.h"
+#include "common/opts.h"
 #include "rendezvous/store_client.h"
 
 /* Everything the command line can set; each mode reads the fields it needs. */
@@ -42,7 +44,7 @@ typedef struct {
     int no_ext;         /* never send our extension's HELLO */
     size_t value_bytes; /* bench set/get and idle: value size */
     int timeout_ms;     /* connect and per-call timeout */
-    long keys;          /* idle: keys to load */
+    int keys;           /* idle: keys to load */
     double hold_seconds;/* idle: how long to keep the connections open */
 } load_opts;
 
@@ -233,14 +235,10 @@ static int start_thread(pthread_t *th, void *(*fn)(void *), void *arg) {
 static const char *gen_name(store_gen g) { return g == STORE_GEN_V1 ? "v1" : "v2"; }
 
 static int run_bench(const load_opts *o) {
-    bench_op op;
-    if (strcmp(o->op, "set") == 0) op = BENCH_SET;
-    else if (strcmp(o->op, "get") == 0) op = BENCH_GET;
-    else if (strcmp(o->op, "add") == 0) op = BENCH_ADD;
-    else {
-        fprintf(stderr, "store-load: --op must be set, get or add, not '%s'\n", o->op);
-        return 2;
-    }
+    /* parse_args lets only these three through. */
+    bench_op op = strcmp(o->op, "set") == 0   ? BENCH_SET
+                  : strcmp(o->op, "get") == 0 ? BENCH_GET
+                                              : BENCH_ADD;
     int n = o->conns;
     char run[64];
     snprintf(run, sizeof run, "%ld.%llu", (long)getpid(), (unsigned long long)(uint64_t)clock_now_ns());
@@ -415,10 +413,10 @@ static int load_keys(const load_opts *o, store_client *c) {
     if (!names || !keys || !vals || !lens || !val) goto out;
     memset(val, 'x', o->value_bytes);
     rc = 0;
-    for (long base = 0; base < o->keys && rc == 0; base += BATCH) {
+    for (int base = 0; base < o->keys && rc == 0; base += BATCH) {
         size_t n = 0;
-        for (long i = base; i < o->keys && n < BATCH; i++, n++) {
-            snprintf(names[n], sizeof names[n], "idle/%ld", i);
+        for (int i = base; i < o->keys && n < BATCH; i++, n++) {
+            snprintf(names[n], sizeof names[n], "idle/%d", i);
             keys[n] = names[n];
             vals[n] = val;
             lens[n] = o->value_bytes;
@@ -435,7 +433,7 @@ static int load_keys(const load_opts *o, store_client *c) {
         /* One round trip after the last write: the server has applied
          * every SET before the caller measures it. */
         char last[32];
-        snprintf(last, sizeof last, "idle/%ld", o->keys - 1);
+        snprintf(last, sizeof last, "idle/%d", o->keys - 1);
         const char *k[1] = {last};
         int ready = 0;
         rc = o->keys > 0 ? store_check(c, 1, k, &ready) : 0;
@@ -463,7 +461,7 @@ static int run_idle(const load_opts *o) {
     }
     rc = load_keys(o, loader);
     if (rc < 0) {
-        fprintf(stderr, "store-load: loading %ld keys: %s\n", o->keys, strerror(-rc));
+        fprintf(stderr, "store-load: loading %d keys: %s\n", o->keys, strerror(-rc));
         goto out;
     }
     for (; opened < o->conns; opened++) {
@@ -481,7 +479,7 @@ static int run_idle(const load_opts *o) {
             goto out;
         }
     }
-    printf("ready keys=%ld conns=%d\n", o->keys, opened);
+    printf("ready keys=%d conns=%d\n", o->keys, opened);
     fflush(stdout);
     sleep_seconds(o->hold_seconds);
     status = 0;
@@ -504,50 +502,44 @@ static void usage(FILE *f) {
           f);
 }
 
+static const opts_choice ops[] = {{"set", 0}, {"get", 0}, {"add", 0}, {NULL, 0}};
+static const opts_choice gens[] = {{"v1", STORE_GEN_V1}, {"v2", STORE_GEN_V2}, {NULL, 0}};
+_Static_assert(sizeof(store_gen) == sizeof(int), "OPTS_CHOICE stores an int");
+
+/* The mode is argv[1] and the options follow it. 0; 1 for --help; or
+ * -EINVAL with the message printed. */
 static int parse_args(int argc, char **argv, load_opts *o) {
-    if (argc < 2) return -1;
+    if (argc < 2) return -EINVAL;
     o->mode = argv[1];
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--no-ext") == 0) {
-            o->no_ext = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "store-load: %s needs a value\n", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        if (strcmp(a, "--host") == 0) o->host = v;
-        else if (strcmp(a, "--port") == 0) o->port = atoi(v);
-        else if (strcmp(a, "--conns") == 0 || strcmp(a, "--clients") == 0) o->conns = atoi(v);
-        else if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
-        else if (strcmp(a, "--op") == 0) o->op = v;
-        else if (strcmp(a, "--value-bytes") == 0) o->value_bytes = (size_t)atol(v);
-        else if (strcmp(a, "--timeout-ms") == 0) o->timeout_ms = atoi(v);
-        else if (strcmp(a, "--keys") == 0) o->keys = atol(v);
-        else if (strcmp(a, "--hold-seconds") == 0) o->hold_seconds = atof(v);
-        else if (strcmp(a, "--gen") == 0) {
-            if (strcmp(v, "v1") == 0) o->gen = STORE_GEN_V1;
-            else if (strcmp(v, "v2") == 0) o->gen = STORE_GEN_V2;
-            else {
-                fprintf(stderr, "store-load: --gen must be v1 or v2, not '%s'\n", v);
-                return -1;
-            }
-        } else {
-            fprintf(stderr, "store-load: unknown option '%s'\n", a);
-            return -1;
-        }
+    const opts_opt table[] = {
+        {"host", 0, OPTS_STR, .target = &o->host},
+        {"port", 0, OPTS_INT, .target = &o->port, .lo = 1, .hi = 65535},
+        {"conns", 0, OPTS_INT, .target = &o->conns, .lo = 1, .hi = INT_MAX},
+        {"clients", 0, OPTS_INT, .target = &o->conns, .lo = 1, .hi = INT_MAX},
+        {"seconds", 0, OPTS_SECONDS, .target = &o->seconds, .positive = 1},
+        {"op", 0, OPTS_STR, .target = &o->op, .choices = ops},
+        {"value-bytes", 0, OPTS_SIZE, .target = &o->value_bytes},
+        {"timeout-ms", 0, OPTS_INT, .target = &o->timeout_ms, .lo = 1, .hi = INT_MAX},
+        {"keys", 0, OPTS_INT, .target = &o->keys, .lo = 0, .hi = INT_MAX},
+        {"hold-seconds", 0, OPTS_SECONDS, .target = &o->hold_seconds},
+        {"gen", 0, OPTS_CHOICE, .target = &o->gen, .choices = gens},
+        {"no-ext", 0, OPTS_FLAG, .target = &o->no_ext},
+        {"help", 'h', .type = OPTS_HELP},
+    };
+    opts_spec spec = {.prog = "store-load", .opts = table,
+                      .nopts = sizeof table / sizeof table[0], .no_operands = 1};
+    char err[512];
+    int next, rc = opts_parse(&spec, argc - 1, argv + 1, &next, err, sizeof err);
+    if (rc == 0 && (!o->host || !o->port)) {
+        snprintf(err, sizeof err, "--host and --port are required");
+        rc = -EINVAL;
     }
-    if (!o->host || o->port <= 0 || o->port > 65535) {
-        fprintf(stderr, "store-load: --host and --port (1-65535) are required\n");
-        return -1;
+    if (rc == 0 && !o->conns) {
+        snprintf(err, sizeof err, "--conns (or --clients) is required");
+        rc = -EINVAL;
     }
-    if (o->conns <= 0) {
-        fprintf(stderr, "store-load: --conns/--clients must be at least 1\n");
-        return -1;
-    }
-    return 0;
+    if (rc < 0) fprintf(stderr, "store-load: %s\n", err);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -557,10 +549,9 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (parse_args(argc, argv, &o) < 0) {
-        usage(stderr);
-        return 2;
-    }
+    int rc = parse_args(argc, argv, &o);
+    if (rc) usage(rc == OPTS_HELP_GIVEN ? stdout : stderr);
+    if (rc) return rc == OPTS_HELP_GIVEN ? 0 : 2;
     /* A server that hangs up mid-write must show up as an error from the
      * client call, not kill the load generator. */
     signal(SIGPIPE, SIG_IGN);

@@ -7,13 +7,13 @@
  * Exit status: 0 success, 1 the command failed (or `check` found a key
  * missing), 2 the command line was wrong. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/opts.h"
 #include "rendezvous/store_client.h"
 
 #define PROG "ddprun-store-cli"
@@ -61,12 +61,7 @@ static void say(const char *fmt, ...) {
 
 /* The whole string must be a decimal integer that fits in int64_t. */
 static int parse_i64(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
+    return opts_parse_i64(s, INT64_MIN, INT64_MAX, out);
 }
 
 /* A hint for the errors a person can do something about; "" otherwise. */
@@ -292,31 +287,11 @@ static const command commands[] = {
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: " PROG " [OPTIONS] COMMAND [ARGS...]\n"
-            "\n"
-            "Talks to a ddprun store (ddprun-store, or the store inside a ddprun agent)\n"
-            "or to PyTorch's TCPStore server: one connection, one command. Results go to\n"
-            "stdout, errors to stderr. Keys and values are taken verbatim (PyTorch 1.13's\n"
-            "client adds a leading '/' to every key it sends).\n"
-            "\n"
-            "Options:\n"
-            "  --host H                  store address or name (default 127.0.0.1)\n"
-            "  --port P                  store port (default %d)\n"
-            "  --timeout MS              how long one command may take, waits and\n"
-            "                            barriers included (default %d)\n"
-            "  --connect-timeout MS      how long to keep retrying the connection\n"
-            "                            (default %d)\n"
-            "  --protocol v1|v2          wire generation: v2 is torch >= 2 (default), v1\n"
-            "                            is torch 1.13, which has only set, get, add, cas,\n"
-            "                            wait, check, del and num-keys\n"
-            "  --no-ext                  do not send ddprun's HELLO handshake; needed to\n"
-            "                            talk to PyTorch's own TCPStore server\n"
-            "  -h, --help                show this help\n"
-            "\n"
-            "Commands:\n",
-            DEFAULT_PORT, DEFAULT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS);
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* The list of commands, for --help. */
+static void usage_commands(FILE *f) {
     for (size_t i = 0; i < NCOMMANDS; i++) {
         char syn[64];
         snprintf(syn, sizeof syn, "%s %s", commands[i].name, commands[i].args);
@@ -328,80 +303,83 @@ static void usage(FILE *f) {
         }
         fputc('\n', f);
     }
-    fprintf(f,
-            "\n"
-            "Environment:\n"
-            "  DDPRUN_STORE_TOKEN        shared secret to present when the store has one\n"
-            "\n"
-            "Exit status: 0 success, 1 the command failed (or check found a key missing),\n"
-            "2 the command line was wrong.\n"
-            "\n"
-            "Example:\n"
-            "  " PROG " --port 29400 set greeting hello\n"
-            "  " PROG " --port 29400 get greeting\n");
 }
 
-/* An integer option value in [lo, hi]; complains and returns -1 if not. */
-static int opt_int(const char *opt, const char *val, int64_t lo, int64_t hi, int *out) {
-    int64_t v;
-    if (parse_i64(val, &v) || v < lo || v > hi) {
-        say("%s wants an integer from %" PRId64 " to %" PRId64 ", not '%s'", opt, lo, hi, val);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+static void usage(const opts_spec *spec) {
+    char options[2048];
+    opts_format_help(spec, options, sizeof options);
+    printf("usage: " PROG " [OPTIONS] COMMAND [ARGS...]\n"
+           "\n"
+           "Talks to a ddprun store (ddprun-store, or the store inside a ddprun agent)\n"
+           "or to PyTorch's TCPStore server: one connection, one command. Results go to\n"
+           "stdout, errors to stderr. Keys and values are taken verbatim (PyTorch 1.13's\n"
+           "client adds a leading '/' to every key it sends).\n"
+           "\n"
+           "Options:\n"
+           "%s"
+           "\n"
+           "Commands:\n",
+           options);
+    usage_commands(stdout);
+    printf("\n"
+           "Environment:\n"
+           "  DDPRUN_STORE_TOKEN        shared secret to present when the store has one\n"
+           "\n"
+           "Exit status: 0 success, 1 the command failed (or check found a key missing),\n"
+           "2 the command line was wrong.\n"
+           "\n"
+           "Example:\n"
+           "  " PROG " --port 29400 set greeting hello\n"
+           "  " PROG " --port 29400 get greeting\n");
 }
+
+_Static_assert(sizeof(store_gen) == sizeof(int), "OPTS_CHOICE stores an int");
+static const opts_choice protocols[] = {{"v1", STORE_GEN_V1}, {"v2", STORE_GEN_V2}, {NULL, 0}};
 
 /* Fills *o from the options; returns the index of the command word, or
- * -1 after a usage error (already reported), or -2 for --help. */
+ * -1 after a usage error (already reported), or -2 after --help (printed).
+ * Options end at the command word, so that its arguments (e.g. a negative
+ * N for add) are never taken for options. */
 static int parse_options(int argc, char **argv, cli_opts *o) {
-    enum { O_HOST = 256, O_PORT, O_TIMEOUT, O_CONNECT_TIMEOUT, O_PROTOCOL, O_NO_EXT };
-    static const struct option longopts[] = {
-        {"host", required_argument, NULL, O_HOST},
-        {"port", required_argument, NULL, O_PORT},
-        {"timeout", required_argument, NULL, O_TIMEOUT},
-        {"connect-timeout", required_argument, NULL, O_CONNECT_TIMEOUT},
-        {"protocol", required_argument, NULL, O_PROTOCOL},
-        {"no-ext", no_argument, NULL, O_NO_EXT},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const opts_opt table[] = {
+        {"host", 0, OPTS_STR, .target = &o->host, .metavar = "H",
+         .help = "store address or name (default 127.0.0.1)"},
+        {"port", 0, OPTS_INT, .target = &o->port, .lo = 1, .hi = 65535, .metavar = "P",
+         .help = "store port (default " STR(DEFAULT_PORT) ")"},
+        {"timeout", 0, OPTS_INT, .target = &o->timeout_ms, .lo = 1, .hi = INT32_MAX,
+         .metavar = "MS", .help = "how long one command may take, waits and\n"
+                                  "barriers included (default " STR(DEFAULT_TIMEOUT_MS) ")"},
+        {"connect-timeout", 0, OPTS_INT, .target = &o->connect_timeout_ms, .lo = 1,
+         .hi = INT32_MAX, .metavar = "MS",
+         .help = "how long to keep retrying the connection\n"
+                 "(default " STR(DEFAULT_CONNECT_TIMEOUT_MS) ")"},
+        {"protocol", 0, OPTS_CHOICE, .target = &o->gen, .choices = protocols,
+         .want = "v1 (torch 1.13) or v2 (torch >= 2)", .metavar = "v1|v2",
+         .help = "wire generation: v2 is torch >= 2 (default), v1\n"
+                 "is torch 1.13, which has only set, get, add, cas,\n"
+                 "wait, check, del and num-keys"},
+        {"no-ext", 0, OPTS_FLAG, .target = &o->no_ext,
+         .help = "do not send ddprun's HELLO handshake; needed to\n"
+                 "talk to PyTorch's own TCPStore server"},
+        {"help", 'h', .type = OPTS_HELP, .help = "show this help"},
     };
-    opterr = 0; /* our own messages, which say what to do */
-    int ch;
-    /* "+": stop at the command word, so that its arguments (e.g. a
-     * negative N for add) are never taken for options. */
-    while ((ch = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-        switch (ch) {
-        case O_HOST: o->host = optarg; break;
-        case O_PORT:
-            if (opt_int("--port", optarg, 1, 65535, &o->port)) return -1;
-            break;
-        case O_TIMEOUT:
-            if (opt_int("--timeout", optarg, 1, INT32_MAX, &o->timeout_ms)) return -1;
-            break;
-        case O_CONNECT_TIMEOUT:
-            if (opt_int("--connect-timeout", optarg, 1, INT32_MAX, &o->connect_timeout_ms))
-                return -1;
-            break;
-        case O_PROTOCOL:
-            if (strcmp(optarg, "v1") == 0) o->gen = STORE_GEN_V1;
-            else if (strcmp(optarg, "v2") == 0) o->gen = STORE_GEN_V2;
-            else {
-                say("--protocol wants v1 (torch 1.13) or v2 (torch >= 2), not '%s'", optarg);
-                return -1;
-            }
-            break;
-        case O_NO_EXT: o->no_ext = 1; break;
-        case 'h': return -2;
-        case ':': say("option '%s' needs a value (see --help)", argv[optind - 1]); return -1;
-        default: say("unknown option '%s' (see --help)", argv[optind - 1]); return -1;
-        }
+    opts_spec spec = {.prog = PROG, .opts = table, .nopts = sizeof table / sizeof table[0],
+                      .abbrev = 1, .help_col = 28};
+    char err[512];
+    int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
+    if (rc == OPTS_HELP_GIVEN) {
+        usage(&spec);
+        return -2;
     }
-    if (optind >= argc) {
-        say("no command given (see --help for the list)");
+    if (rc == 0 && next >= argc) {
+        snprintf(err, sizeof err, "no command given (see --help for the list)");
+        rc = -EINVAL;
+    }
+    if (rc) {
+        say("%s", err);
         return -1;
     }
-    return optind;
+    return next;
 }
 
 static const command *find_command(const char *name) {
@@ -446,10 +424,7 @@ int main(int argc, char **argv) {
         .gen = STORE_GEN_V2,
     };
     int at = parse_options(argc, argv, &o);
-    if (at == -2) {
-        usage(stdout);
-        return 0;
-    }
+    if (at == -2) return 0;
     if (at < 0) return EXIT_USAGE;
     const command *cmd = find_command(argv[at]);
     if (!cmd) {

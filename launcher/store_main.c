@@ -8,7 +8,6 @@
  * stops it and it exits 0. DDPRUN_STORE_TOKEN, when set, is the secret
  * every client must present first. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,38 +17,62 @@
 
 #include "common/fdlimit.h"
 #include "common/log.h"
+#include "common/opts.h"
 #include "rendezvous/store_server.h"
 
-static const char usage[] =
+static const char usage_head[] =
     "usage: ddprun-store [options]\n"
     "\n"
     "Runs the ddprun key-value store (compatible with PyTorch's TCPStore) in the\n"
     "foreground until SIGINT or SIGTERM.\n"
-    "\n"
-    "  --host H             address or name to listen on (default: all, IPv6 and IPv4)\n"
-    "  --port P             port to listen on; 0 picks a free one (default 29400)\n"
-    "  --max-key-bytes N    longest key accepted (default 8192)\n"
-    "  --max-value-bytes N  longest value accepted (default 8388608)\n"
-    "  --max-conns N        most connections open at once (default 65536)\n"
-    "  -v, --verbose        log every connection and disconnection\n"
-    "  -q, --quiet          log errors only\n"
-    "  -h, --help           show this help\n"
+    "\n";
+
+static const char usage_tail[] =
     "\n"
     "Environment: DDPRUN_STORE_TOKEN=secret makes clients present the secret\n"
     "first (PyTorch's own clients then cannot connect). DDPRUN_LOG_LEVEL=\n"
     "error|warn|info|debug sets the log level.\n";
 
-/* Parses a whole decimal number in [lo, hi] or explains why not. */
-static int parse_num(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "ddprun-store: %s: '%s' is not a number from %ld to %ld\n", flag, s, lo,
-                hi);
-        return -1;
+static void print_usage(const opts_spec *spec) {
+    char text[2048];
+    opts_format_help(spec, text, sizeof text);
+    printf("%s%s%s", usage_head, text, usage_tail);
+}
+
+/* Fills *o and the log level from the command line. 0; 1 after --help;
+ * or -EINVAL with the message printed. */
+static int parse_args(int argc, char **argv, store_server_opts *o) {
+    int max_key = 0, max_value = 0, verbose = 0, quiet = 0;
+    const opts_opt table[] = {
+        {"host", 0, OPTS_STR, .target = &o->host, .metavar = "H",
+         .help = "address or name to listen on (default: all, IPv6 and IPv4)"},
+        {"port", 0, OPTS_INT, .target = &o->port, .lo = 0, .hi = 65535, .metavar = "P",
+         .help = "port to listen on; 0 picks a free one (default 29400)"},
+        {"max-key-bytes", 0, OPTS_INT, .target = &max_key, .lo = 1, .hi = INT_MAX,
+         .metavar = "N", .help = "longest key accepted (default 8192)"},
+        {"max-value-bytes", 0, OPTS_INT, .target = &max_value, .lo = 1, .hi = INT_MAX,
+         .metavar = "N", .help = "longest value accepted (default 8388608)"},
+        {"max-conns", 0, OPTS_INT, .target = &o->max_conns, .lo = 1, .hi = INT_MAX,
+         .metavar = "N", .help = "most connections open at once (default 65536)"},
+        {"verbose", 'v', OPTS_FLAG, .target = &verbose,
+         .help = "log every connection and disconnection"},
+        {"quiet", 'q', OPTS_FLAG, .target = &quiet, .help = "log errors only"},
+        {"help", 'h', .type = OPTS_HELP, .help = "show this help"},
+    };
+    opts_spec spec = {.prog = "ddprun-store", .opts = table,
+                      .nopts = sizeof table / sizeof table[0], .abbrev = 1, .no_operands = 1};
+    char err[512];
+    int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
+    if (rc == OPTS_HELP_GIVEN) print_usage(&spec);
+    if (rc == 0 && verbose && quiet) {
+        snprintf(err, sizeof err, "--verbose and --quiet contradict each other; give one");
+        rc = -EINVAL;
     }
-    *out = v;
+    if (rc < 0) fprintf(stderr, "ddprun-store: %s\n", err);
+    if (rc) return rc;
+    o->max_key = (uint32_t)max_key;
+    o->max_value = (uint32_t)max_value;
+    if (verbose || quiet) log_set_level(verbose ? LOG_DEBUG : LOG_ERROR);
     return 0;
 }
 
@@ -71,61 +94,15 @@ static void on_signal(uv_signal_t *sig, int signum) {
 int main(int argc, char **argv) {
     log_init("ddprun-store");
     store_server_opts o = {.port = 29400};
-    static const struct option opts[] = {
-        {"host", required_argument, 0, 'H'},
-        {"port", required_argument, 0, 'p'},
-        {"max-key-bytes", required_argument, 0, 'k'},
-        {"max-value-bytes", required_argument, 0, 'V'},
-        {"max-conns", required_argument, 0, 'c'},
-        {"verbose", no_argument, 0, 'v'},
-        {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int ch;
-    long v;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":vqh", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'H': o.host = optarg; break;
-        case 'p':
-            if (parse_num("--port", optarg, 0, 65535, &v)) return 2;
-            o.port = (int)v;
-            break;
-        case 'k':
-            if (parse_num("--max-key-bytes", optarg, 1, INT_MAX, &v)) return 2;
-            o.max_key = (uint32_t)v;
-            break;
-        case 'V':
-            if (parse_num("--max-value-bytes", optarg, 1, INT_MAX, &v)) return 2;
-            o.max_value = (uint32_t)v;
-            break;
-        case 'c':
-            if (parse_num("--max-conns", optarg, 1, INT_MAX, &v)) return 2;
-            o.max_conns = (int)v;
-            break;
-        case 'v': log_set_level(LOG_DEBUG); break;
-        case 'q': log_set_level(LOG_ERROR); break;
-        case 'h': fputs(usage, stdout); return 0;
-        case ':':
-            fprintf(stderr, "ddprun-store: %s needs a value (see --help)\n", argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "ddprun-store: unknown option '%s' (see --help)\n", argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ddprun-store: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
-    }
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
     o.token = getenv("DDPRUN_STORE_TOKEN");
     fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t *loop = uv_default_loop();
     store_main m;
-    int rc = store_server_init(loop, &m.srv, &o);
+    rc = store_server_init(loop, &m.srv, &o);
     if (rc) {
         fprintf(stderr, "ddprun-store: cannot listen on %s port %d: %s%s\n",
                 o.host ? o.host : "*", o.port, uv_strerror(rc),

@@ -17,6 +17,9 @@ fails 2 "--input-shape: '3x32' is not CxHxW" --data synthetic --input-shape 3x32
 fails 2 "--input-shape: '0x8x8' is not CxHxW" --data synthetic --input-shape 0x8x8
 fails 1 "unknown model 'resnet7'" "${quick[@]}" --model resnet7
 fails 2 "unknown option '--bogus'" --bogus 3
+# Options are not abbreviated: a near miss is refused with the one meant
+# (were it taken, the missing data set would end the run at once).
+fails 2 "unknown option '--epoch' (did you mean --epochs?)" --epoch 3 --data-dir "$SCRATCH/nowhere"
 fails 2 "--batch-size: 'many' is not a whole number from 1 to 1048576" --batch-size many
 fails 2 "--epochs: '2.5' is not a whole number" --epochs 2.5
 fails 2 "--lr: 'fast' is not a number from 0 to 1000" --lr fast

@@ -6,27 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/opts.h"
+
 extern char **environ;
 
-static const char *env_get(char **envp, const char *name) {
-    size_t n = strlen(name);
-    for (char **e = envp; *e; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-    return NULL;
-}
-
 /* An integer variable: 0 found, 1 absent, -EINVAL malformed (message set). */
-static int env_int(char **envp, const char *name, long lo, int *out, char *err, size_t errlen) {
-    const char *s = env_get(envp, name);
+static int env_int(char **envp, const char *name, int lo, int *out, char *err, size_t errlen) {
+    const char *s = opts_getenv(envp, name);
     if (!s || !*s) return 1;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > 1 << 30) {
-        snprintf(err, errlen, "%s='%s' is not a valid number (expected an integer >= %ld)", name,
+    if (opts_parse_int(s, lo, 1 << 30, out)) {
+        snprintf(err, errlen, "%s='%s' is not a valid number (expected an integer >= %d)", name,
                  s, lo);
         return -EINVAL;
     }
-    *out = (int)v;
     return 0;
 }
 
@@ -76,9 +68,9 @@ static int read_ranks(char **envp, dist_env *d, char *err, size_t errlen) {
 }
 
 static int read_master(char **envp, dist_env *d, char *err, size_t errlen) {
-    const char *addr = env_get(envp, "MASTER_ADDR");
+    const char *addr = opts_getenv(envp, "MASTER_ADDR");
     char host[256] = "";
-    const char *nodes = env_get(envp, "SLURM_JOB_NODELIST");
+    const char *nodes = opts_getenv(envp, "SLURM_JOB_NODELIST");
     if (!addr && nodes && slurm_first_host(nodes, host, sizeof host) == 0) addr = host;
     if (!addr && d->world == 1) addr = "127.0.0.1";
     if (!addr) {
@@ -121,7 +113,7 @@ int dist_env_read(char **envp, int legacy_local_rank, dist_env *d, char *err, si
     if ((rc = read_master(envp, d, err, errlen))) return rc;
     if (env_int(envp, "TORCHELASTIC_RESTART_COUNT", 0, &d->restart_count, err, errlen) < 0)
         return -EINVAL;
-    const char *agent = env_get(envp, "TORCHELASTIC_USE_AGENT_STORE");
+    const char *agent = opts_getenv(envp, "TORCHELASTIC_USE_AGENT_STORE");
     d->agent_store = agent && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
                                strcmp(agent, "1") == 0);
     return 0;
