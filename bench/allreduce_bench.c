@@ -38,9 +38,7 @@ static const char usage_head[] =
     "  ddprun --standalone --nproc-per-node=4 --no-python ddp-allreduce-bench\n";
 
 static void print_usage(const opts_spec *spec) {
-    char text[2048];
-    opts_format_help(spec, text, sizeof text);
-    printf("%s%s", usage_head, text);
+    opts_print_help(spec, usage_head, NULL, stdout);
 }
 
 /* Fills *o from the command line: 0; 1 after --help; or -EINVAL with the

@@ -603,3 +603,13 @@ size_t opts_format_help(const opts_spec *spec, char *buf, size_t size) {
             help_option(&h, &spec->opts[i], col);
     return h.len;
 }
+
+int opts_print_help(const opts_spec *spec, const char *head, const char *tail, FILE *out) {
+    size_t n = opts_format_help(spec, NULL, 0) + 1;
+    char *text = malloc(n);
+    if (!text) return -ENOMEM;
+    opts_format_help(spec, text, n);
+    fprintf(out, "%s%s%s", head ? head : "", text, tail ? tail : "");
+    free(text);
+    return 0;
+}

@@ -25,6 +25,7 @@
 #define DDPRUN_COMMON_OPTS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* The most options one table may hold, and the longest long name. */
@@ -136,6 +137,9 @@ int opts_parse(const opts_spec *spec, int argc, char **argv, int *next, char *er
  * "  -r, --redirects V" and the help in a column. Returns the length of the
  * whole text, as snprintf does, so a return >= size means it was cut. */
 size_t opts_format_help(const opts_spec *spec, char *buf, size_t size);
+/* Prints head, the option listing (opts_format_help) and tail (either may
+ * be NULL) to out. 0, or -ENOMEM. */
+int opts_print_help(const opts_spec *spec, const char *head, const char *tail, FILE *out);
 
 /* For callbacks: writes the formatted message into a->err and returns
  * -EINVAL. opts_bad writes "SRC: 'VAL' is not WANT". */

@@ -34,9 +34,7 @@ static const char usage_tail[] =
     "error|warn|info|debug sets the log level.\n";
 
 static void print_usage(const opts_spec *spec) {
-    char text[2048];
-    opts_format_help(spec, text, sizeof text);
-    printf("%s%s%s", usage_head, text, usage_tail);
+    opts_print_help(spec, usage_head, usage_tail, stdout);
 }
 
 /* Fills *o and the log level from the command line. 0; 1 after --help;

@@ -78,13 +78,8 @@ static int apply_bucket_mb(const opts_arg *a) {
 }
 
 static int print_usage(const opts_spec *spec) {
-    size_t n = opts_format_help(spec, NULL, 0) + 1;
-    char *text = malloc(n);
-    if (!text) return -ENOMEM;
-    opts_format_help(spec, text, n);
-    printf("%s%s%s", usage_head, text, usage_tail);
-    free(text);
-    return 1;
+    int rc = opts_print_help(spec, usage_head, usage_tail, stdout);
+    return rc ? rc : 1;
 }
 
 /* Reads the command line into c (after its defaults); 0, 1 after --help,

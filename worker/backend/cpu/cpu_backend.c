@@ -41,33 +41,25 @@ static void cpu_destroy(backend *b) {
     free(b);
 }
 
-#define COMMON_OPS                                                                        \
-    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy, .copy = cpu_copy,       \
-    .zero = cpu_zero, .sync = cpu_sync, .bn_stats = cpu_bn_stats, .bn_apply = cpu_bn_apply, \
-    .bn_finalize = cpu_bn_finalize, .bn_running = cpu_bn_running,                         \
-    .bn_bwd_reduce = cpu_bn_bwd_reduce, .bn_bwd_apply = cpu_bn_bwd_apply,                  \
-    .relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, .add_fwd = cpu_add_fwd,           \
-    .accumulate = cpu_accumulate, .scale = cpu_scale, .maxpool_fwd = cpu_maxpool_fwd,     \
-    .maxpool_bwd = cpu_maxpool_bwd, .avgpool_fwd = cpu_avgpool_fwd,                        \
-    .avgpool_bwd = cpu_avgpool_bwd, .xent = cpu_xent, .sgd = cpu_sgd, .destroy = cpu_destroy
+/* The CPU's operations; convolution and the linear layer from oneDNN
+ * (KIND dnnl) or from the reference kernels (KIND ref). */
+#define CPU_OPS(NAME, KIND)                                                                  \
+    {                                                                                        \
+        .name = NAME, .conv_fwd = cpu_conv_fwd_##KIND, .conv_bwd = cpu_conv_bwd_##KIND,      \
+        .linear_fwd = cpu_linear_fwd_##KIND, .linear_bwd = cpu_linear_bwd_##KIND,            \
+        .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,      \
+        .copy = cpu_copy, .zero = cpu_zero, .sync = cpu_sync, .bn_stats = cpu_bn_stats,      \
+        .bn_apply = cpu_bn_apply, .bn_finalize = cpu_bn_finalize,                            \
+        .bn_running = cpu_bn_running, .bn_bwd_reduce = cpu_bn_bwd_reduce,                    \
+        .bn_bwd_apply = cpu_bn_bwd_apply, .relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, \
+        .add_fwd = cpu_add_fwd, .accumulate = cpu_accumulate, .scale = cpu_scale,            \
+        .maxpool_fwd = cpu_maxpool_fwd, .maxpool_bwd = cpu_maxpool_bwd,                      \
+        .avgpool_fwd = cpu_avgpool_fwd, .avgpool_bwd = cpu_avgpool_bwd, .xent = cpu_xent,    \
+        .sgd = cpu_sgd, .destroy = cpu_destroy,                                              \
+    }
 
-static const backend_ops cpu_dnnl_ops = {
-    .name = "cpu (oneDNN)",
-    .conv_fwd = cpu_conv_fwd_dnnl,
-    .conv_bwd = cpu_conv_bwd_dnnl,
-    .linear_fwd = cpu_linear_fwd_dnnl,
-    .linear_bwd = cpu_linear_bwd_dnnl,
-    COMMON_OPS,
-};
-
-static const backend_ops cpu_ref_ops = {
-    .name = "cpu (reference)",
-    .conv_fwd = cpu_conv_fwd_ref,
-    .conv_bwd = cpu_conv_bwd_ref,
-    .linear_fwd = cpu_linear_fwd_ref,
-    .linear_bwd = cpu_linear_bwd_ref,
-    COMMON_OPS,
-};
+static const backend_ops cpu_dnnl_ops = CPU_OPS("cpu (oneDNN)", dnnl);
+static const backend_ops cpu_ref_ops = CPU_OPS("cpu (reference)", ref);
 
 int cpu_backend_create(int reference, int threads, backend **out, char *err, size_t errlen) {
     backend *b = calloc(1, sizeof *b);

@@ -199,14 +199,19 @@ int cpu_bn_bwd_apply(backend *b, const bn_args *a) {
 
 /* ---- elementwise ------------------------------------------------------------ */
 
-/* `omp simd`: these may run in place (output == an input, exactly), which
- * the compiler's overlap check would send down the scalar path. */
+/* A loop over the enclosing function's n elements: vectorised, and on every
+ * thread from PAR_MIN elements on. `omp simd` because these may run in
+ * place (output == an input, exactly), which the compiler's overlap check
+ * would send down the scalar path. */
+#define FOR_EACH_OF_N(i)                                                \
+    _Pragma("omp parallel for simd schedule(static) if (n >= PAR_MIN)") \
+    for (size_t i = 0; i < n; i++)
+
 int cpu_relu_fwd(backend *b, size_t n, const void *x_, void *y_) {
     const float *x = x_;
     float *y = y_;
     (void)b;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+    FOR_EACH_OF_N(i) y[i] = x[i] > 0 ? x[i] : 0;
     return 0;
 }
 
@@ -215,8 +220,7 @@ int cpu_relu_bwd(backend *b, size_t n, const void *y_, const void *dy_, void *dx
     const float *dy = dy_;
     float *dx = dx_;
     (void)b;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    FOR_EACH_OF_N(i) {
         float d = dy[i]; /* loaded unconditionally, so the select vectorises */
         dx[i] = y[i] > 0 ? d : 0;
     }
@@ -229,8 +233,7 @@ int cpu_add_fwd(backend *b, size_t n, const void *a_, const void *x2_, int relu,
     float *y = y_;
     (void)b;
     float lo = relu ? 0.0f : -INFINITY;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    FOR_EACH_OF_N(i) {
         float v = a[i] + x2[i];
         y[i] = v < lo ? lo : v;
     }
@@ -241,15 +244,13 @@ int cpu_accumulate(backend *b, size_t n, const void *src_, void *dst_) {
     const float *src = src_;
     float *dst = dst_;
     (void)b;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    FOR_EACH_OF_N(i) dst[i] += src[i];
     return 0;
 }
 
 int cpu_scale(backend *b, size_t n, float alpha, float *x) {
     (void)b;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+    FOR_EACH_OF_N(i) x[i] *= alpha;
     return 0;
 }
 
