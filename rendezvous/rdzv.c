@@ -530,10 +530,15 @@ static int open_next_round(rdzv *r, store_client *c, int round, int restart_coun
     pthread_mutex_unlock(&r->mu);
     if (!ids) return -ENOMEM;
     int rc = 0;
+    /* Alive: its connection is open and its heartbeat's lease is fresh. A
+     * node lost without a word (power, a cable) keeps its connection open
+     * on the store's side until TCP gives up, minutes later; only its
+     * heartbeat tells. */
     for (int i = 0; rc == 0 && i < nnodes; i++) {
-        int yes = 0;
-        rc = key_exists(c, key(r, k, "alive/%s", ids[i]), &yes);
-        alive += yes;
+        int conn = 0, beat = 0;
+        rc = key_exists(c, key(r, k, "alive/%s", ids[i]), &conn);
+        if (rc == 0) rc = key_exists(c, key(r, k, "hb/%s", ids[i]), &beat);
+        alive += conn && beat;
     }
     free(ids);
     int64_t waiting = 0;
