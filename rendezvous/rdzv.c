@@ -83,14 +83,27 @@ static int key_exists(store_client *c, const char *k, int *yes) {
     return store_check(c, 1, &k, yes);
 }
 
-/* Renews the heartbeat lease when a third of its lifetime has passed. */
+/* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
+static int beat_again(rdzv *r) {
+    char k[KEY_MAX];
+    int rc = store_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
+    if (rc == 0) rc = store_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    if (rc == 0) r->last_renew_ms = clock_now_ms();
+    return rc;
+}
+
+/* Renews the heartbeat lease when a third of its lifetime has passed. A
+ * lease that lapsed (this node was cut off for longer than a heartbeat:
+ * the others have re-formed without it) is granted anew, so the node
+ * comes back as a new one, admitted at the next round. */
 static int renew(rdzv *r) {
     if (clock_now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
     int rc = store_lease_renew(r->c, r->lease);
     if (rc == -ENOENT) {
-        log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s)",
+        log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s); "
+                 "it rejoins as a new node",
                  r->o.heartbeat);
-        return -ETIMEDOUT;
+        return beat_again(r);
     }
     if (rc == 0) r->last_renew_ms = clock_now_ms();
     return rc;
@@ -148,15 +161,13 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     }
     char k[KEY_MAX];
     rc = store_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
-    if (rc == 0) rc = store_lease_grant(r->c, (int64_t)(o->heartbeat * 1000), &r->lease);
-    if (rc == 0) rc = store_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    if (rc == 0) rc = beat_again(r);
     if (rc) {
         snprintf(err, errlen, "the store at %s:%d is not a ddprun store (%s)", o->host, o->port,
                  strerror(-rc));
         rdzv_close(r);
         return rc;
     }
-    r->last_renew_ms = clock_now_ms();
     *out = r;
     return 0;
 }
