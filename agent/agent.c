@@ -103,6 +103,13 @@ static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_resu
     uv_async_send(&a->wake);
 }
 
+/* Why the store is gone, in words. */
+static const char *store_loss(const rdzv *rd, int rc) {
+    int why = rdzv_store_broken(rd);
+    if (why == -ETIMEDOUT || (!why && rc == -ETIMEDOUT)) return "it stopped answering";
+    return strerror(-(why ? why : rc));
+}
+
 static void *rdzv_thread(void *arg) {
     agent *a = arg;
     for (;;) {
@@ -124,8 +131,10 @@ static void *rdzv_thread(void *arg) {
             rdzv_event ev;
             rc = rdzv_watch(a->rd, 1000, &ev);
             if (rc) {
-                snprintf(err, sizeof err, "lost the rendezvous store at %s:%d: %s",
-                         a->store_addr, a->store_port, strerror(-rc));
+                snprintf(err, sizeof err,
+                         "lost the rendezvous store at %s:%d (%s): the job cannot go on "
+                         "without it; this node stops",
+                         a->store_addr, a->store_port, store_loss(a->rd, rc));
                 post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
                 return NULL;
             }

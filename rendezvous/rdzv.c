@@ -624,3 +624,5 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     if (rc == 0 && idx == 0) set_str(r->c, key(r, k, "closed"), "1");
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }
+
+int rdzv_store_broken(const rdzv *r) { return store_client_broken(r->c); }

@@ -103,4 +103,8 @@ int rdzv_poke(rdzv *r, int side);
  * round ends otherwise, or timeout. 0 when all finished. */
 int rdzv_exit_barrier(rdzv *r, double timeout_s);
 
+/* After a call failed: the error that broke the connection to the store
+ * (store_client_broken), or 0. From the thread that makes the calls. */
+int rdzv_store_broken(const rdzv *r);
+
 #endif

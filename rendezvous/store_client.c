@@ -3,7 +3,8 @@
  * built in one buffer and sent with one write; replies come through a
  * small read buffer. After an I/O error or a timeout in the middle of a
  * reply the connection is out of step with the server, so it is marked
- * dead and every later call fails fast with -ECONNRESET. */
+ * dead and every later call fails fast with -ECONNRESET
+ * (store_client_broken says what broke it). */
 #include "rendezvous/store_client.h"
 
 #include <errno.h>
@@ -28,7 +29,7 @@ struct store_client {
     int fd;
     int timeout_ms;
     store_gen gen;
-    int dead;
+    int dead;          /* 0, or the error that broke the connection */
     buf_t out;
     size_t rpos, rlen;
     uint8_t rbuf[RBUF];
@@ -108,7 +109,7 @@ static int connect_retry(const store_client_opts *o, int64_t deadline) {
 /* ---- raw I/O ------------------------------------------------------------ */
 
 static int fail(store_client *c, int rc) {
-    c->dead = 1;
+    c->dead = rc < 0 ? rc : -ECONNRESET;
     return rc;
 }
 
@@ -453,6 +454,8 @@ int store_multi_set(store_client *c, size_t n, const char *const *keys,
     }
     return send_req(c, deadline_of(c, -1));
 }
+
+int store_client_broken(const store_client *c) { return c->dead; }
 
 int store_ping(store_client *c, double *rtt_us) {
     int64_t t0 = clock_now_ns();

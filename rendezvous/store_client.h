@@ -62,6 +62,10 @@ int store_multi_get(store_client *c, size_t n, const char *const *keys, uint8_t 
 int store_multi_set(store_client *c, size_t n, const char *const *keys,
                     const void *const *vals, const size_t *lens);
 /* Round trip; *rtt_us receives the time taken if not NULL. */
+/* 0 while the connection is usable; once a call broke it (every later call
+ * then fails with -ECONNRESET), the error that did: -ETIMEDOUT when the
+ * server stopped answering in the middle of a reply, say. */
+int store_client_broken(const store_client *c);
 int store_ping(store_client *c, double *rtt_us);
 int store_queue_push(store_client *c, const char *key, const void *val, size_t len);
 /* Pops the oldest value; with block=1 waits (up to timeout) for one. */
