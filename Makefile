@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops
 endif
 
-.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu clean
+.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -185,9 +185,10 @@ demo-store: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo-store
 
-# bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store: ours and
+# bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store,
+# bench-recovery (root: test hosts in network namespaces): ours and
 # the peer's side by side (bench/NAME_bench.sh; docs/results.md).
-BENCHES := agent allreduce train ddp store
+BENCHES := agent allreduce train ddp store recovery
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$*_bench.sh

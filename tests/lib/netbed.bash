@@ -10,7 +10,9 @@
 #   netbed_netem 2 delay 50ms loss 1% (tc netem on host 2's interface)
 #
 # Each command run on host I sees host name "hI" (a UTS namespace of its
-# own), so host detection tells the hosts apart with no override, and
+# own), so host detection tells the hosts apart with no override; the
+# names resolve on every host (an /etc/hosts of the bed's own, which
+# `ip netns exec` mounts from /etc/netns/NAME/), as a cluster's DNS would; and
 # NETBED_DIR/hI/ is its own directory (checkpoints, logs: no shared file
 # system). The addresses exist only inside the namespaces; the bridge has
 # none, so no packet of the bed reaches any other network. Teardown runs on
@@ -38,7 +40,7 @@ netbed_sweep() {
     for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep -E '^ddpnb[0-9]+h[0-9]+$'); do
         pid=${ns#ddpnb}
         pid=${pid%h*}
-        kill -0 "$pid" 2> /dev/null || ip netns del "$ns" 2> /dev/null || true
+        kill -0 "$pid" 2> /dev/null || { ip netns del "$ns" 2> /dev/null; rm -rf "/etc/netns/$ns"; }
     done
     for br in $(ip -o link show type bridge 2> /dev/null | awk -F': ' '{print $2}' | grep -E '^nb[0-9]+$'); do
         pid=${br#nb}
@@ -48,14 +50,17 @@ netbed_sweep() {
 
 netbed_down() {
     local i
-    for ((i = 1; i <= NETBED_N; i++)); do ip netns del "$(netbed_ns "$i")" 2> /dev/null || true; done
+    for ((i = 1; i <= NETBED_N; i++)); do
+        ip netns del "$(netbed_ns "$i")" 2> /dev/null || true
+        rm -rf "/etc/netns/$(netbed_ns "$i")"
+    done
     ip link del "nb$NETBED_PID" 2> /dev/null || true
     NETBED_N=0
 }
 
 # netbed_up N: makes hosts 1..N, or skips the scenario (exit 77).
 netbed_up() {
-    local n=$1 i ns err
+    local n=$1 i j ns err
     [ "$(id -u)" = 0 ] || { echo "skipped: the network test bed needs root (network namespaces)"; exit 77; }
     command -v ip > /dev/null || { echo "skipped: the network test bed needs ip (iproute2)"; exit 77; }
     command -v unshare > /dev/null || { echo "skipped: the network test bed needs unshare (util-linux)"; exit 77; }
@@ -79,7 +84,13 @@ netbed_up() {
         ip -n "$ns" addr add "$(netbed_addr "$i")/24" dev eth0
         ip -n "$ns" link set eth0 up
         ip -n "$ns" link set lo up
-        mkdir -p "$NETBED_DIR/h$i"
+        mkdir -p "$NETBED_DIR/h$i" "/etc/netns/$ns"
+    done
+    for ((i = 1; i <= n; i++)); do
+        {
+            printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n'
+            for ((j = 1; j <= n; j++)); do printf '%s\th%d\n' "$(netbed_addr "$j")" "$j"; done
+        } > "/etc/netns/$(netbed_ns "$i")/hosts"
     done
     # Host 1 reaches every other host before the scenario starts.
     for ((i = 2; i <= n; i++)); do
