@@ -191,8 +191,9 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     VAR("TORCHELASTIC_RUN_ID=%s", c->rdzv_id);
     VAR("TORCHELASTIC_USE_AGENT_STORE=True");
     VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
-    VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
-    VAR("NCCL_ASYNC_ERROR_HANDLING=1");
+    /* Defaults only, as torchrun: a user's own value reaches the workers. */
+    if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
+    if (!getenv("NCCL_ASYNC_ERROR_HANDLING")) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
     VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
     if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
 #undef VAR

@@ -8,7 +8,8 @@
  * and the first argument that is not an option is PROGRAM, after which
  * nothing is parsed. This file holds what each of torchrun's values means
  * and the checks across options. Nothing here exits or prints, except that
- * --help prints the usage. */
+ * --help prints the usage and an --rdzv-conf key torchrun would ignore is
+ * logged as a warning. */
 #include "launcher/config.h"
 
 #include <ctype.h>
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/opts.h"
 
 #define DEFAULT_RDZV_PORT 29400
@@ -259,7 +261,9 @@ static int apply_rdzv_id(const opts_arg *a) {
     return set_str(&cfg_of(a)->rdzv_id, a->val) ? fail_nomem(a) : 0;
 }
 
-typedef enum { CONF_SECONDS, CONF_COUNT, CONF_BOOL } conf_kind;
+/* CONF_TCP: store_type, which must say tcp; CONF_NO_EFFECT: a key torchrun
+ * knows that means nothing here (accepted, ignored). */
+typedef enum { CONF_SECONDS, CONF_COUNT, CONF_BOOL, CONF_TCP, CONF_NO_EFFECT } conf_kind;
 
 typedef struct {
     const char *key;
@@ -280,6 +284,12 @@ static const conf_key conf_keys[] = {
     {"keep_alive_max_attempt", CONF_COUNT, offsetof(rdzv_conf, keep_alive_max_attempt)},
     {"read_timeout", CONF_SECONDS, offsetof(rdzv_conf, read_timeout)},
     {"is_host", CONF_BOOL, offsetof(rdzv_conf, is_host)},
+    /* torch 2.x's names: heartbeat_timeout is how long a silent node lives,
+     * which is our heartbeat lease */
+    {"heartbeat_timeout", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval)},
+    {"store_type", CONF_TCP, 0},
+    {"use_libuv", CONF_NO_EFFECT, 0},
+    {"cas_backoff_max_seconds", CONF_NO_EFFECT, 0},
 };
 
 /* The spellings of true and false that torchrun's get_as_bool accepts. */
@@ -301,6 +311,9 @@ static int set_conf_value(rdzv_conf *rc, const conf_key *k, const char *v, const
         return opts_fail(a, "%s: %s='%s' is not a positive integer", a->src, k->key, v);
     if (k->kind == CONF_BOOL && parse_bool(v, (int *)(void *)field))
         return opts_fail(a, "%s: %s='%s' is not true or false", a->src, k->key, v);
+    if (k->kind == CONF_TCP && strcasecmp(v, "tcp") != 0)
+        return opts_fail(a, "%s: store_type='%s' cannot be: ddprun's c10d rendezvous keeps its "
+                         "state in its own TCP store (store_type=tcp)", a->src, v);
     return 0;
 }
 
@@ -331,9 +344,13 @@ static int apply_conf_item(rdzv_conf *rc, const char *s, size_t n, const opts_ar
         if (!*value) return opts_fail(a, "%s: '%s' has no value", a->src, key);
         return set_conf_value(rc, &conf_keys[i], value, a);
     }
-    return opts_fail(a, "%s: unknown key '%s' (known: join_timeout, last_call_timeout, "
-                     "close_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, "
-                     "is_host)", a->src, key);
+    /* As torchrun: a key it does not know is not an error (Kubeflow passes
+     * whatever the user wrote in rdzvConf), but it is said. */
+    log_warn("%s: unknown key '%s' ignored (known: join_timeout, last_call_timeout, "
+             "close_timeout, keep_alive_interval, heartbeat_timeout, keep_alive_max_attempt, "
+             "read_timeout, is_host, store_type, use_libuv, cas_backoff_max_seconds)",
+             a->src, key);
+    return 0;
 }
 
 static int apply_rdzv_conf(const opts_arg *a) {
@@ -352,8 +369,9 @@ static int apply_rdzv_conf(const opts_arg *a) {
 
 /* ---- role and the strings where empty means unset ---- */
 
+/* Any role, the empty one included: TorchX passes --role "" and torchrun
+ * takes it as it is (ROLE_NAME is then empty, the output prefix "[0]:"). */
 static int apply_role(const opts_arg *a) {
-    if (!*a->val) return opts_fail(a, "%s: the role must not be empty", a->src);
     return set_str(&cfg_of(a)->role, a->val) ? fail_nomem(a) : 0;
 }
 
