@@ -15,37 +15,30 @@ netbed_up 3
 port=29613
 args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 200000 --threads 1
       --no-eval --log-every 1 --batch-size 8 --ckpt-every 5 --max-steps 80 --seed 3)
-for h in 1 2 3; do
-    netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes=2:3 --nproc-per-node=2 \
-        --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint="$(netbed_addr 1):$port" \
-        --rdzv-id=lost --no-python ddp-train "${args[@]}" --ckpt-dir "$NETBED_DIR/h$h/ck" \
-        > "$TMP/h$h.out" 2> "$TMP/h$h.err" &
-    PIDS+=($!)
-    printf -v "PID_h$h" %s "$!"
-done
-wait_line 60 "$TMP/h1.out" "step 12/"
+netbed_elastic lost "$port" "${args[@]}"
+wait_line 60 "$TMP/lost.h1.out" "step 12/"
 t0=$(now_ms)
 netbed_link 3 down
 # The new round's first step on host 1: a step line after "(round 1)".
-first_step() { sed -n '/(round 1)/,$p' "$TMP/h1.err" | grep -q "resuming" &&
-               [ "$(grep -c "step [0-9]*/" "$TMP/h1.out")" -gt "$steps_before" ]; }
-steps_before=$(grep -c "step [0-9]*/" "$TMP/h1.out")
+first_step() { sed -n '/(round 1)/,$p' "$TMP/lost.h1.err" | grep -q "resuming" &&
+               [ "$(grep -c "step [0-9]*/" "$TMP/lost.h1.out")" -gt "$steps_before" ]; }
+steps_before=$(grep -c "step [0-9]*/" "$TMP/lost.h1.out")
 wait_for 30 "host 1's first step of the new round" first_step
 ms=$(($(now_ms) - t0))
 echo "survivors' first step of the new round: $ms ms after the loss"
-[ "$ms" -le 12000 ] || { dump h1 h2; die "recovery took $ms ms (target 12000)"; }
-wait_exit 120 "$PID_h1"; assert_rc h1 0
-wait_exit 60 "$PID_h2"; assert_rc h2 0
-grep -q "4 ranks" "$TMP/h1.err" || { dump h1; die "rank 0 never trained at 4 ranks"; }
-grep -q "keeps the global batch of 48" "$TMP/h1.err" || { dump h1; die "the global batch was not kept"; }
-grep -q "done: 80 steps" "$TMP/h1.out" || { dump h1; die "the job did not finish"; }
+[ "$ms" -le 12000 ] || { dump lost.h1 lost.h2; die "recovery took $ms ms (target 12000)"; }
+wait_exit 120 "$PID_lost_h1"; assert_rc lost.h1 0
+wait_exit 60 "$PID_lost_h2"; assert_rc lost.h2 0
+grep -q "4 ranks" "$TMP/lost.h1.err" || { dump lost.h1; die "rank 0 never trained at 4 ranks"; }
+grep -q "keeps the global batch of 48" "$TMP/lost.h1.err" || { dump lost.h1; die "the global batch was not kept"; }
+grep -q "done: 80 steps" "$TMP/lost.h1.out" || { dump lost.h1; die "the job did not finish"; }
 # The lost host: its agent gives up on its own, naming the store.
-wait_exit 90 "$PID_h3"
-[ "$RC" -ne 0 ] || { dump h3; die "the lost host's ddprun exited 0"; }
-grep -q "rendezvous store at $(netbed_addr 1):$port" "$TMP/h3.err" ||
-    { dump h3; die "the lost host's ddprun did not name the store"; }
+wait_exit 90 "$PID_lost_h3"
+[ "$RC" -ne 0 ] || { dump lost.h3; die "the lost host's ddprun exited 0"; }
+grep -q "rendezvous store at $(netbed_addr 1):$port" "$TMP/lost.h3.err" ||
+    { dump lost.h3; die "the lost host's ddprun did not name the store"; }
 for p in $(tagged_pids); do
     [ "$(ip netns identify "$p" 2> /dev/null)" != "$(netbed_ns 3)" ] ||
         die "process $p ($(tr '\0' ' ' < "/proc/$p/cmdline")) is still running on the lost host"
 done
-grep -h "error" "$TMP/h3.err" | head -n 1
+grep -h "error" "$TMP/lost.h3.err" | head -n 1

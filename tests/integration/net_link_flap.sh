@@ -14,17 +14,7 @@ source "$(dirname "$0")/../lib/netbed.bash"
 netbed_up 3
 args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 200000 --threads 1
       --no-eval --log-every 1 --batch-size 8 --ckpt-every 5 --max-steps 300 --seed 3)
-job() { # name port: three agents, one per host
-    local h
-    for h in 1 2 3; do
-        netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes=2:3 --nproc-per-node=2 \
-            --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint="$(netbed_addr 1):$2" \
-            --rdzv-id="$1" --no-python ddp-train "${args[@]}" --ckpt-dir "$NETBED_DIR/h$h/$1" \
-            > "$TMP/$1.h$h.out" 2> "$TMP/$1.h$h.err" &
-        PIDS+=($!)
-        printf -v "PID_$1_h$h" %s "$!"
-    done
-}
+job() { netbed_elastic "$1" "$2" "${args[@]}"; } # name port
 finish() { # name: every agent exits 0
     local h pid
     for h in 1 2 3; do

@@ -15,18 +15,12 @@ done
 port=29619
 args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 200000 --threads 1
       --no-eval --log-every 1 --batch-size 8 --max-steps 30 --seed 3)
+netbed_elastic slow "$port" "${args[@]}"
 for h in 1 2 3; do
-    netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes=2:3 --nproc-per-node=2 \
-        --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint="$(netbed_addr 1):$port" \
-        --rdzv-id=slow --no-python ddp-train "${args[@]}" > "$TMP/h$h.out" 2> "$TMP/h$h.err" &
-    PIDS+=($!)
-    printf -v "PID_h$h" %s "$!"
-done
-for h in 1 2 3; do
-    pid=PID_h$h
+    pid=PID_slow_h$h
     wait_exit 200 "${!pid}"
-    assert_rc "h$h" 0
+    assert_rc "slow.h$h" 0
 done
-grep -q "done: 30 steps" "$TMP/h1.out" || { dump h1; die "the job did not finish"; }
-! grep -q "(round 1)" "$TMP/h1.err" || { dump h1; die "the slow network caused a restart"; }
-grep "done" "$TMP/h1.out"
+grep -q "done: 30 steps" "$TMP/slow.h1.out" || { dump slow.h1; die "the job did not finish"; }
+! grep -q "(round 1)" "$TMP/slow.h1.err" || { dump slow.h1; die "the slow network caused a restart"; }
+grep "done" "$TMP/slow.h1.out"

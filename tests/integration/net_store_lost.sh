@@ -11,23 +11,16 @@ netbed_up 3
 port=29618
 args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 200000 --threads 1
       --no-eval --log-every 1 --batch-size 8 --ckpt-every 5 --seed 3)
-for h in 1 2 3; do
-    netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes=2:3 --nproc-per-node=2 \
-        --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint="$(netbed_addr 1):$port" \
-        --rdzv-id=storelost --no-python ddp-train "${args[@]}" --ckpt-dir "$NETBED_DIR/h$h/ck" \
-        > "$TMP/h$h.out" 2> "$TMP/h$h.err" &
-    PIDS+=($!)
-    printf -v "PID_h$h" %s "$!"
-done
-wait_line 60 "$TMP/h1.out" "step 12/"
+netbed_elastic storelost "$port" "${args[@]}"
+wait_line 60 "$TMP/storelost.h1.out" "step 12/"
 t0=$(now_ms)
 netbed_link 1 down
 for h in 2 3; do
-    pid=PID_h$h
+    pid=PID_storelost_h$h
     wait_exit 60 "${!pid}"
-    [ "$RC" -ne 0 ] || { dump "h$h"; die "host $h's ddprun exited 0 without its store"; }
+    [ "$RC" -ne 0 ] || { dump "storelost.h$h"; die "host $h's ddprun exited 0 without its store"; }
     grep -q "lost the rendezvous store at $(netbed_addr 1):$port .*cannot go on without it" \
-        "$TMP/h$h.err" || { dump "h$h"; die "host $h's message does not name the store"; }
+        "$TMP/storelost.h$h.err" || { dump "storelost.h$h"; die "host $h's message does not name the store"; }
     echo "host $h: exit $RC after $(($(now_ms) - t0)) ms"
 done
 for p in $(tagged_pids); do
@@ -35,4 +28,4 @@ for p in $(tagged_pids); do
     [ "$ns" != "$(netbed_ns 2)" ] && [ "$ns" != "$(netbed_ns 3)" ] ||
         die "process $p ($(tr '\0' ' ' < "/proc/$p/cmdline")) is still running on a survivor"
 done
-grep -h "error" "$TMP/h2.err" | head -n 1
+grep -h "error" "$TMP/storelost.h2.err" | head -n 1

@@ -128,6 +128,26 @@ netbed_run() (
         unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "h$i" "$@"
 )
 
+# netbed_elastic NAME PORT ARGS...: the elastic ddp-train job most
+# scenarios run, one agent on every host: --nnodes=2:N, two workers each,
+# --max-restarts=3, c10d rendezvous at host 1:PORT, rdzv id NAME, ddp-train
+# ARGS plus checkpoints in the host's own NAME/ directory. Each agent's
+# output goes to $TMP/NAME.hI.out and .err, its pid to PIDS and PID_NAME_hI,
+# and it carries the scenario's DDPRUN_TEST_TAG (agent.bash).
+netbed_elastic() {
+    local name=$1 port=$2 h
+    shift 2
+    for ((h = 1; h <= NETBED_N; h++)); do
+        netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes="2:$NETBED_N" \
+            --nproc-per-node=2 --max-restarts=3 --rdzv-backend=c10d \
+            --rdzv-endpoint="$(netbed_addr 1):$port" --rdzv-id="$name" --no-python \
+            ddp-train "$@" --ckpt-dir "$NETBED_DIR/h$h/$name" \
+            > "$TMP/$name.h$h.out" 2> "$TMP/$name.h$h.err" &
+        PIDS+=($!)
+        printf -v "PID_${name}_h$h" %s "$!"
+    done
+}
+
 # netbed_link I up|down: host I's link to the bridge (down: its packets
 # vanish, as when a cable is pulled or a machine loses power).
 netbed_link() { ip link set "nb${NETBED_PID}h$1" "$2"; }
