@@ -507,12 +507,21 @@ static int probe_store(const char *host, int port) {
     return ok;
 }
 
+/* A single-node job that names no store (no --master-port, --master-addr
+ * or --rdzv-endpoint) gets its own on a free port, as torch >= 2.12 does:
+ * a fixed default port would let a second such job on the machine join
+ * the first one's rendezvous as a spare. */
+static int own_single_node_store(const agent_config *c) {
+    return strcmp(c->rdzv_backend, "static") == 0 && c->max_nodes == 1 && c->master_port < 0 &&
+           !c->master_addr && !c->rdzv_host;
+}
+
 /* Decides who hosts the store and where the workers find it. */
 static int setup_store(agent *a) {
     const agent_config *c = a->cfg;
     int host_it, port;
     const char *addr;
-    if (c->standalone) {
+    if (c->standalone || own_single_node_store(c)) {
         addr = "127.0.0.1", port = 0, host_it = 1;
     } else if (strcmp(c->rdzv_backend, "static") == 0) {
         addr = c->master_addr ? c->master_addr : c->rdzv_host ? c->rdzv_host : "127.0.0.1";
@@ -532,12 +541,17 @@ static int setup_store(agent *a) {
     if (!host_it) return 0;
     fdlimit_raise(); /* every agent of the job connects here, several times */
     int bound = 0;
-    store_server_opts so = {.host = c->standalone ? addr : NULL, .port = port,
+    store_server_opts so = {.host = c->standalone || own_single_node_store(c) ? addr : NULL,
+                            .port = port,
                             .token = getenv("DDPRUN_STORE_TOKEN")};
     int rc = store_thread_start(&so, &a->host, &bound);
     if (rc == 0) {
         a->store_port = bound;
-        log_debug("hosting the rendezvous store on port %d", bound);
+        if (own_single_node_store(c))
+            log_info("a single-node job without --master-port: its store is on a free port, "
+                     "%s:%d, so that no other job on this machine can join it", addr, bound);
+        else
+            log_debug("hosting the rendezvous store on port %d", bound);
         return 0;
     }
     if (rc == UV_EADDRINUSE && !c->standalone && probe_store(addr, port)) {
