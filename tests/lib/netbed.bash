@@ -92,6 +92,12 @@ netbed_up() {
             for ((j = 1; j <= n; j++)); do printf '%s\th%d\n' "$(netbed_addr "$j")" "$j"; done
         } > "/etc/netns/$(netbed_ns "$i")/hosts"
     done
+    # A command runs on a host (some containers allow namespaces but not
+    # entering them, or not a UTS namespace of one's own).
+    if ! err=$(netbed_run 1 true 2>&1); then
+        echo "skipped: cannot run a command on a test host (ip netns exec, unshare --uts): $err"
+        exit 77
+    fi
     # Host 1 reaches every other host before the scenario starts.
     for ((i = 2; i <= n; i++)); do
         netbed_reach 1 "$i" || { echo "FAIL: test host 1 cannot reach test host $i on the bed" >&2; exit 1; }
