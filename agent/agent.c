@@ -167,7 +167,24 @@ static char **build_env(char *const *extra, int nextra) {
     return env;
 }
 
-#define NVARS 24
+#define NVARS 25
+
+/* --virtual-local-rank: the one GPU local rank i sees, as device 0: the
+ * i-th entry of the agent's own CUDA_VISIBLE_DEVICES when it has one
+ * (the GPUs the scheduler gave this node), else GPU i. */
+static const char *visible_gpu(int local_rank, char *out, size_t len) {
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    snprintf(out, len, "%d", local_rank);
+    for (int i = 0; cvd && *cvd; i++) {
+        size_t n = strcspn(cvd, ",");
+        if (i == local_rank) {
+            snprintf(out, len, "%.*s", (int)n, cvd);
+            break;
+        }
+        cvd += n + (cvd[n] == ',');
+    }
+    return out;
+}
 
 /* torchrun's worker environment for one local rank. */
 static int worker_vars(agent *a, int local_rank, const char *error_file, char vars[NVARS][512]) {
@@ -175,7 +192,11 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     const rdzv_result *r = &a->cur;
     int rank = r->rank_offset + local_rank, n = 0;
 #define VAR(...) snprintf(vars[n++], 512, __VA_ARGS__)
-    VAR("LOCAL_RANK=%d", local_rank);
+    VAR("LOCAL_RANK=%d", c->virtual_local_rank ? 0 : local_rank);
+    if (c->virtual_local_rank) {
+        char gpu[64];
+        VAR("CUDA_VISIBLE_DEVICES=%s", visible_gpu(local_rank, gpu, sizeof gpu));
+    }
     VAR("RANK=%d", rank);
     VAR("GROUP_RANK=%d", r->group_rank);
     VAR("ROLE_RANK=%d", rank);

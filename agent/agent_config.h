@@ -60,6 +60,8 @@ typedef struct {
     double shutdown_timeout;    /* --shutdown-timeout s, default 30 */
     int run_module;             /* -m/--module: python3 -m PROGRAM */
     int no_python;              /* --no-python: exec PROGRAM directly */
+    int virtual_local_rank;     /* --virtual-local-rank: LOCAL_RANK=0 for every worker, each */
+                                /* seeing only its own GPU (CUDA_VISIBLE_DEVICES) */
     char **argv;                /* the command to run for each worker (NULL-terminated) */
     int argc;
 } agent_config;

@@ -46,6 +46,7 @@ typedef struct {
     char node_rank_src[SRC_MAX];
     const char *start_method; /* checked, then unused */
     int prog;                 /* index in argv of PROGRAM */
+    int shutdown_given;       /* --shutdown-timeout or PET_SHUTDOWN_TIMEOUT was given */
 } parse_state;
 
 /* ---- errors and strings ---- */
@@ -375,6 +376,26 @@ static int apply_role(const opts_arg *a) {
     return set_str(&cfg_of(a)->role, a->val) ? fail_nomem(a) : 0;
 }
 
+static int apply_shutdown_timeout(const opts_arg *a) {
+    parse_state *st = a->ctx;
+    if (opts_parse_seconds(a->val, 0, &st->cfg->shutdown_timeout))
+        return opts_bad(a, "a number of seconds (0 or more)");
+    st->shutdown_given = 1;
+    return 0;
+}
+
+/* torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT: the default of
+ * --shutdown-timeout (and of PET_SHUTDOWN_TIMEOUT), read only when neither
+ * is given, so that one overridden on the command line is never an error. */
+static int shutdown_timeout_from_env(parse_state *st) {
+    const char *v = opts_getenv(st->env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    if (st->shutdown_given || !v || !*v) return 0;
+    if (opts_parse_seconds(v, 0, &st->cfg->shutdown_timeout))
+        return fail(st, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '%s' is not a number of seconds (0 or "
+                    "more)", v);
+    return 0;
+}
+
 static int apply_log_dir(const opts_arg *a) { return set_opt_str(a, &cfg_of(a)->log_dir); }
 
 static int apply_master_addr(const opts_arg *a) {
@@ -500,9 +521,10 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"master-port", 0, OPTS_INT, .target = &c->master_port, .lo = 0, .hi = 65535,
          .want = "a port (0 to 65535)"},
         {"local-addr", 0, OPTS_CALL, .apply = apply_local_addr},
-        {"shutdown-timeout", 0, OPTS_SECONDS, .target = &c->shutdown_timeout},
+        {"shutdown-timeout", 0, OPTS_CALL, .apply = apply_shutdown_timeout},
         {"module", 'm', OPTS_FLAG, .target = &c->run_module},
         {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
+        {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
         {"help", 'h', .type = OPTS_HELP},
         {"use-env", 0, OPTS_REFUSED,
          .help = "--use-env is deprecated (it belonged to torch.distributed.launch): ddprun "
@@ -643,6 +665,7 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     int rc = set_defaults(cfg);
     if (rc == 0) rc = read_options(&st, argc, argv);
     if (rc == OPTS_HELP_GIVEN) fputs(config_usage(), stdout);
+    if (rc == 0) rc = shutdown_timeout_from_env(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
     if (rc == -ENOMEM) fail(&st, "out of memory while reading the command line");
@@ -753,6 +776,9 @@ static const char usage_text[] =
     "                            (default off; PET_MODULE)\n"
     "  --no-python               run PROGRAM itself instead of python3 -u PROGRAM, e.g.\n"
     "                            for a compiled program (default off; PET_NO_PYTHON)\n"
+    "  --virtual-local-rank      LOCAL_RANK=0 for every worker, each seeing only its own\n"
+    "                            GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"
+    "                            off; PET_VIRTUAL_LOCAL_RANK)\n"
     "  -h, --help                print this help\n"
     "\n"
     "Without --no-python, PROGRAM runs as python3 -u PROGRAM ARGS, like torchrun;\n"

@@ -566,7 +566,7 @@ TEST(config_usage_documents_every_flag_and_its_environment_form) {
                            "max-restarts", "monitor-interval", "role", "log-dir", "redirects",
                            "tee", "local-ranks-filter", "master-addr", "master-port",
                            "local-addr", "shutdown-timeout", "module", "no-python",
-                           "start-method"};
+                           "start-method", "virtual-local-rank"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char flag[64], env[64];
         snprintf(flag, sizeof flag, "--%s", flags[i]);
@@ -607,4 +607,33 @@ TEST(config_c10d_needs_an_endpoint) {
     char err[512];
     CHECK_EQ(config_parse(4, argv, env, &cfg, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "needs --rdzv-endpoint") != NULL);
+}
+
+/* torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT gives --shutdown-timeout's
+ * default; the flag (or PET_SHUTDOWN_TIMEOUT) wins, even over a bad one. */
+TEST(config_shutdown_timeout_from_torch_elastic_variable) {
+    char *env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=7", NULL};
+    char *both[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", "PET_SHUTDOWN_TIMEOUT=4", NULL};
+    char *bad[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
+    agent_config c;
+    CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
+    CHECK(c.shutdown_timeout == 7);
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("--shutdown-timeout", "2", "x.py"), &c), 0);
+    CHECK(c.shutdown_timeout == 2);
+    config_free(&c);
+    CHECK_EQ(parse_in(both, ARGS("x.py"), &c), 0);
+    CHECK(c.shutdown_timeout == 4);
+    config_free(&c);
+    check_fails(bad, ARGS("x.py"), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: 'soon' is not a number");
+}
+
+TEST(config_virtual_local_rank_is_a_flag) {
+    agent_config c;
+    CHECK_EQ(parse(ARGS("x.py"), &c), 0);
+    CHECK_EQ(c.virtual_local_rank, 0);
+    config_free(&c);
+    CHECK_EQ(parse(ARGS("--virtual_local_rank", "x.py"), &c), 0);
+    CHECK_EQ(c.virtual_local_rank, 1);
+    config_free(&c);
 }
