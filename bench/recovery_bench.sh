@@ -21,17 +21,9 @@ netbed_up 3
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load $(cut -d' ' -f1 /proc/loadavg)"
 echo "command: make bench-recovery (ROUNDS=$ROUNDS CAP=$CAP)"
-ours() { # name port: the job on three hosts
-    local h
-    for h in 1 2 3; do
-        netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes=2:3 --nproc-per-node=2 \
-            --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint="$(netbed_addr 1):$2" \
-            --rdzv-id="$1" --no-python ddp-train --model resnet20 --data synthetic \
-            --input-shape 3x16x16 --synthetic-size 1000000 --threads 1 --no-eval --log-every 1 \
-            --batch-size 8 --ckpt-every 5 --ckpt-dir "$NETBED_DIR/h$h/$1" \
-            > "$TMP/$1.h$h.out" 2> "$TMP/$1.h$h.err" &
-        PIDS+=($!)
-    done
+ours() { # name port: the elastic job of tests/integration/net_host_lost.sh
+    netbed_elastic "$1" "$2" --model resnet20 --data synthetic --input-shape 3x16x16 \
+        --synthetic-size 1000000 --threads 1 --no-eval --log-every 1 --batch-size 8 --ckpt-every 5
 }
 theirs() { # name port
     local h

@@ -79,10 +79,6 @@ static int get_int(store_client *c, const char *k, long dflt, long *out) {
     return 0;
 }
 
-static int key_exists(store_client *c, const char *k, int *yes) {
-    return store_check(c, 1, &k, yes);
-}
-
 /* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
@@ -546,10 +542,11 @@ static int open_next_round(rdzv *r, store_client *c, int round, int restart_coun
      * on the store's side until TCP gives up, minutes later; only its
      * heartbeat tells. */
     for (int i = 0; rc == 0 && i < nnodes; i++) {
-        int conn = 0, beat = 0;
-        rc = key_exists(c, key(r, k, "alive/%s", ids[i]), &conn);
-        if (rc == 0) rc = key_exists(c, key(r, k, "hb/%s", ids[i]), &beat);
-        alive += conn && beat;
+        char k2[KEY_MAX];
+        const char *both[] = {key(r, k, "alive/%s", ids[i]), key(r, k2, "hb/%s", ids[i])};
+        int yes = 0;
+        rc = store_check(c, 2, both, &yes); /* one round trip: both must be there */
+        alive += yes;
     }
     free(ids);
     int64_t waiting = 0;

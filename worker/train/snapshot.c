@@ -151,9 +151,8 @@ static int load_tensors(trainer *t, const ckpt_data *d, const char *path) {
 
 /* A failed broadcast, with the communicator's word on why. */
 static int broadcast_failed(trainer *t, int rc, const char *what) {
-    const char *why = comm_error(t->comm);
     return trainer_fail(t, rc, "broadcasting the checkpoint's %s from rank 0 failed: %s", what,
-                        why[0] ? why : strerror(-rc));
+                        trainer_why(comm_error(t->comm), rc));
 }
 
 /* The header: rank 0's text (or its length 0: no checkpoint) to everyone.
@@ -196,6 +195,6 @@ int snapshot_resume(trainer *t) {
     model *m = t->m;
     rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), 0);
     return rc ? trainer_fail(t, rc, "broadcasting the checkpoint's momentum failed: %s",
-                             devcomm_error(t->dcomm)[0] ? devcomm_error(t->dcomm) : strerror(-rc))
+                             trainer_why(devcomm_error(t->dcomm), rc))
               : 0;
 }

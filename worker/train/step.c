@@ -126,8 +126,7 @@ static int step_failed(trainer *t, int rc) {
                             "was freed) and the other ranks replay theirs: --no-cuda-graph runs "
                             "steps op by op",
                             step);
-    return trainer_fail(t, rc, "training step %lld failed: %s", step,
-                        why[0] ? why : strerror(-rc));
+    return trainer_fail(t, rc, "training step %lld failed: %s", step, trainer_why(why, rc));
 }
 
 int step_train(trainer *t, float stats[4]) {
@@ -190,7 +189,7 @@ int step_evaluate(trainer *t) {
     /* Every rank takes part in the sum, even one with nothing left to test. */
     int rc = step_allreduce_small(t, tot, 3);
     if (rc) return trainer_fail(t, rc, "all-reduce of the test results failed: %s",
-                                comm_error(t->comm)[0] ? comm_error(t->comm) : strerror(-rc));
+                                trainer_why(comm_error(t->comm), rc));
     if (t->env.rank == 0) progress_test(t, tot[0] / tot[2], tot[1] / tot[2], (int64_t)tot[2]);
     return 0;
 }

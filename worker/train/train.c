@@ -95,7 +95,7 @@ static int run_epoch(trainer *t) {
         if (rc) return rc;
         if ((rc = step_allreduce_small(t, stats, 4)))
             return trainer_fail(t, rc, "all-reduce of the step's loss failed: %s",
-                                comm_error(t->comm)[0] ? comm_error(t->comm) : strerror(-rc));
+                                trainer_why(comm_error(t->comm), rc));
         time_step(t0);
         int64_t step_in_epoch = advance(t);
         if (t->env.rank == 0)
@@ -130,7 +130,7 @@ static int start(trainer *t) {
     /* Rank 0's weights (fresh or resumed) are everyone's. */
     if (rc == 0 && (rc = ddp_broadcast_model(t->ddp)))
         rc = trainer_fail(t, rc, "broadcasting the weights from rank 0 failed: %s",
-                          devcomm_error(t->dcomm)[0] ? devcomm_error(t->dcomm) : strerror(-rc));
+                          trainer_why(devcomm_error(t->dcomm), rc));
     if (rc == 0) rc = trainer_setup_batch(t);
     if (rc == 0) rc = progress_start(t);
     if (rc == 0 && t->env.rank == 0) {

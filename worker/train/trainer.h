@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rendezvous/store_thread.h"
 #include "worker/backend/backend.h"
@@ -94,6 +95,12 @@ extern _Atomic int64_t trainer_abort_at_ns;
  * After SIGTERM a failure is a stop: logged as a warning, no error file,
  * and t->stopped set. */
 int trainer_fail(trainer *t, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Why a collective failed: what the communicator said (comm_error,
+ * devcomm_error: it names the peer), else the error code's words. */
+static inline const char *trainer_why(const char *said, int rc) {
+    return said[0] ? said : strerror(-rc);
+}
 
 /* The job (ranks, store), the data, the backend, model and communicators. */
 int trainer_setup(trainer *t);
