@@ -67,6 +67,8 @@ typedef struct {
     const char *prefix;     /* per-attempt key prefix, as comm_opts */
     int rank, world;
     int timeout_ms;         /* a collective longer than this aborts the communicator */
+    const _Atomic int64_t *abort_at_ns; /* NULL, or nonzero: the rank is stopping; a
+                                         * collective still unfinished then aborts */
 } devcomm_nccl_opts;
 int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen);
 

@@ -125,7 +125,8 @@ static int setup_comm(trainer *t) {
     if (t->be->kind == BACKEND_CUDA) {
         devcomm_nccl_opts no = {.be = t->be, .store_host = co.store_host,
                                 .store_port = co.store_port, .prefix = prefix,
-                                .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms};
+                                .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms,
+                                .abort_at_ns = co.abort_at_ns};
         if ((rc = devcomm_nccl_create(&no, &t->dcomm, err, sizeof err)))
             return trainer_fail(t, rc, "%s", err);
     } else if ((rc = devcomm_host_create(t->comm, &t->dcomm))) {

@@ -30,6 +30,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ typedef struct {
     int64_t oldest_ns;    /* when the oldest collective not yet synced was issued */
     nc_req *free, *all;
     int timeout_ms;
+    const _Atomic int64_t *abort_at_ns; /* the trainer's "stopping" deadline (or NULL) */
     int up;               /* set-up finished: failures are logged from now on */
     int broken;           /* the first failure's code; every later call returns it */
     char op[96];          /* the operation under way, for messages */
@@ -171,6 +173,19 @@ static void nap(int64_t waited_ns, unsigned *us) {
     if (*us < 200) *us *= 2;
 }
 
+static int nc_stopped(nc *n) {
+    return nc_fail(n, -ECANCELED,
+                   "NCCL %s aborted: this rank is stopping and the collective did not finish in "
+                   "time (a peer is gone or stuck)",
+                   n->op);
+}
+
+/* Whether the trainer, told to stop, has given up on what is in flight. */
+static int stop_passed(const nc *n, int64_t now) {
+    int64_t at = n->abort_at_ns ? atomic_load(n->abort_at_ns) : 0;
+    return at && now >= at;
+}
+
 static int nc_timed_out(nc *n) {
     return nc_fail(n, -ETIMEDOUT,
                    "NCCL %s timed out after %g s (a peer is stuck, slow or gone: see the other "
@@ -215,6 +230,7 @@ static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
         }
         int64_t now = clock_now_ns();
         if (now >= deadline_ns) return nc_timed_out(n);
+        if (stop_passed(n, now)) return nc_stopped(n);
         nap(now - start, &us);
     }
 }
@@ -519,6 +535,7 @@ int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, si
     n->device = cuda_backend_device(o->be);
     n->compute = cuda_backend_stream(o->be);
     n->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
+    n->abort_at_ns = o->abort_at_ns;
     snprintf(n->op, sizeof n->op, "communicator set-up (world %d)", o->world);
     int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
     ncclUniqueId id;
