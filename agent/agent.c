@@ -56,7 +56,7 @@ typedef struct {
     const agent_config *cfg;
     const char *exe;
     uv_loop_t *loop;
-    uv_signal_t sigs[4];
+    uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */
     uv_async_t wake;
     pthread_t rthread;
     int rthread_started;
@@ -82,7 +82,6 @@ typedef struct {
     int nfails;
 } agent;
 
-static const int forwarded_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 /* ---- the rendezvous thread ---------------------------------------------- */
 
@@ -229,10 +228,11 @@ static int console_shown(const agent_config *c, int local_rank) {
 }
 
 /* Where one stream of one worker goes: --redirects sends it to its file
- * only, --tee to the file and the console (prefixed), neither to the
- * console alone. */
+ * only, --tee to the file and the console (prefixed, and the lines that
+ * match --duplicate-*-filters to the attempt's filtered_*.log too),
+ * neither to the console alone. */
 static void stream_opts(agent *a, int local_rank, int which, const char *file, char *prefix,
-                        worker_output_opts *o) {
+                        const char *dup_file, worker_output_opts *o) {
     const agent_config *c = a->cfg;
     int redirect = stream_for_rank(&c->redirects, local_rank) & which;
     int tee = stream_for_rank(&c->tee, local_rank) & which;
@@ -241,6 +241,19 @@ static void stream_opts(agent *a, int local_rank, int which, const char *file, c
                         ? -1
                         : (which == STREAM_OUT ? 1 : 2);
     o->prefix = tee ? prefix : NULL;
+    o->dup_filters = c->dup_filters[which == STREAM_OUT ? 0 : 1].items;
+    o->dup_file = tee ? dup_file : NULL;
+}
+
+/* A worker's console prefix: torchrun's template, default
+ * "[${role_name}${local_rank}]:". */
+static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
+    const agent_config *c = a->cfg;
+    worker_prefix_vars v = {.role_name = c->role, .local_rank = local_rank,
+                            .rank = a->cur.rank_offset + local_rank, .hostname = a->hostname};
+    const char *t = c->log_line_prefix_template ? c->log_line_prefix_template
+                                                : "[${role_name}${local_rank}]:";
+    worker_output_prefix(t, &v, out, len, NULL, 0);
 }
 
 static void on_worker_exit(worker_group *g, worker *w);
@@ -253,11 +266,16 @@ static int start_workers(agent *a) {
     /* Per rank: the worker group opens these files when it spawns. */
     char(*out_file)[3200] = calloc((size_t)n, sizeof *out_file);
     char(*err_file)[3200] = calloc((size_t)n, sizeof *err_file);
-    char(*prefix)[64] = calloc((size_t)n, sizeof *prefix);
+    char(*prefix)[256] = calloc((size_t)n, sizeof *prefix);
+    char dup_file[2][3200];
     worker_spec *specs = calloc((size_t)n, sizeof *specs);
     char(*vars)[NVARS][512] = calloc((size_t)n, sizeof *vars);
     char *(*ptrs)[NVARS] = calloc((size_t)n, sizeof *ptrs);
     if (!specs || !vars || !ptrs || !out_file || !err_file || !prefix) rc = -ENOMEM;
+    snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
+             a->cur.restart_count);
+    snprintf(dup_file[1], sizeof dup_file[1], "%s/attempt_%d/filtered_stderr.log", a->log_root,
+             a->cur.restart_count);
     for (int i = 0; rc == 0 && i < n; i++) {
         snprintf(dir, sizeof dir, "%s/attempt_%d/%d", a->log_root, a->cur.restart_count, i);
         if ((rc = fs_mkdir_p(dir))) {
@@ -268,9 +286,9 @@ static int start_workers(agent *a) {
         unlink(specs[i].error_file); /* a stale one would be blamed for this attempt */
         snprintf(out_file[i], sizeof out_file[i], "%s/stdout.log", dir);
         snprintf(err_file[i], sizeof err_file[i], "%s/stderr.log", dir);
-        snprintf(prefix[i], sizeof prefix[i], "[%s%d]:", c->role, a->cur.rank_offset + i);
-        stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], &specs[i].out);
-        stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], &specs[i].err);
+        line_prefix(a, i, prefix[i], sizeof prefix[i]);
+        stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], dup_file[0], &specs[i].out);
+        stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], dup_file[1], &specs[i].err);
         int nv = worker_vars(a, i, specs[i].error_file, vars[i]);
         for (int v = 0; v < nv; v++) ptrs[i][v] = vars[i][v];
         specs[i].env = build_env(ptrs[i], nv);
@@ -675,10 +693,10 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     else
         gethostname(a->hostname, sizeof a->hostname);
     signal(SIGPIPE, SIG_IGN);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < cfg->nsignals; i++) {
         uv_signal_init(a->loop, &a->sigs[i]);
         a->sigs[i].data = a;
-        uv_signal_start(&a->sigs[i], on_signal, forwarded_signals[i]);
+        uv_signal_start(&a->sigs[i], on_signal, cfg->signals[i]);
     }
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;

@@ -19,6 +19,23 @@ typedef struct {
     int value[AGENT_MAX_RANK_MAP]; /* STREAM_* */
 } stream_spec;
 
+/* A list of strings (--duplicate-stdout-filters), NULL-terminated; n items. */
+typedef struct {
+    char **items;
+    int n;
+} string_list;
+
+/* --numa-binding: how each worker's CPUs are chosen (agent/numa_binding.c). */
+typedef enum {
+    NUMA_NONE = 0,
+    NUMA_NODE,         /* the CPUs of the NUMA node nearest its GPU */
+    NUMA_SOCKET,       /* the CPUs of that node's socket */
+    NUMA_EXCLUSIVE,    /* a share of that node's cores, apart from the other workers' */
+    NUMA_CORE_COMPLEX, /* one L3 cache domain (core complex) of that node, its own */
+} numa_mode;
+
+#define AGENT_MAX_SIGNALS 16
+
 /* What --nproc-per-node said before it was resolved to a number. */
 typedef enum { NPROC_NUMBER, NPROC_CPU, NPROC_GPU, NPROC_AUTO } nproc_mode;
 
@@ -60,8 +77,18 @@ typedef struct {
     double shutdown_timeout;    /* --shutdown-timeout s, default 30 */
     int run_module;             /* -m/--module: python3 -m PROGRAM */
     int no_python;              /* --no-python: exec PROGRAM directly */
+    int run_path;               /* --run-path: PROGRAM is a Python script, whatever */
+                                /* --no-python and -m say (torchrun's runpy.run_path) */
     int virtual_local_rank;     /* --virtual-local-rank: LOCAL_RANK=0 for every worker, each */
                                 /* seeing only its own GPU (CUDA_VISIBLE_DEVICES) */
+    char *log_line_prefix_template; /* --log-line-prefix-template or TORCHELASTIC_LOG_LINE_ */
+                                /* PREFIX_TEMPLATE; NULL: "[${role_name}${local_rank}]:" */
+    string_list dup_filters[2]; /* --duplicate-stdout-filters, --duplicate-stderr-filters: */
+                                /* tee'd lines holding any of them also go to filtered_*.log */
+    int signals[AGENT_MAX_SIGNALS]; /* --signals-to-handle: stop the workers with it */
+    int nsignals;
+    numa_mode numa_binding;     /* --numa-binding */
+    int event_log_console;      /* --event-log-handler console: events on stderr as JSON */
     char **argv;                /* the command to run for each worker (NULL-terminated) */
     int argc;
 } agent_config;

@@ -1,6 +1,7 @@
 /* See worker_output.h. */
 #include "agent/worker_output.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,22 +21,91 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
+/* Whether line[0..n) holds any of the filters. */
+static int matches(char *const *filters, const char *line, size_t n) {
+    for (; *filters; filters++)
+        if (memmem(line, n, *filters, strlen(*filters))) return 1;
+    return 0;
+}
+
 /* One whole line (ending in '\n') to its destinations. */
 static void emit(worker_output *o, const char *line, size_t n) {
     if (o->file_fd >= 0) write_all(o->file_fd, line, n);
     if (o->console_fd < 0) return;
+    int dup = o->dup_fd >= 0 && matches(o->dup_filters, line, n);
     size_t plen = strlen(o->prefix);
-    if (plen == 0) {
-        write_all(o->console_fd, line, n);
-        return;
-    }
     char stackbuf[4096];
-    char *b = plen + n <= sizeof stackbuf ? stackbuf : malloc(plen + n);
+    char *b = plen == 0 ? (char *)line : plen + n <= sizeof stackbuf ? stackbuf : malloc(plen + n);
     if (!b) return;
-    memcpy(b, o->prefix, plen);
-    memcpy(b + plen, line, n);
+    if (plen) {
+        memcpy(b, o->prefix, plen);
+        memcpy(b + plen, line, n);
+    }
     write_all(o->console_fd, b, plen + n);
-    if (b != stackbuf) free(b);
+    if (dup) write_all(o->dup_fd, b, plen + n);
+    if (b != stackbuf && b != line) free(b);
+}
+
+/* A template name: a letter or '_', then letters, digits or '_'. */
+static size_t ident_len(const char *p) {
+    size_t n = 0;
+    if (!isalpha((unsigned char)p[0]) && p[0] != '_') return 0;
+    while (isalnum((unsigned char)p[n]) || p[n] == '_') n++;
+    return n;
+}
+
+/* The value of a macro name[0..n) into val; 0 if there is no such macro. */
+static int macro(const worker_prefix_vars *v, const char *name, size_t n, char *val, size_t len) {
+#define IS(s) (n == sizeof s - 1 && memcmp(name, s, n) == 0)
+    if (IS("role_name")) snprintf(val, len, "%s", v->role_name ? v->role_name : "");
+    else if (IS("local_rank")) snprintf(val, len, "%d", v->local_rank);
+    else if (IS("rank")) snprintf(val, len, "%d", v->rank);
+    else if (IS("hostname")) snprintf(val, len, "%s", v->hostname ? v->hostname : "");
+    else return 0;
+#undef IS
+    return 1;
+}
+
+/* Appends s[0..n) to out at *k, as much as fits before the terminator. */
+static void put(char *out, size_t outlen, size_t *k, const char *s, size_t n) {
+    size_t room = outlen - 1 - *k;
+    if (n > room) n = room;
+    memcpy(out + *k, s, n);
+    *k += n;
+}
+
+int worker_output_prefix(const char *tmpl, const worker_prefix_vars *v, char *out, size_t outlen,
+                         char *unknown, size_t unknownlen) {
+    size_t k = 0;
+    int nunknown = 0;
+    char val[256];
+    if (outlen == 0) return 0;
+    for (const char *p = tmpl; *p;) {
+        if (*p != '$') {
+            put(out, outlen, &k, p, 1), p++;
+            continue;
+        }
+        if (p[1] == '$') {
+            put(out, outlen, &k, "$", 1), p += 2;
+            continue;
+        }
+        int braced = p[1] == '{';
+        const char *name = p + 1 + braced;
+        size_t n = ident_len(name);
+        size_t whole = 1 + braced + n + (size_t)braced; /* "$", "{", name, "}" */
+        if (n > 0 && (!braced || name[n] == '}') && macro(v, name, n, val, sizeof val)) {
+            put(out, outlen, &k, val, strlen(val));
+            p += whole;
+            continue;
+        }
+        if (nunknown++ == 0 && unknown && unknownlen) {
+            size_t show = braced && name[n] != '}' ? 1 + braced + n : n ? whole : 1;
+            snprintf(unknown, unknownlen, "%.*s", (int)show, p);
+        }
+        put(out, outlen, &k, "$", 1), p++; /* left as written */
+    }
+    out[k] = '\0';
+    return nunknown;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
@@ -78,12 +148,17 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
 
 int worker_output_init(worker_output *o, uv_loop_t *loop, const worker_output_opts *opts) {
     memset(o, 0, sizeof *o);
-    o->file_fd = -1;
+    o->file_fd = o->dup_fd = -1;
     o->console_fd = opts->console_fd;
     if (opts->prefix) snprintf(o->prefix, sizeof o->prefix, "%s", opts->prefix);
     if (opts->file) {
         o->file_fd = open(opts->file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (o->file_fd < 0) return -errno;
+    }
+    if (opts->dup_file && opts->dup_filters && opts->dup_filters[0] && o->console_fd >= 0) {
+        o->dup_fd = open(opts->dup_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (o->dup_fd < 0) return -errno;
+        o->dup_filters = opts->dup_filters;
     }
     int rc = uv_pipe_init(loop, &o->pipe, 0);
     if (rc) return rc;
@@ -98,7 +173,8 @@ int worker_output_start(worker_output *o) {
 
 int worker_output_close(worker_output *o, uv_close_cb on_closed) {
     if (o->file_fd >= 0) close(o->file_fd);
-    o->file_fd = -1;
+    if (o->dup_fd >= 0) close(o->dup_fd);
+    o->file_fd = o->dup_fd = -1;
     buf_free(&o->partial);
     if (!o->open || uv_is_closing((uv_handle_t *)&o->pipe)) return 0;
     uv_read_stop((uv_stream_t *)&o->pipe);

@@ -13,14 +13,37 @@ typedef struct {
     const char *file;   /* log file to append to, or NULL */
     int console_fd;     /* 1 or 2, or -1 for none */
     const char *prefix; /* put before each console line, or NULL */
+    /* --duplicate-*-filters: console lines holding any of these strings
+     * (NULL-terminated; NULL: none) are appended, prefixed, to dup_file,
+     * which every worker of the attempt shares (one write per line). */
+    const char *dup_file;
+    char *const *dup_filters;
 } worker_output_opts;
+
+/* What a log line prefix template may name: torchrun's macros. */
+typedef struct {
+    const char *role_name;
+    int local_rank, rank;
+    const char *hostname;
+} worker_prefix_vars;
+
+/* Expands a log line prefix template (torchrun's
+ * --log-line-prefix-template) into out: ${role_name}, ${local_rank},
+ * ${rank} and ${hostname}, also written without braces, and $$ for a '$'.
+ * Anything else after a '$' stays as written, as Python's
+ * Template.safe_substitute leaves it; the first such name goes to unknown
+ * (if not NULL) and the count of them is returned. */
+int worker_output_prefix(const char *tmpl, const worker_prefix_vars *v, char *out, size_t outlen,
+                         char *unknown, size_t unknownlen);
 
 typedef struct worker_output {
     uv_pipe_t pipe;
     int open;       /* the pipe handle is initialised and not yet closed */
     int file_fd;
     int console_fd;
-    char prefix[64];
+    char prefix[256];
+    int dup_fd;               /* filtered_std*.log, or -1 */
+    char *const *dup_filters;
     buf_t partial; /* the start of a line not yet ended */
     int eof;
     void (*on_eof)(struct worker_output *); /* the pipe has ended (all output written) */

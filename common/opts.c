@@ -613,3 +613,49 @@ int opts_print_help(const opts_spec *spec, const char *head, const char *tail, F
     free(text);
     return 0;
 }
+
+/* The shell function's name: _PROG with anything but letters, digits and
+ * '_' as '_'. */
+static void completion_fn(const char *prog, char *out, size_t len) {
+    size_t k = 0;
+    if (len < 2) return;
+    out[k++] = '_';
+    for (const char *p = prog; *p && k + 1 < len; p++)
+        out[k++] = isalnum((unsigned char)*p) ? *p : '_';
+    out[k] = '\0';
+}
+
+int opts_print_completion(const opts_spec *spec, const char *shell, FILE *out) {
+    int zsh = strcmp(shell, "zsh") == 0;
+    if (!zsh && strcmp(shell, "bash") != 0) return -EINVAL;
+    char fn[OPTS_NAME_MAX + 8];
+    completion_fn(spec->prog, fn, sizeof fn);
+    fprintf(out, "# %s completion for %s: eval \"$(%s --print-completion %s)\"\n", shell,
+            spec->prog, spec->prog, shell);
+    if (zsh) fprintf(out, "autoload -U +X bashcompinit && bashcompinit\n");
+    fprintf(out, "%s() {\n    local cur=${COMP_WORDS[COMP_CWORD]} "
+                 "prev=${COMP_WORDS[COMP_CWORD-1]}\n    case $prev in\n", fn);
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const opts_opt *o = &spec->opts[i];
+        if (!o->choices || o->type == OPTS_REFUSED) continue;
+        fprintf(out, "        --%s", o->name);
+        if (o->short_name) fprintf(out, "|-%c", o->short_name);
+        fprintf(out, ") COMPREPLY=($(compgen -W \"");
+        for (const opts_choice *c = o->choices; c->name; c++)
+            fprintf(out, "%s%s", c == o->choices ? "" : " ", c->name);
+        fprintf(out, "\" -- \"$cur\")); return ;;\n");
+    }
+    fprintf(out, "    esac\n    if [[ $cur == -* ]]; then\n        COMPREPLY=($(compgen -W \"");
+    int first = 1;
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const opts_opt *o = &spec->opts[i];
+        if (o->type == OPTS_REFUSED) continue;
+        fprintf(out, "%s--%s", first ? "" : " ", o->name);
+        if (o->short_name) fprintf(out, " -%c", o->short_name);
+        first = 0;
+    }
+    fprintf(out, "\" -- \"$cur\"))\n        return\n    fi\n"
+                 "    COMPREPLY=($(compgen -f -- \"$cur\"))\n}\n"
+                 "complete -o default -F %s %s\n", fn, spec->prog);
+    return 0;
+}

@@ -141,6 +141,12 @@ size_t opts_format_help(const opts_spec *spec, char *buf, size_t size);
  * be NULL) to out. 0, or -ENOMEM. */
 int opts_print_help(const opts_spec *spec, const char *head, const char *tail, FILE *out);
 
+/* Prints a shell completion script for the program (bash, or zsh through
+ * its bash completion layer): every long and short option, the names an
+ * option's value may take where the table lists them, and files
+ * otherwise. 0, or -EINVAL for a shell it does not know. */
+int opts_print_completion(const opts_spec *spec, const char *shell, FILE *out);
+
 /* For callbacks: writes the formatted message into a->err and returns
  * -EINVAL. opts_bad writes "SRC: 'VAL' is not WANT". */
 int opts_fail(const opts_arg *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

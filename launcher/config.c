@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/worker_output.h"
 #include "common/log.h"
 #include "common/opts.h"
 
@@ -47,6 +49,9 @@ typedef struct {
     const char *start_method; /* checked, then unused */
     int prog;                 /* index in argv of PROGRAM */
     int shutdown_given;       /* --shutdown-timeout or PET_SHUTDOWN_TIMEOUT was given */
+    int prefix_given;         /* --log-line-prefix-template or its PET_ variable was given */
+    int signals_given;        /* --signals-to-handle or its PET_ variable was given */
+    const char *completion;   /* --print-completion SHELL */
 } parse_state;
 
 /* ---- errors and strings ---- */
@@ -404,6 +409,141 @@ static int apply_master_addr(const opts_arg *a) {
 
 static int apply_local_addr(const opts_arg *a) { return set_opt_str(a, &cfg_of(a)->local_addr); }
 
+/* ---- the log line prefix, duplicated lines, signals ---- */
+
+static int apply_prefix_template(const opts_arg *a) {
+    state_of(a)->prefix_given = 1;
+    return set_opt_str(a, &cfg_of(a)->log_line_prefix_template);
+}
+
+/* torchrun reads the template from TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE;
+ * the flag (or its PET_ variable) wins. A name torchrun would not replace
+ * stays as written, as there, with a warning. */
+static int prefix_template_from_env(parse_state *st) {
+    agent_config *c = st->cfg;
+    const char *v = opts_getenv(st->env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    if (!st->prefix_given && v && *v && set_str(&c->log_line_prefix_template, v)) return -ENOMEM;
+    if (!c->log_line_prefix_template) return 0;
+    char out[256], unknown[64];
+    worker_prefix_vars dummy = {.role_name = "", .hostname = ""};
+    if (worker_output_prefix(c->log_line_prefix_template, &dummy, out, sizeof out, unknown,
+                             sizeof unknown))
+        log_warn("log line prefix template '%s': '%s' is none of ${role_name}, ${local_rank}, "
+                 "${rank}, ${hostname} (or $$ for a '$'); it stays as written",
+                 c->log_line_prefix_template, unknown);
+    return 0;
+}
+
+static void string_list_free(string_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+/* torchrun's comma_separated_list: items split at ',', with ",," standing
+ * for a comma inside an item. Empty items are dropped: an empty filter
+ * would match every line. */
+static int parse_filters(const char *val, string_list *l) {
+    string_list_free(l);
+    size_t len = strlen(val);
+    char *item = malloc(len + 1);
+    if (!(l->items = calloc(len / 2 + 2, sizeof *l->items)) || !item) {
+        free(item);
+        return -ENOMEM;
+    }
+    for (const char *p = val;;) {
+        size_t k = 0;
+        for (; *p && !(*p == ',' && p[1] != ','); p++) {
+            item[k++] = *p;
+            if (*p == ',') p++; /* ",," is one comma */
+        }
+        item[k] = '\0';
+        if (k && !(l->items[l->n++] = strdup(item))) {
+            free(item);
+            return -ENOMEM;
+        }
+        if (!*p++) break;
+    }
+    free(item);
+    return 0;
+}
+
+static int apply_dup_filters(const opts_arg *a, int which) {
+    return parse_filters(a->val, &cfg_of(a)->dup_filters[which]) ? fail_nomem(a) : 0;
+}
+
+static int apply_dup_stdout(const opts_arg *a) { return apply_dup_filters(a, 0); }
+
+static int apply_dup_stderr(const opts_arg *a) { return apply_dup_filters(a, 1); }
+
+static const struct {
+    const char *name;
+    int sig;
+} signal_names[] = {
+    {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"XCPU", SIGXCPU},
+    {"CONT", SIGCONT}, {"TSTP", SIGTSTP}, {"PIPE", SIGPIPE}, {"ABRT", SIGABRT},
+};
+
+/* A signal by name: SIGUSR1, USR1 or sigusr1. */
+static int signal_by_name(const char *s, size_t n) {
+    if (n > 3 && strncasecmp(s, "SIG", 3) == 0) s += 3, n -= 3;
+    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
+        if (strlen(signal_names[i].name) == n && strncasecmp(s, signal_names[i].name, n) == 0)
+            return signal_names[i].sig;
+    return 0;
+}
+
+/* --signals-to-handle, TORCHELASTIC_SIGNALS_TO_HANDLE: the signals that
+ * make the agent stop, forwarding them to the workers first. */
+static int parse_signals(agent_config *c, const char *src, const char *val, char *err,
+                         size_t errlen) {
+    c->nsignals = 0;
+    for (const char *p = val;;) {
+        while (*p == ' ') p++;
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        while (n && p[n - 1] == ' ') n--;
+        int sig = signal_by_name(p, n);
+        if (!sig) {
+            snprintf(err, errlen, "%s: '%.*s' is not a signal ddprun can handle (one of SIGTERM, "
+                     "SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGCONT, "
+                     "SIGTSTP, SIGPIPE, SIGABRT; SIGKILL and SIGSTOP cannot be caught)",
+                     src, (int)n, p);
+            return -EINVAL;
+        }
+        int seen = 0;
+        for (int i = 0; i < c->nsignals; i++) seen |= c->signals[i] == sig;
+        if (!seen) c->signals[c->nsignals++] = sig;
+        if (!comma) return 0;
+        p = comma + 1;
+    }
+}
+
+static int apply_signals(const opts_arg *a) {
+    state_of(a)->signals_given = 1;
+    return parse_signals(cfg_of(a), a->src, a->val, a->err, a->errlen);
+}
+
+static int signals_from_env(parse_state *st) {
+    const char *v = opts_getenv(st->env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
+    if (st->signals_given || !v || !*v) return 0;
+    return parse_signals(st->cfg, "TORCHELASTIC_SIGNALS_TO_HANDLE", v, st->err, st->errlen);
+}
+
+/* ---- what only a Python torchrun can mean ---- */
+
+static const opts_choice event_handlers[] = {
+    {"null", 0}, {"dynamic_rendezvous", 0}, {"console", 1}, {NULL, 0}};
+
+static const opts_choice completion_shells[] = {{"bash", 0}, {"zsh", 0}, {NULL, 0}};
+
+static int apply_print_completion(const opts_arg *a) {
+    state_of(a)->completion = a->val;
+    return 0;
+}
+
 /* ---- worker output: --redirects, --tee, --local-ranks-filter ---- */
 
 /* Adds or replaces one local rank's entry; the last one given wins, as in
@@ -490,6 +630,12 @@ static int apply_local_ranks_filter(const opts_arg *a) {
 static const opts_choice start_methods[] = {
     {"spawn", 0}, {"fork", 0}, {"forkserver", 0}, {NULL, 0}};
 
+static const opts_choice numa_modes[] = {{"node", NUMA_NODE},
+                                         {"socket", NUMA_SOCKET},
+                                         {"exclusive", NUMA_EXCLUSIVE},
+                                         {"core-complex", NUMA_CORE_COMPLEX},
+                                         {NULL, 0}};
+
 /* Every option, in the order its value is applied (checks that involve
  * several options run after all of them are applied) and the order
  * ambiguity messages list them. The help text is config_usage's, written
@@ -525,18 +671,36 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"module", 'm', OPTS_FLAG, .target = &c->run_module},
         {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
+        {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
+        {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template},
+        {"duplicate-stdout-filters", 0, OPTS_CALL, .apply = apply_dup_stdout},
+        {"duplicate-stderr-filters", 0, OPTS_CALL, .apply = apply_dup_stderr},
+        {"signals-to-handle", 0, OPTS_CALL, .apply = apply_signals},
+        {"numa-binding", 0, OPTS_CHOICE, .target = &c->numa_binding, .choices = numa_modes},
+        {"event-log-handler", 0, OPTS_CHOICE, .target = &c->event_log_console,
+         .choices = event_handlers},
+        {"print-completion", 0, OPTS_CALL, .apply = apply_print_completion,
+         .choices = completion_shells},
         {"help", 'h', .type = OPTS_HELP},
         {"use-env", 0, OPTS_REFUSED,
          .help = "--use-env is deprecated (it belonged to torch.distributed.launch): ddprun "
                  "always passes the local rank as LOCAL_RANK in the environment; drop the "
                  "flag and read os.environ['LOCAL_RANK']"},
-        {"run-path", 0, OPTS_REFUSED,
-         .help = "--run-path is not supported (there is no Python interpreter inside ddprun "
-                 "to run the script in); drop it and the script runs as python3 -u PROGRAM"},
+        {"logs-specs", 0, OPTS_REFUSED,
+         .help = "--logs-specs names a Python plug-in (a torchrun.logs_specs entry point) "
+                 "that replaces torchrun's logging; ddprun runs no Python itself and cannot "
+                 "load one: drop it (--log-dir, --redirects, --tee, --local-ranks-filter and "
+                 "--duplicate-stdout-filters shape ddprun's logs)"},
     };
     opts_spec spec = {.prog = "ddprun", .opts = table, .nopts = sizeof table / sizeof table[0],
                       .env_prefix = "PET_", .env = st->env, .abbrev = 1, .ctx = st};
-    return opts_parse(&spec, argc, argv, &st->prog, st->err, st->errlen);
+    int rc = opts_parse(&spec, argc, argv, &st->prog, st->err, st->errlen);
+    if (rc == 0 && st->completion) {
+        if (opts_print_completion(&spec, st->completion, stdout))
+            return fail(st, "--print-completion: '%s' is not bash or zsh", st->completion);
+        return OPTS_HELP_GIVEN; /* printed: nothing to run */
+    }
+    return rc;
 }
 
 /* ---- checks across options, and the worker's command ---- */
@@ -555,6 +719,9 @@ static int set_defaults(agent_config *cfg) {
     cfg->monitor_interval = 0.1;
     cfg->master_port = -1;
     cfg->shutdown_timeout = 30;
+    static const int default_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    memcpy(cfg->signals, default_signals, sizeof default_signals);
+    cfg->nsignals = 4;
     if (set_str(&cfg->rdzv_id, "none") || set_str(&cfg->role, "default")) return -ENOMEM;
     return 0;
 }
@@ -618,7 +785,7 @@ static int check_static(const agent_config *cfg, parse_state *st) {
 
 static int validate(agent_config *cfg, parse_state *st) {
     int rc;
-    if (cfg->run_module && cfg->no_python)
+    if (cfg->run_module && cfg->no_python && !cfg->run_path)
         return fail(st, "-m/--module and --no-python cannot be used together: -m runs PROGRAM "
                     "as a Python module, --no-python runs it without Python");
     if (cfg->standalone && (rc = apply_standalone_mode(cfg, st))) return rc;
@@ -642,10 +809,10 @@ static int build_argv(agent_config *cfg, int argc, char **argv, parse_state *st)
     const char *py = opts_getenv(st->env, "PYTHON_EXEC");
     const char *pre[3];
     int npre = 0;
-    if (!cfg->no_python) {
+    if (!cfg->no_python || cfg->run_path) {
         pre[npre++] = py && *py ? py : "python3";
         pre[npre++] = "-u";
-        if (cfg->run_module) pre[npre++] = "-m";
+        if (cfg->run_module && !cfg->run_path) pre[npre++] = "-m";
     }
     int n = npre + (argc - st->prog);
     if (!(cfg->argv = calloc((size_t)n + 1, sizeof *cfg->argv))) return -ENOMEM;
@@ -664,8 +831,10 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     if (err && errlen) err[0] = '\0';
     int rc = set_defaults(cfg);
     if (rc == 0) rc = read_options(&st, argc, argv);
-    if (rc == OPTS_HELP_GIVEN) fputs(config_usage(), stdout);
+    if (rc == OPTS_HELP_GIVEN && !st.completion) fputs(config_usage(), stdout);
     if (rc == 0) rc = shutdown_timeout_from_env(&st);
+    if (rc == 0) rc = prefix_template_from_env(&st);
+    if (rc == 0) rc = signals_from_env(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
     if (rc == -ENOMEM) fail(&st, "out of memory while reading the command line");
@@ -682,6 +851,10 @@ void config_free(agent_config *cfg) {
     free(cfg->local_ranks_filter);
     free(cfg->master_addr);
     free(cfg->local_addr);
+    free(cfg->log_line_prefix_template);
+    cfg->log_line_prefix_template = NULL;
+    string_list_free(&cfg->dup_filters[0]);
+    string_list_free(&cfg->dup_filters[1]);
     for (int i = 0; cfg->argv && cfg->argv[i]; i++) free(cfg->argv[i]);
     free(cfg->argv);
     cfg->rdzv_host = cfg->rdzv_id = cfg->role = cfg->log_dir = NULL;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -528,9 +529,8 @@ TEST(config_missing_value_does_not_swallow_the_next_flag) {
     check_fails(no_env, ARGS("--standalone=1", "x.py"), "--standalone takes no value");
 }
 
-TEST(config_refuses_use_env_and_run_path) {
+TEST(config_refuses_use_env) {
     check_fails(no_env, ARGS("--use_env", "x.py"), "--use-env is deprecated");
-    check_fails(no_env, ARGS("--run-path", "x.py"), "--run-path is not supported");
 }
 
 TEST(config_help_prints_usage_and_returns_1) {
@@ -635,5 +635,80 @@ TEST(config_virtual_local_rank_is_a_flag) {
     config_free(&c);
     CHECK_EQ(parse(ARGS("--virtual_local_rank", "x.py"), &c), 0);
     CHECK_EQ(c.virtual_local_rank, 1);
+    config_free(&c);
+}
+
+/* torchrun takes the prefix template from TORCHELASTIC_LOG_LINE_PREFIX_
+ * TEMPLATE; ddprun also from --log-line-prefix-template, which wins. */
+TEST(config_log_line_prefix_template) {
+    char *env[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${hostname}:${rank}: ", NULL};
+    agent_config c;
+    CHECK_EQ(parse(ARGS("x.py"), &c), 0);
+    CHECK(c.log_line_prefix_template == NULL);
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
+    CHECK_STR(c.log_line_prefix_template, "${hostname}:${rank}: ");
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("--log-line-prefix-template", "<${local_rank}>", "x.py"), &c), 0);
+    CHECK_STR(c.log_line_prefix_template, "<${local_rank}>");
+    config_free(&c);
+}
+
+/* torchrun's comma_separated_list: ",," is a comma inside an item. */
+TEST(config_duplicate_filters) {
+    agent_config c;
+    CHECK_EQ(parse(ARGS("--duplicate-stdout-filters", "apple,orange", "--duplicate_stderr_filters",
+                        "a,,b,c,", "x.py"), &c), 0);
+    CHECK_EQ(c.dup_filters[0].n, 2);
+    CHECK_STR(c.dup_filters[0].items[0], "apple");
+    CHECK_STR(c.dup_filters[0].items[1], "orange");
+    CHECK(c.dup_filters[0].items[2] == NULL);
+    CHECK_EQ(c.dup_filters[1].n, 2);
+    CHECK_STR(c.dup_filters[1].items[0], "a,b");
+    CHECK_STR(c.dup_filters[1].items[1], "c");
+    config_free(&c);
+    CHECK_EQ(parse(ARGS("--duplicate-stdout-filters", "", "x.py"), &c), 0);
+    CHECK_EQ(c.dup_filters[0].n, 0);
+    config_free(&c);
+}
+
+TEST(config_signals_to_handle) {
+    char *env[] = {"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGUSR2", NULL};
+    agent_config c;
+    CHECK_EQ(parse(ARGS("x.py"), &c), 0);
+    CHECK_EQ(c.nsignals, 4);
+    CHECK(c.signals[0] == SIGTERM && c.signals[1] == SIGINT && c.signals[2] == SIGHUP &&
+          c.signals[3] == SIGQUIT);
+    config_free(&c);
+    CHECK_EQ(parse(ARGS("--signals-to-handle", "SIGTERM, usr1,SIGUSR1", "x.py"), &c), 0);
+    CHECK_EQ(c.nsignals, 2);
+    CHECK(c.signals[0] == SIGTERM && c.signals[1] == SIGUSR1);
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
+    CHECK(c.nsignals == 1 && c.signals[0] == SIGUSR2);
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("--signals-to-handle", "SIGINT", "x.py"), &c), 0);
+    CHECK(c.nsignals == 1 && c.signals[0] == SIGINT);
+    config_free(&c);
+    check_fails(no_env, ARGS("--signals-to-handle", "SIGTERM,SIGKILL", "x.py"),
+                "--signals-to-handle: 'SIGKILL' is not a signal ddprun can handle");
+    check_fails(no_env, ARGS("--signals-to-handle", "TERM,", "x.py"), "'' is not a signal");
+}
+
+/* What only a Python torchrun can do is refused by name, or mapped. */
+TEST(config_python_only_flags) {
+    agent_config c;
+    check_fails(no_env, ARGS("--logs-specs", "mine", "x.py"),
+                "--logs-specs names a Python plug-in");
+    check_fails(no_env, ARGS("--numa-binding", "cores", "x.py"), "--numa-binding");
+    check_fails(no_env, ARGS("--event-log-handler", "kafka", "x.py"), "--event-log-handler");
+    CHECK_EQ(parse(ARGS("--numa-binding", "core-complex", "--event-log-handler", "console",
+                        "x.py"), &c), 0);
+    CHECK_EQ(c.numa_binding, NUMA_CORE_COMPLEX);
+    CHECK_EQ(c.event_log_console, 1);
+    config_free(&c);
+    /* --run-path runs the script under Python, whatever --no-python says */
+    CHECK_EQ(parse(ARGS("--run-path", "--no-python", "/abs/train.py", "--lr", "1"), &c), 0);
+    check_argv(&c, (char *[]){"python3", "-u", "/abs/train.py", "--lr", "1", NULL});
     config_free(&c);
 }

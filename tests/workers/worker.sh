@@ -6,6 +6,7 @@
 #                    every variable torchrun's agent sets (see VARS)
 #   W_IGNORE_TERM=1  ignore SIGTERM (the agent must SIGKILL it)
 #   W_ON_TERM=1      on SIGTERM, print "rank R got SIGTERM" and exit 0
+#   W_ON_SIG=SIG     likewise for another signal (USR1)
 #   W_FAIL_RANK=R    global rank R exits at once with W_FAIL_CODE (default 1) ...
 #   W_ERROR_FILE=1   ... after writing torchrun's error file
 #   W_HOLD=COND      (the other ranks) while the shell condition COND holds,
@@ -22,6 +23,8 @@ CUDA_VISIBLE_DEVICES"
 
 [ -n "${W_IGNORE_TERM:-}" ] && trap '' TERM
 [ -n "${W_ON_TERM:-}" ] && trap 'echo "rank $RANK got SIGTERM"; exit 0' TERM
+# shellcheck disable=SC2064 # the signal's name is meant to be expanded now
+[ -n "${W_ON_SIG:-}" ] && trap "echo \"rank \$RANK got SIG$W_ON_SIG\"; exit 0" "$W_ON_SIG"
 
 if [ -n "${W_REC:-}" ]; then
     rec="pid=$$"

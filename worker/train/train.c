@@ -25,7 +25,9 @@
 #include "worker/train/step.h"
 #include "worker/train/trainer.h"
 
-/* SIGTERM: every rank stops after the step they all finish, and saves it.
+/* SIGTERM (or SIGUSR1/SIGUSR2, which schedulers send before preempting a
+ * job: Slurm's --signal): every rank stops after the step they all finish,
+ * and saves it.
  * A peer that is gone (a host lost without a word) never finishes it, so
  * the communicator is also told to abort once the step has had time to
  * finish: 1.5 times the last step's time, at least STOP_GRACE_MIN_NS. */
@@ -33,8 +35,7 @@
 static _Atomic int64_t stop_grace_ns = STOP_GRACE_MIN_NS;
 
 static void on_sigterm(int sig) {
-    (void)sig;
-    trainer_stop_requested = 1;
+    trainer_stop_requested = sig;
     int64_t zero = 0;
     atomic_compare_exchange_strong(&trainer_abort_at_ns, &zero,
                                    clock_now_ns() + atomic_load(&stop_grace_ns));
@@ -67,13 +68,17 @@ static int save_at_epoch_end(trainer *t) {
     return rc;
 }
 
-/* Every rank, after a step that saw SIGTERM somewhere: a checkpoint, then
- * stop. */
-static int stop_on_sigterm(trainer *t) {
+/* Every rank, after a step that saw a stop signal somewhere: a
+ * checkpoint, then stop. */
+static int stop_on_signal(trainer *t) {
     if (t->at.pos >= t->n) t->at.epoch++, t->at.pos = 0;
     progress_bar_clear(&t->progress);
-    log_info("rank %d: stopping on SIGTERM after step %lld", t->env.rank,
-             (long long)t->at.global_step);
+    if (trainer_stop_requested)
+        log_info("rank %d: stopping on SIG%s after step %lld", t->env.rank,
+                 sigabbrev_np(trainer_stop_requested), (long long)t->at.global_step);
+    else
+        log_info("rank %d: stopping after step %lld (another rank was told to stop)",
+                 t->env.rank, (long long)t->at.global_step);
     return snapshot_save(t);
 }
 
@@ -100,8 +105,8 @@ static int run_epoch(trainer *t) {
         int64_t step_in_epoch = advance(t);
         if (t->env.rank == 0)
             progress_step(t, stats[0] / stats[2], stats[1] / stats[2], step_lr(t), step_in_epoch);
-        if (stats[3] > 0) { /* SIGTERM somewhere: every rank stops here */
-            rc = stop_on_sigterm(t);
+        if (stats[3] > 0) { /* a stop signal somewhere: every rank stops here */
+            rc = stop_on_signal(t);
             return rc ? rc : 1;
         }
         if (c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0 && at->pos < t->n &&
@@ -149,6 +154,8 @@ static int start(trainer *t) {
 int train_run(const train_config *c) {
     trainer t = {.cfg = c};
     signal(SIGTERM, on_sigterm);
+    signal(SIGUSR1, on_sigterm);
+    signal(SIGUSR2, on_sigterm);
     signal(SIGPIPE, SIG_IGN);
     error_file_install_crash_handlers();
     int rc = start(&t);
@@ -159,7 +166,7 @@ int train_run(const train_config *c) {
      * forgot, the agent still gets a reason rather than a bare exit 1. */
     if (rc && !t.err[0]) trainer_fail(&t, rc, "training failed: %s", strerror(-rc));
     trainer_cleanup(&t);
-    return rc == 0 ? 0 : t.stopped ? 128 + SIGTERM : 1;
+    return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
 }
 
 void train_config_defaults(train_config *c) {

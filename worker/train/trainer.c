@@ -27,9 +27,9 @@ int trainer_fail(trainer *t, int rc, const char *fmt, ...) {
          * lost a peer that is stopping too; the cause of the stop is
          * elsewhere, so no error file that would name this rank for it. */
         t->stopped = 1;
-        log_warn("rank %d: stopping on SIGTERM: %s; no checkpoint of the unfinished step is "
+        log_warn("rank %d: stopping on SIG%s: %s; no checkpoint of the unfinished step is "
                  "written (the newest one stays)",
-                 t->env.rank, t->err);
+                 t->env.rank, sigabbrev_np(trainer_stop_requested), t->err);
     } else {
         log_error("rank %d: %s", t->env.rank, t->err);
         error_file_write(t->err);

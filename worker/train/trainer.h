@@ -85,7 +85,8 @@ typedef struct {
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
 
-/* Set by SIGTERM: every rank stops after the step all of them agree on. */
+/* The stop signal received (SIGTERM, SIGUSR1, SIGUSR2), 0 before: every
+ * rank stops after the step all of them agree on. */
 extern volatile sig_atomic_t trainer_stop_requested;
 /* Set by SIGTERM too: when the host communicator gives up on a collective
  * that does not finish (comm_opts.abort_at_ns). */
