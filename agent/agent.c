@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "agent/failure.h"
+#include "agent/numa_binding.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
 #include "common/fs.h"
@@ -80,6 +81,7 @@ typedef struct {
     int shutdown_signal;
     failure fails[MAX_FAILURES];
     int nfails;
+    numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
 } agent;
 
 
@@ -166,7 +168,7 @@ static char **build_env(char *const *extra, int nextra) {
     return env;
 }
 
-#define NVARS 25
+#define NVARS 26
 
 /* --virtual-local-rank: the one GPU local rank i sees, as device 0: the
  * i-th entry of the agent's own CUDA_VISIBLE_DEVICES when it has one
@@ -215,6 +217,8 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
     if (!getenv("NCCL_ASYNC_ERROR_HANDLING")) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
     VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
+    if (a->numa.n > local_rank && a->numa.this_system)
+        VAR(NUMA_CPUS_VAR "=%s", a->numa.cpus[local_rank]);
     if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
 #undef VAR
     return n;
@@ -679,6 +683,34 @@ static int open_rendezvous(agent *a) {
     return rc;
 }
 
+/* --numa-binding: the CPUs of every local rank, chosen once (the machine
+ * does not change between restarts) and said. */
+static int plan_numa_binding(agent *a) {
+    const agent_config *c = a->cfg;
+    if (c->numa_binding == NUMA_NONE) return 0;
+    int n = c->nproc_per_node, *gpu = calloc((size_t)n, sizeof *gpu);
+    if (!gpu) return -ENOMEM;
+    for (int i = 0; i < n; i++) { /* the GPU CUDA numbers as local rank i, if known */
+        char g[64], *end;
+        long v = strtol(visible_gpu(i, g, sizeof g), &end, 10);
+        gpu[i] = *end || v < 0 ? -1 : (int)v;
+    }
+    char err[512];
+    int rc = numa_plan_make(c->numa_binding, n, gpu, &a->numa, err, sizeof err);
+    free(gpu);
+    if (rc) {
+        log_error("%s", err);
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        log_info("--numa-binding %s: local rank %d on CPUs %s (%s)",
+                 numa_mode_name(c->numa_binding), i, a->numa.cpus[i], a->numa.near[i]);
+    if (!a->numa.this_system)
+        log_warn("--numa-binding: the topology read is not this machine's (HWLOC_SYNTHETIC or "
+                 "HWLOC_XMLFILE is set): the plan above is not applied");
+    return 0;
+}
+
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
     if (!a) return 1;
@@ -701,7 +733,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
     int code = 1;
-    if (make_log_root(a) || setup_store(a) || open_rendezvous(a)) goto out;
+    if (make_log_root(a) || plan_numa_binding(a) || setup_store(a) || open_rendezvous(a))
+        goto out;
     if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     a->state = ST_RDZV;
@@ -713,6 +746,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
 out:
     fflush(stdout);
     remove_tmp_root(a);
+    numa_plan_free(&a->numa);
     /* The rendezvous thread may be blocked in the store: the process exit
      * ends it. The embedded store goes with the process. */
     return code;

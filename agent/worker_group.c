@@ -14,6 +14,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "agent/numa_binding.h"
 #include "common/log.h"
 
 #define DRAIN_MS 2000
@@ -185,6 +186,9 @@ int worker_exec_helper(char **argv) {
     const char *agent = getenv("DDPRUN_AGENT_PID");
     if (agent && getppid() != (pid_t)atoi(agent)) return 1;
     unsetenv("DDPRUN_AGENT_PID");
+    char why[300];
+    if (numa_bind_from_env(why, sizeof why)) /* run unbound rather than not at all */
+        fprintf(stderr, "ddprun: warning: --numa-binding: %s; running unbound\n", why);
     execvp(argv[0], argv);
     int e = errno;
     fprintf(stderr, "ddprun: cannot run '%s': %s\n", argv[0], strerror(e));
