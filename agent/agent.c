@@ -19,6 +19,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "agent/events.h"
 #include "agent/failure.h"
 #include "agent/numa_binding.h"
 #include "agent/worker_group.h"
@@ -82,6 +84,7 @@ typedef struct {
     failure fails[MAX_FAILURES];
     int nfails;
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
+    double group_started; /* wall clock, s: when the current workers started */
 } agent;
 
 
@@ -306,6 +309,9 @@ static int start_workers(agent *a) {
         a->wg->on_idle = on_group_idle;
         a->wg->data = a;
         char err[512];
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        a->group_started = tv.tv_sec + tv.tv_usec / 1e6;
         rc = worker_group_start(a->wg, n, specs, err, sizeof err);
         if (rc) log_error("%s", err);
     }
@@ -443,13 +449,31 @@ static void on_wake(uv_async_t *h) {
     }
 }
 
+/* --event-log-handler console: the worker's end as torchrun's event. */
+static void record_worker_event(const agent *a, const worker *w, const char *state,
+                                const char *raw_error) {
+    const agent_config *c = a->cfg;
+    if (!c->event_log_console) return;
+    worker_event e = {.run_id = c->rdzv_id, .role = c->role, .hostname = a->hostname,
+                      .rdzv_backend = c->rdzv_backend, .state = state,
+                      .global_rank = w->global_rank, .group_rank = a->cur.group_rank,
+                      .pid = w->pid, .agent_restarts = a->cur.restart_count,
+                      .exit_code = w->term_signal ? -w->term_signal : w->exit_status,
+                      .run_time_s = w->exit_time - a->group_started, .raw_error = raw_error};
+    event_worker_status(stderr, &e);
+}
+
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
-    if (!failed || a->state != ST_RUNNING) return;
+    if (!failed || a->state != ST_RUNNING) {
+        record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
+        return;
+    }
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
+    record_worker_event(a, w, "FAILED", f->message);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
               w->global_rank, w->pid, f->message);
     a->state = ST_STOPPING;

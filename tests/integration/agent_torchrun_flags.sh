@@ -5,7 +5,8 @@
 # --duplicate-stderr-filters copy the tee'd lines holding any filter into
 # the attempt's filtered_stdout.log / filtered_stderr.log; SIGUSR1, once
 # listed in --signals-to-handle, reaches the workers and stops the job
-# (exit 128+10); --print-completion bash gives a working completion.
+# (exit 128+10); --event-log-handler console writes torchrun's worker
+# events as JSON lines; --print-completion bash gives a working completion.
 # timeout: 40
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -50,6 +51,20 @@ assert_rc s 138
 assert_grep "$TMP/s.out" "^rank 0 got SIGUSR1" "rank 0 got SIGUSR1"
 assert_grep "$TMP/s.out" "^rank 1 got SIGUSR1" "rank 1 got SIGUSR1"
 assert_grep "$TMP/s.err" "SIGUSR1 received: forwarding it to the workers" "the agent's line"
+
+# --event-log-handler console: one event per worker's end, as torchrun's.
+W_FAIL_RANK=1 W_FAIL_CODE=3 W_HOLD=true start_ddprun ev --standalone --nproc-per-node=2 \
+    --event-log-handler console --no-python "$WORKERS/worker.sh"
+wait_exit 15 "$PID_ev"
+assert_rc ev 1
+got=$(grep '^{' "$TMP/ev.err" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    e = json.loads(line); m = e["metadata"]
+    print(e["name"], e["source"], m["global_rank"], m["state"], m["raw_error"],
+          json.loads(m["metadata"])["exit_code"], m["role"])' | sort)
+assert_eq "$got" "torchelastic.worker.status.FAILED WORKER 1 FAILED exited with code 3 3 default
+torchelastic.worker.status.TERMINATED WORKER 0 TERMINATED None -15 default" "the events"
 
 # --print-completion bash: options and the choices of --numa-binding.
 ddprun --print-completion bash > "$TMP/complete.bash" || die "--print-completion bash failed"
