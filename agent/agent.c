@@ -30,6 +30,7 @@
 
 #include "agent/events.h"
 #include "agent/failure.h"
+#include "agent/file_timer.h"
 #include "agent/numa_binding.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
@@ -85,6 +86,8 @@ typedef struct {
     int nfails;
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
     double group_started; /* wall clock, s: when the current workers started */
+    file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
+    char watchdog_path[400];
 } agent;
 
 
@@ -171,7 +174,7 @@ static char **build_env(char *const *extra, int nextra) {
     return env;
 }
 
-#define NVARS 26
+#define NVARS 27
 
 /* --virtual-local-rank: the one GPU local rank i sees, as device 0: the
  * i-th entry of the agent's own CUDA_VISIBLE_DEVICES when it has one
@@ -220,6 +223,7 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
     if (!getenv("NCCL_ASYNC_ERROR_HANDLING")) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
     VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
+    if (a->watchdog) VAR("TORCHELASTIC_TIMER_FILE=%s", a->watchdog_path);
     if (a->numa.n > local_rank && a->numa.this_system)
         VAR(NUMA_CPUS_VAR "=%s", a->numa.cpus[local_rank]);
     if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
@@ -473,6 +477,15 @@ static void on_worker_exit(worker_group *g, worker *w) {
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
+    char scope[256];
+    if (file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid) {
+        char *why = NULL;
+        if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
+                     f->message, scope) > 0) {
+            free(f->message);
+            f->message = why;
+        }
+    }
     record_worker_event(a, w, "FAILED", f->message);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
               w->global_rank, w->pid, f->message);
@@ -735,6 +748,46 @@ static int plan_numa_binding(agent *a) {
     return 0;
 }
 
+/* The watchdog may signal a process only if it is one of this agent's
+ * workers or something it started (its process group is the worker's). */
+static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
+    agent *a = ctx;
+    pid_t pg = getpgid(pid);
+    for (int i = 0; a->wg && i < a->wg->n; i++) {
+        const worker *w = &a->wg->w[i];
+        if (w->running && w->pid > 0 && (pid == w->pid || pg == w->pid)) {
+            snprintf(name, len, "local rank %d (rank %d, pid %d)", w->local_rank, w->global_rank,
+                     (int)pid);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* torchrun's TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
+ * requests on TORCHELASTIC_TIMER_FILE (or a new FIFO), which the workers
+ * are told. */
+static int start_watchdog(agent *a) {
+    const char *on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+    if (!on || strcmp(on, "1") != 0) return 0;
+    const char *path = getenv("TORCHELASTIC_TIMER_FILE");
+    if (path && *path) {
+        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s", path);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s/watchdog_timer_%d_%ld",
+                 tmp && *tmp ? tmp : "/tmp", (int)getpid(), (long)time(NULL));
+    }
+    char err[1300];
+    a->watchdog = file_timer_start(a->loop, a->watchdog_path, watchdog_owner, a, err, sizeof err);
+    if (!a->watchdog) {
+        log_error("TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", err);
+        return -EIO;
+    }
+    log_info("worker watchdog: serving torch's FileTimer requests on %s", a->watchdog_path);
+    return 0;
+}
+
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
     if (!a) return 1;
@@ -757,7 +810,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
     int code = 1;
-    if (make_log_root(a) || plan_numa_binding(a) || setup_store(a) || open_rendezvous(a))
+    if (make_log_root(a) || plan_numa_binding(a) || start_watchdog(a) || setup_store(a) ||
+        open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
@@ -771,6 +825,7 @@ out:
     fflush(stdout);
     remove_tmp_root(a);
     numa_plan_free(&a->numa);
+    file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit
      * ends it. The embedded store goes with the process. */
     return code;

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -40,6 +41,9 @@ static void on_sigterm(int sig) {
     atomic_compare_exchange_strong(&trainer_abort_at_ns, &zero,
                                    clock_now_ns() + atomic_load(&stop_grace_ns));
 }
+
+/* The watchdog's scope: a step, an evaluation, a checkpoint, the set-up. */
+#define WATCHED "ddp-train step"
 
 static void time_step(int64_t t0) {
     int64_t grace = (clock_now_ns() - t0) * 3 / 2;
@@ -96,6 +100,7 @@ static int run_epoch(trainer *t) {
         }
         float stats[4];
         int64_t t0 = clock_now_ns();
+        watchdog_arm(&t->wd, WATCHED);
         int rc = step_train(t, stats);
         if (rc) return rc;
         if ((rc = step_allreduce_small(t, stats, 4)))
@@ -120,7 +125,9 @@ static int run_epochs(trainer *t) {
     for (; t->at.epoch < t->cfg->epochs; t->at.epoch++, t->at.pos = 0) {
         int rc = run_epoch(t);
         if (rc) return rc > 0 ? 0 : rc;
+        watchdog_arm(&t->wd, WATCHED);
         if ((rc = step_evaluate(t))) return rc;
+        watchdog_arm(&t->wd, WATCHED);
         t->rec.recorded = 0, t->rec.eager_steps = 0; /* every rank: see step_run */
         if ((rc = save_at_epoch_end(t))) return rc;
     }
@@ -153,6 +160,8 @@ static int start(trainer *t) {
 
 int train_run(const train_config *c) {
     trainer t = {.cfg = c};
+    watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
+    watchdog_arm(&t.wd, WATCHED); /* the set-up too */
     signal(SIGTERM, on_sigterm);
     signal(SIGUSR1, on_sigterm);
     signal(SIGUSR2, on_sigterm);
@@ -165,6 +174,7 @@ int train_run(const train_config *c) {
     /* The convention (trainer.h) says the failure was reported; if a path
      * forgot, the agent still gets a reason rather than a bare exit 1. */
     if (rc && !t.err[0]) trainer_fail(&t, rc, "training failed: %s", strerror(-rc));
+    watchdog_release(&t.wd, WATCHED);
     trainer_cleanup(&t);
     return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
 }
@@ -185,6 +195,7 @@ void train_config_defaults(train_config *c) {
     c->log_every = 50;
     c->eval = 1;
     c->timeout_s = 600;
+    c->step_timeout_s = 600;
     c->warmup_steps = 5;
     c->legacy_local_rank = -1;
 }

@@ -44,6 +44,7 @@ typedef struct {
     int cudnn_benchmark;   /* --cudnn-benchmark: time convolution algorithms */
     int64_t bucket_bytes;  /* --bucket-mb */
     int timeout_s;         /* --timeout: a collective longer than this fails */
+    int step_timeout_s;    /* --step-timeout: the launcher's watchdog kills a longer step */
     int warmup_steps;      /* --throughput-warmup: steps left out of img/s */
     int legacy_local_rank; /* --local_rank (torch.distributed.launch) */
 } train_config;

@@ -26,6 +26,7 @@
 #include "worker/model/ddp.h"
 #include "worker/model/model.h"
 #include "worker/train/dist_env.h"
+#include "worker/train/watchdog.h"
 #include "worker/train/train.h"
 
 /* Where the run stands: what a checkpoint saves and a resume restores. */
@@ -67,6 +68,7 @@ typedef struct {
 typedef struct {
     const train_config *cfg;
     dist_env env;
+    watchdog wd;         /* the launcher's worker watchdog (--step-timeout) */
     store_thread *store; /* rank 0's, when no agent hosts one */
     backend *be;
     dataset *train, *test;

@@ -1,0 +1,25 @@
+/* ddp-train's side of the launcher's worker watchdog (torchrun's
+ * TORCHELASTIC_ENABLE_FILE_TIMER=1, served by ddprun and by torchrun
+ * alike): before each step, evaluation and checkpoint the rank asks, through
+ * the FIFO named by TORCHELASTIC_TIMER_FILE, to be killed (SIGKILL) if it has
+ * not asked again within --step-timeout seconds, so that a step that hangs
+ * outside any collective (a deadlock, a stuck device) still ends, and the
+ * launcher restarts the group. The request is torch's FileTimerRequest, one
+ * JSON line; renewing the same scope replaces its deadline. */
+#ifndef DDPRUN_WORKER_TRAIN_WATCHDOG_H
+#define DDPRUN_WORKER_TRAIN_WATCHDOG_H
+
+typedef struct {
+    char path[512]; /* "" : no watchdog */
+    int timeout_s;
+} watchdog;
+
+/* path: TORCHELASTIC_TIMER_FILE (NULL or "": none); timeout_s 0: off. */
+void watchdog_init(watchdog *w, const char *path, int timeout_s);
+/* Sets the scope's deadline to now + timeout. A launcher that stopped
+ * listening only costs a warning, once; the watchdog is then off. */
+void watchdog_arm(watchdog *w, const char *scope);
+/* Removes the scope's deadline. */
+void watchdog_release(watchdog *w, const char *scope);
+
+#endif
