@@ -185,6 +185,9 @@ static int apply_nproc(const opts_arg *a) {
         cfg->nproc_per_node = gpus > 0 ? gpus : count_cpus();
     } else if (opts_parse_int(val, 1, INT_MAX, &cfg->nproc_per_node) == 0) {
         cfg->nproc_mode = NPROC_NUMBER;
+    } else if (strcmp(val, "xpu") == 0) {
+        return opts_fail(a, "%s: 'xpu' (one worker per Intel GPU) is not supported: ddprun "
+                         "cannot count XPUs; give the number of workers instead", a->src);
     } else {
         return opts_bad(a, "a positive integer, cpu, gpu or auto");
     }

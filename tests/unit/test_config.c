@@ -698,6 +698,7 @@ TEST(config_signals_to_handle) {
 /* What only a Python torchrun can do is refused by name, or mapped. */
 TEST(config_python_only_flags) {
     agent_config c;
+    check_fails(no_env, ARGS("--nproc-per-node", "xpu", "x.py"), "'xpu' (one worker per Intel GPU)");
     check_fails(no_env, ARGS("--logs-specs", "mine", "x.py"),
                 "--logs-specs names a Python plug-in");
     check_fails(no_env, ARGS("--numa-binding", "cores", "x.py"), "--numa-binding");
