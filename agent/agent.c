@@ -387,7 +387,11 @@ static void stop_workers(agent *a, int sig) {
 static void on_round(agent *a, const agent_event *e) {
     if (e->rc == -ECANCELED) {
         report_exhausted(a, e->res.restart_count);
-        finish(a, 1);
+        /* the workers still stopping get their grace period, then the agent ends */
+        a->state = ST_SHUTDOWN;
+        a->shutdown_signal = 0;
+        a->exit_code = 1;
+        if (!a->wg || a->wg->idle) finish(a, 1);
         return;
     }
     if (e->rc) {

@@ -72,6 +72,11 @@ got=$(bash -c '. "$1"; COMP_WORDS=(ddprun --numa-binding c); COMP_CWORD=2; _ddpr
     echo "${COMPREPLY[*]}"; COMP_WORDS=(ddprun --signals-to); COMP_CWORD=1; _ddprun
     echo "${COMPREPLY[*]}"' _ "$TMP/complete.bash")
 assert_eq "$got" $'core-complex\n--signals-to-handle' "completions"
+# Every option the completion knows is in --help.
+ddprun --help > "$TMP/help.txt"
+for opt in $(sed -n 's/.*compgen -W "\(--nnodes[^"]*\)".*/\1/p' "$TMP/complete.bash"); do
+    grep -q -- "$opt\b" "$TMP/help.txt" || die "--help does not list $opt"
+done
 ddprun --print-completion fish > /dev/null 2> "$TMP/fish.err" && die "fish accepted"
 assert_grep "$TMP/fish.err" "print-completion" "the message for an unknown shell"
 echo "prefix template, duplicated lines, SIGUSR1 forwarding and completion: as torchrun 2.x"
