@@ -8,6 +8,15 @@
 #   job=$(sbatch --parsable -o out job.sh)
 #   slurmbed_wait_job 60 "$job"        until it leaves the queue; JOB_STATE
 #
+# or a cluster of N nodes, each a test host of the network bed
+# (tests/lib/netbed.bash, sourced first), named h1..hN at their own
+# addresses; slurmctld runs on h1, and so must the Slurm commands, through
+# slurmbed_cmd (the bed's addresses exist only inside its namespaces):
+#
+#   TMP=$SCRATCH; source tests/lib/netbed.bash; source tests/lib/slurmbed.bash
+#   slurmbed_up 2                      netbed_up 2, then the daemons
+#   job=$(slurmbed_cmd sbatch --parsable -N 2 ...)
+#
 # Everything lives in a directory of its own, /tmp/slurmbed.<pid>: munge's
 # key and socket, slurm.conf (SLURM_CONF, exported, so every Slurm command
 # of the scenario talks to this bed and never to a system Slurm), state,
@@ -24,7 +33,32 @@
 SLURMBED_PID=$$
 SLURMBED_DIR=/tmp/slurmbed.$SLURMBED_PID
 SLURMBED_NODE=
+SLURMBED_HOSTS=0
 SLURMBED_DAEMONS=()
+
+# slurmbed_cmd COMMAND...: a Slurm command, run where the controller is
+# reachable (host 1 of a bed of several hosts).
+slurmbed_cmd() {
+    if [ "$SLURMBED_HOSTS" -gt 0 ]; then netbed_run 1 "$@"; else "$@"; fi
+}
+
+# slurmbed_exec_on I COMMAND...: replaces the calling (background) shell
+# with COMMAND on test host I, or on this machine for I = 0, so that $! is
+# the daemon's own PID: `slurmbed_exec_on 2 slurmd ... &`. A test host's
+# command gets its network, host name and /etc/hosts as netbed_run gives
+# them, but keeps this machine's /sys, whose cgroup file systems slurmd
+# reads at start (ip netns exec mounts a /sys of the namespace's own,
+# without them).
+slurmbed_exec_on() {
+    local i=$1 ns
+    shift
+    [ "$i" -ne 0 ] || exec "$@"
+    ns=$(netbed_ns "$i")
+    # shellcheck disable=SC2016 # the inner shell expands them
+    cd "$NETBED_DIR/h$i" && exec nsenter --net="/run/netns/$ns" unshare --mount --uts /bin/sh -c \
+        'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"' \
+        "/etc/netns/$ns/hosts" "h$i" "$@"
+}
 
 slurmbed_skip() {
     echo "skipped: $*"
@@ -37,15 +71,17 @@ slurmbed_skip() {
 # jobs' tasks (SLURM_CONF into the bed and a job id). The scenario's own
 # shell has SLURM_CONF but no job id, so it never finds itself.
 slurmbed_pids() {
-    local d=$1 f pid comm
+    local d=$1 f pid comm fd
     for f in /proc/[0-9]*/environ; do
         pid=${f#/proc/}
         pid=${pid%/environ}
         [ "$pid" != "$$" ] || continue
         comm=
-        read -r comm < "/proc/$pid/comm" 2> /dev/null || true
+        read -r comm 2> /dev/null < "/proc/$pid/comm" || true
         if [ "$comm" = slurmstepd ]; then
-            ls -l "/proc/$pid/fd" 2> /dev/null | grep -qF -- "-> $d/log/" && echo "$pid"
+            for fd in /proc/"$pid"/fd/*; do
+                [[ $(readlink "$fd" 2> /dev/null) == "$d/log/"* ]] && { echo "$pid"; break; }
+            done
             continue
         fi
         grep -qzx -e "SLURMBED_TAG=$d" -e "SLURM_CONF=$d/slurm.conf" "$f" 2> /dev/null || continue
@@ -78,12 +114,12 @@ slurmbed_down() {
     [ -d "$SLURMBED_DIR" ] || return 0
     # The jobs first, while slurmctld and slurmd are there to end them.
     if [ ${#SLURMBED_DAEMONS[@]} -gt 0 ]; then
-        jobs=$(squeue -h -o %i 2> /dev/null)
+        jobs=$(slurmbed_cmd squeue -h -o %i 2> /dev/null)
         if [ -n "$jobs" ]; then
             # shellcheck disable=SC2086 # one argument per job
-            scancel $jobs 2> /dev/null
+            slurmbed_cmd scancel $jobs 2> /dev/null
             for ((i = 0; i < 40; i++)); do
-                [ -z "$(squeue -h -o %i 2> /dev/null)" ] && break
+                [ -z "$(slurmbed_cmd squeue -h -o %i 2> /dev/null)" ] && break
                 sleep 0.1
             done
         fi
@@ -116,12 +152,27 @@ slurmbed_logs() {
     done
 }
 
+# The node lines: this machine on loopback, or the test hosts h1..hN.
+slurmbed_nodes_conf() {
+    local i
+    if [ "$SLURMBED_HOSTS" -eq 0 ]; then
+        echo "NodeName=$SLURMBED_NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname) CPUs=$(nproc) State=UNKNOWN"
+        echo "PartitionName=bed Nodes=$SLURMBED_NODE Default=YES MaxTime=INFINITE State=UP"
+        return
+    fi
+    for ((i = 1; i <= SLURMBED_HOSTS; i++)); do
+        echo "NodeName=h$i NodeAddr=$(netbed_addr "$i") CPUs=$(nproc) State=UNKNOWN"
+    done
+    echo "PartitionName=bed Nodes=h[1-$SLURMBED_HOSTS] Default=YES MaxTime=INFINITE State=UP"
+}
+
 slurmbed_write_conf() {
-    local d=$SLURMBED_DIR ctld_port=$1 slurmd_port=$2
+    local d=$SLURMBED_DIR ctld_port=$1 slurmd_port=$2 ctld_addr=127.0.0.1
+    [ "$SLURMBED_HOSTS" -eq 0 ] || ctld_addr=$(netbed_addr 1)
     cat > "$d/slurm.conf" << EOF
-# The test bed's cluster (tests/lib/slurmbed.bash): one node, this machine.
+# The test bed's cluster (tests/lib/slurmbed.bash).
 ClusterName=ddprunbed
-SlurmctldHost=$SLURMBED_NODE(127.0.0.1)
+SlurmctldHost=$SLURMBED_NODE($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
@@ -131,11 +182,11 @@ AuthType=auth/munge
 AuthInfo=socket=$d/munge/munge.socket
 CredType=cred/munge
 StateSaveLocation=$d/state
-SlurmdSpoolDir=$d/spool
+SlurmdSpoolDir=$d/spool/%n
 SlurmctldPidFile=$d/slurmctld.pid
-SlurmdPidFile=$d/slurmd.pid
+SlurmdPidFile=$d/slurmd.%n.pid
 SlurmctldLogFile=$d/log/slurmctld.log
-SlurmdLogFile=$d/log/slurmd.log
+SlurmdLogFile=$d/log/slurmd.%n.log
 PlugStackConfig=$d/plugstack.conf
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
@@ -153,8 +204,7 @@ KillWait=2
 MinJobAge=600
 InactiveLimit=0
 SlurmdTimeout=60
-NodeName=$SLURMBED_NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname) CPUs=$(nproc) State=UNKNOWN
-PartitionName=bed Nodes=$SLURMBED_NODE Default=YES MaxTime=INFINITE State=UP
+$(slurmbed_nodes_conf)
 EOF
     : > "$d/plugstack.conf"
 }
@@ -182,16 +232,24 @@ slurmbed_start_munge() {
     slurmbed_skip "munged did not start (see its log above)"
 }
 
-# slurmbed_up: the bed, with its node idle; or the scenario skips.
+# slurmbed_up [N]: the bed, with its nodes idle (one, this machine; or N
+# test hosts); or the scenario skips.
 slurmbed_up() {
     local c missing=()
+    SLURMBED_HOSTS=${1:-0}
+    [ "$SLURMBED_HOSTS" -ne 1 ] || SLURMBED_HOSTS=0
     [ "$(id -u)" = 0 ] || slurmbed_skip "the Slurm test bed needs root (slurmd starts the jobs' tasks)"
     for c in munged munge unmunge slurmctld slurmd sbatch srun squeue sinfo scontrol scancel; do
         command -v "$c" > /dev/null || missing+=("$c")
     done
     [ ${#missing[@]} -eq 0 ] ||
         slurmbed_skip "no ${missing[*]} (apt install munge slurmctld slurmd slurm-client)"
+    # srun and slurmd bind to the address this machine's name resolves to.
+    getent hosts "$(hostname)" > /dev/null ||
+        slurmbed_skip "this machine's host name ($(hostname)) does not resolve; Slurm needs it to"
     slurmbed_sweep
+    # (netbed_up first, so that its teardown, in the EXIT trap, runs after ours)
+    [ "$SLURMBED_HOSTS" -eq 0 ] || netbed_up "$SLURMBED_HOSTS"
     local prev
     prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
     # shellcheck disable=SC2064 # the previous trap's text, expanded now
@@ -204,6 +262,7 @@ slurmbed_up() {
     chmod 755 "$SLURMBED_DIR"
     chmod 700 "$SLURMBED_DIR/munge"
     SLURMBED_NODE=$(hostname -s)
+    [ "$SLURMBED_HOSTS" -eq 0 ] || SLURMBED_NODE=h1
     slurmbed_write_conf "$(slurmbed_port)" "$(slurmbed_port)"
     # This bed only: not a system Slurm's configuration, nor the variables
     # of a Slurm job the tests might run in.
@@ -211,21 +270,30 @@ slurmbed_up() {
     for v in $(env | sed -n 's/^\(SLURM_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
     export SLURM_CONF=$SLURMBED_DIR/slurm.conf
     slurmbed_start_munge
-    SLURMBED_TAG=$SLURMBED_DIR slurmctld -D -c -f "$SLURM_CONF" \
+    SLURMBED_TAG=$SLURMBED_DIR slurmbed_exec_on $((SLURMBED_HOSTS > 0)) slurmctld -D -c -f "$SLURM_CONF" \
         > "$SLURMBED_DIR/log/slurmctld.out" 2>&1 &
     SLURMBED_DAEMONS+=($!)
-    SLURMBED_TAG=$SLURMBED_DIR slurmd -D -f "$SLURM_CONF" -N "$SLURMBED_NODE" \
-        > "$SLURMBED_DIR/log/slurmd.out" 2>&1 &
-    SLURMBED_DAEMONS+=($!)
     local i state=
+    if [ "$SLURMBED_HOSTS" -eq 0 ]; then
+        mkdir -p "$SLURMBED_DIR/spool/$SLURMBED_NODE"
+        SLURMBED_TAG=$SLURMBED_DIR slurmd -D -f "$SLURM_CONF" -N "$SLURMBED_NODE" \
+            > "$SLURMBED_DIR/log/slurmd.out" 2>&1 &
+        SLURMBED_DAEMONS+=($!)
+    fi
+    for ((i = 1; i <= SLURMBED_HOSTS; i++)); do
+        mkdir -p "$SLURMBED_DIR/spool/h$i"
+        SLURMBED_TAG=$SLURMBED_DIR slurmbed_exec_on "$i" slurmd -D -f "$SLURM_CONF" -N "h$i" \
+            > "$SLURMBED_DIR/log/slurmd.h$i.out" 2>&1 &
+        SLURMBED_DAEMONS+=($!)
+    done
     for ((i = 0; i < 200; i++)); do
-        state=$(sinfo -h -n "$SLURMBED_NODE" -o %T 2> /dev/null || true)
-        [ "$state" = idle ] && return 0
+        state=$(slurmbed_cmd sinfo -h -N -o %T 2> /dev/null | sort -u | tr '\n' ' ' || true)
+        [ "$state" = "idle " ] && return 0
         for c in "${SLURMBED_DAEMONS[@]}"; do kill -0 "$c" 2> /dev/null || break 2; done
         sleep 0.1
     done
     slurmbed_logs
-    slurmbed_skip "the Slurm daemons did not bring node $SLURMBED_NODE up (state '${state:-none}'; logs above)"
+    slurmbed_skip "the Slurm daemons did not bring the nodes up (states '${state:-none}'; logs above)"
 }
 
 # slurmbed_wait_job SECONDS JOB: waits until the job has left the queue
@@ -234,18 +302,19 @@ slurmbed_up() {
 slurmbed_wait_job() {
     local secs=$1 job=$2 i
     for ((i = 0; i < secs * 10; i++)); do
-        JOB_STATE=$(scontrol -o show job "$job" 2> /dev/null |
+        JOB_STATE=$(slurmbed_cmd scontrol -o show job "$job" 2> /dev/null |
             sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p') || true
         case $JOB_STATE in
             PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | "") sleep 0.1 ;;
             *)
-                JOB_EXIT=$(scontrol -o show job "$job" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p') || true
+                # shellcheck disable=SC2034 # for the scenario
+                JOB_EXIT=$(slurmbed_cmd scontrol -o show job "$job" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p') || true
                 return 0
                 ;;
         esac
     done
     echo "FAIL: job $job still ${JOB_STATE:-unknown} after $secs s"
-    scontrol show job "$job"
+    slurmbed_cmd scontrol show job "$job"
     slurmbed_logs
     exit 1
 }
@@ -254,10 +323,10 @@ slurmbed_wait_job() {
 slurmbed_wait_running() {
     local secs=$1 job=$2 i
     for ((i = 0; i < secs * 10; i++)); do
-        [ "$(squeue -h -j "$job" -o %T 2> /dev/null || true)" = RUNNING ] && return 0
+        [ "$(slurmbed_cmd squeue -h -j "$job" -o %T 2> /dev/null || true)" = RUNNING ] && return 0
         sleep 0.1
     done
     echo "FAIL: job $job did not start within $secs s"
-    scontrol show job "$job"
+    slurmbed_cmd scontrol show job "$job"
     exit 1
 }
