@@ -15,7 +15,9 @@ source "$(dirname "$0")/../lib/train.bash"
 sig=${SLURM_PREEMPT_SIGNAL:-USR1}
 sigflags=()
 if [ "$sig" != TERM ]; then
-    if ! ddprun --help | grep -q -- --signals-to-handle; then
+    # (the whole help first: grep -q leaving early must not fail ddprun's write)
+    help=$(ddprun --help)
+    if ! grep -q -- --signals-to-handle <<< "$help"; then
         echo "skipped: ddprun has no --signals-to-handle yet, so SIGUSR1 cannot reach the workers"
         exit 77
     fi
