@@ -111,7 +111,7 @@ $(B)/libddptrain.a: $(WORKER_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)/libddprun.a
+$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)/obj/launcher/slurm_env.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -131,12 +131,12 @@ $(B)/bin/ddprun-store-cli: $(B)/obj/launcher/store_cli.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/obj/launcher/config.o $(B)/libddptrain.a $(B)/libddprun.a
+$(B)/tests/unit-tests: $(UNIT_SRC:%.c=$(B)/obj/%.o) $(B)/obj/launcher/config.o $(B)/obj/launcher/slurm_env.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # The same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(B)/asan/launcher/config.o $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
+$(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(B)/asan/launcher/config.o $(B)/asan/launcher/slurm_env.o $(WORKER_ASAN_OBJ) $(LIB_ASAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ -o $@ $(WORKER_CPU_LIBS) $(LDLIBS)
 

@@ -31,6 +31,7 @@
 #include "agent/worker_output.h"
 #include "common/log.h"
 #include "common/opts.h"
+#include "launcher/slurm_env.h"
 
 #define DEFAULT_RDZV_PORT 29400
 #define SRC_MAX (OPTS_NAME_MAX + 32)
@@ -46,6 +47,7 @@ typedef struct {
     size_t errlen;
     char nnodes_src[SRC_MAX];
     char node_rank_src[SRC_MAX];
+    unsigned slurm_given;     /* SLURM_GIVEN_*: options a flag or PET_ set, Slurm must not */
     const char *start_method; /* checked, then unused */
     int prog;                 /* index in argv of PROGRAM */
     int shutdown_given;       /* --shutdown-timeout or PET_SHUTDOWN_TIMEOUT was given */
@@ -113,6 +115,7 @@ static int apply_nnodes(const opts_arg *a) {
     if (lo > hi) return opts_fail(a, "%s: '%s' has MIN greater than MAX", a->src, val);
     cfg_of(a)->min_nodes = lo;
     cfg_of(a)->max_nodes = hi;
+    state_of(a)->slurm_given |= SLURM_GIVEN_NNODES;
     snprintf(state_of(a)->nnodes_src, SRC_MAX, "%s", a->src);
     return 0;
 }
@@ -197,6 +200,7 @@ static int apply_nproc(const opts_arg *a) {
 static int apply_node_rank(const opts_arg *a) {
     if (opts_parse_int(a->val, 0, INT_MAX, &cfg_of(a)->node_rank))
         return opts_bad(a, "a non-negative integer");
+    state_of(a)->slurm_given |= SLURM_GIVEN_NODE_RANK;
     snprintf(state_of(a)->node_rank_src, SRC_MAX, "%s", a->src);
     return 0;
 }
@@ -205,6 +209,7 @@ static int apply_node_rank(const opts_arg *a) {
 
 static int apply_rdzv_backend(const opts_arg *a) {
     const char *val = a->val;
+    state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_BACKEND;
     if (strcmp(val, "static") == 0 || strcmp(val, "c10d") == 0) {
         snprintf(cfg_of(a)->rdzv_backend, sizeof cfg_of(a)->rdzv_backend, "%s", val);
         return 0;
@@ -250,6 +255,7 @@ static int split_endpoint(const char *s, const char **host, size_t *hlen, int *p
 
 static int apply_rdzv_endpoint(const opts_arg *a) {
     agent_config *cfg = cfg_of(a);
+    state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_ENDPOINT;
     if (!*a->val) return set_opt_str(a, &cfg->rdzv_host);
     const char *host;
     size_t hlen;
@@ -267,7 +273,19 @@ static int apply_rdzv_endpoint(const opts_arg *a) {
 
 static int apply_rdzv_id(const opts_arg *a) {
     if (!*a->val) return opts_fail(a, "%s: the job id must not be empty", a->src);
+    state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_ID;
     return set_str(&cfg_of(a)->rdzv_id, a->val) ? fail_nomem(a) : 0;
+}
+
+/* Under srun, what Slurm knows fills the options not given
+ * (launcher/slurm_env.h); its checks below then name Slurm's variables. */
+static int slurm_defaults(parse_state *st) {
+    slurm_env_args a = {.env = st->env, .given = st->slurm_given, .err = st->err,
+                        .errlen = st->errlen};
+    int rc = slurm_env_defaults(&a, st->cfg);
+    if (a.nnodes_src) snprintf(st->nnodes_src, SRC_MAX, "%s", a.nnodes_src);
+    if (a.node_rank_src) snprintf(st->node_rank_src, SRC_MAX, "%s", a.node_rank_src);
+    return rc;
 }
 
 /* CONF_TCP: store_type, which must say tcp; CONF_NO_EFFECT: a key torchrun
@@ -838,6 +856,7 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     if (rc == 0) rc = shutdown_timeout_from_env(&st);
     if (rc == 0) rc = prefix_template_from_env(&st);
     if (rc == 0) rc = signals_from_env(&st);
+    if (rc == 0) rc = slurm_defaults(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
     if (rc == -ENOMEM) fail(&st, "out of memory while reading the command line");
@@ -882,6 +901,10 @@ static const char usage_text[] =
     "given as --opt=VALUE or --opt VALUE. Each also has an environment form,\n"
     "PET_<NAME> (e.g. PET_NPROC_PER_NODE=4; PET_STANDALONE=1 for a flag), which sets\n"
     "its default. The command line wins over the environment.\n"
+    "\n"
+    "Started by srun once per node, ddprun takes the defaults of --nnodes, --node-rank,\n"
+    "--rdzv-id and, with several nodes, --rdzv-backend and --rdzv-endpoint from Slurm's\n"
+    "step, and says so (flags and PET_ variables still win).\n"
     "\n"
     "Nodes and workers:\n"
     "  --nnodes N|MIN:MAX        number of nodes, or the range an elastic job accepts\n"

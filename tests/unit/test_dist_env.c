@@ -2,6 +2,7 @@
  * --local_rank, Slurm node lists, and clear errors for inconsistent ones. */
 #include <errno.h>
 
+#include "common/slurm.h"
 #include "tests/unit/test.h"
 #include "worker/train/dist_env.h"
 
@@ -78,5 +79,57 @@ TEST(dist_env_slurm_node_lists) {
     CHECK_STR(out, "login2");
     CHECK_EQ(slurm_first_host("a,b", out, sizeof out), 0);
     CHECK_STR(out, "a");
-    CHECK_EQ(slurm_first_host("[1-2]", out, sizeof out), -EINVAL);
+    /* text after a bracket group belongs to the name */
+    CHECK_EQ(slurm_first_host("rack[1-2]-n[01-02]", out, sizeof out), 0);
+    CHECK_STR(out, "rack1-n01");
+    CHECK_EQ(slurm_first_host("node[1-", out, sizeof out), -EINVAL);
+}
+
+/* srun -N3 -n6 ddp-train, as rank 3 sees it: no MASTER_ADDR or MASTER_PORT,
+ * and no SLURM_NTASKS_PER_NODE (srun sets it only when given). */
+#define SRUN_RANK_3                                                                          \
+    "SLURM_JOB_ID=41", "SLURM_STEP_ID=2", "SLURM_PROCID=3", "SLURM_NTASKS=6",                 \
+        "SLURM_LOCALID=1", "SLURM_NODEID=1", "SLURM_STEP_TASKS_PER_NODE=2(x3)",               \
+        "SLURM_TASKS_PER_NODE=4(x3)", "SLURM_STEP_NODELIST=gpu[07-09]",                       \
+        "SLURM_JOB_NODELIST=gpu[01-09]"
+
+TEST(dist_env_srun_derives_the_store_and_the_node_size) {
+    char *env[] = {SRUN_RANK_3, NULL};
+    dist_env d;
+    char err[256];
+    CHECK_EQ(read_env(env, -1, &d, err), 0);
+    CHECK_STR(d.launcher, "srun");
+    CHECK_EQ(d.rank, 3); CHECK_EQ(d.world, 6); CHECK_EQ(d.local_rank, 1);
+    CHECK_EQ(d.local_world, 2); /* this node's count in the step, not the world */
+    /* node 0 of the step, which may be fewer nodes than the job's */
+    CHECK_STR(d.master_addr, "gpu07");
+    CHECK_EQ(d.master_port, slurm_step_port(41, 2));
+    CHECK(strstr(d.master_from, "SLURM_STEP_NODELIST") != NULL);
+    /* uneven nodes */
+    char *uneven[] = {"SLURM_JOB_ID=41", "SLURM_STEP_ID=0", "SLURM_PROCID=6", "SLURM_NTASKS=10",
+                      "SLURM_LOCALID=0", "SLURM_NODEID=2", "SLURM_STEP_TASKS_PER_NODE=4,3(x2)",
+                      "SLURM_STEP_NODELIST=n[1-3]", NULL};
+    CHECK_EQ(read_env(uneven, -1, &d, err), 0);
+    CHECK_EQ(d.local_world, 3);
+}
+
+TEST(dist_env_srun_given_values_win) {
+    char *env[] = {SRUN_RANK_3, "SLURM_NTASKS_PER_NODE=3", "MASTER_ADDR=head",
+                   "MASTER_PORT=1234", NULL};
+    dist_env d;
+    char err[256];
+    CHECK_EQ(read_env(env, -1, &d, err), 0);
+    CHECK_EQ(d.local_world, 3);
+    CHECK_STR(d.master_addr, "head");
+    CHECK_EQ(d.master_port, 1234);
+    CHECK_EQ(d.master_from[0], 0);
+    /* Outside a step (no SLURM_STEP_ID) no port is made up. */
+    char *nostep[] = {"SLURM_JOB_ID=41", "SLURM_PROCID=0", "SLURM_NTASKS=2",
+                      "SLURM_JOB_NODELIST=a", NULL};
+    CHECK_EQ(read_env(nostep, -1, &d, err), -EINVAL);
+    CHECK(strstr(err, "MASTER_PORT is not set") != NULL);
+    /* A malformed tasks-per-node list is named. */
+    char *bad[] = {"SLURM_STEP_TASKS_PER_NODE=2(x", SRUN_RANK_3, NULL}; /* the first wins */
+    CHECK_EQ(read_env(bad, -1, &d, err), -EINVAL);
+    CHECK(strstr(err, "SLURM_STEP_TASKS_PER_NODE='2(x'") != NULL);
 }

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hostlist.h"
 #include "common/opts.h"
+#include "common/slurm.h"
 
 extern char **environ;
 
@@ -23,19 +25,24 @@ static int env_int(char **envp, const char *name, int lo, int *out, char *err, s
 }
 
 int slurm_first_host(const char *nodelist, char *out, size_t len) {
-    size_t i = 0;
-    while (nodelist[i] && nodelist[i] != ',' && nodelist[i] != '[') i++;
-    if (i == 0 || i >= len) return -EINVAL;
-    memcpy(out, nodelist, i);
-    out[i] = 0;
-    if (nodelist[i] != '[') return 0;
-    /* the first number of the bracket, keeping its zero padding */
-    const char *p = nodelist + i + 1;
-    size_t j = 0;
-    while (p[j] >= '0' && p[j] <= '9') j++;
-    if (j == 0 || i + j >= len) return -EINVAL;
-    memcpy(out + i, p, j);
-    out[i + j] = 0;
+    return hostlist_nth(nodelist, 0, out, len) ? -EINVAL : 0;
+}
+
+/* srun sets SLURM_NTASKS_PER_NODE only when it was asked for; every step
+ * has SLURM_STEP_TASKS_PER_NODE ("2(x3),1"), which with this node's index
+ * (SLURM_NODEID) gives the ranks on this node. */
+static int srun_local_world(char **envp, dist_env *d, char *err, size_t errlen) {
+    static const char *const vars[] = {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
+    int node = 0;
+    if (env_int(envp, "SLURM_NODEID", 0, &node, err, errlen) < 0) return -EINVAL;
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = opts_getenv(envp, vars[i]);
+        if (!v || !*v) continue;
+        if (slurm_tasks_on_node(v, node, &d->local_world) == 0) return 0;
+        snprintf(err, errlen, "%s='%s' does not say how many tasks node %d (SLURM_NODEID) runs",
+                 vars[i], v, node);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -67,11 +74,38 @@ static int read_ranks(char **envp, dist_env *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* Without MASTER_ADDR: node 0 of the step (srun), else of the job. */
+static const char *master_from_nodelist(char **envp, dist_env *d, char *host, size_t len) {
+    static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        const char *nodes = opts_getenv(envp, lists[i]);
+        if (!nodes || slurm_first_host(nodes, host, len)) continue;
+        snprintf(d->master_from, sizeof d->master_from, "the first host of %s", lists[i]);
+        return host;
+    }
+    return NULL;
+}
+
+/* Without MASTER_PORT, a srun step's ranks agree on a port made from the
+ * job and step ids (common/slurm.h). 0, or 1 when not in a step. */
+static int master_port_from_step(char **envp, dist_env *d) {
+    const char *job = opts_getenv(envp, "SLURM_JOB_ID");
+    const char *step = opts_getenv(envp, "SLURM_STEP_ID");
+    unsigned long j, s;
+    if (strcmp(d->launcher, "srun") != 0 || !job || !step || slurm_parse_id(job, &j) ||
+        slurm_parse_id(step, &s))
+        return 1;
+    d->master_port = slurm_step_port(j, s);
+    size_t n = strlen(d->master_from);
+    snprintf(d->master_from + n, sizeof d->master_from - n,
+             "%sa port from SLURM_JOB_ID and SLURM_STEP_ID", n ? ", " : "");
+    return 0;
+}
+
 static int read_master(char **envp, dist_env *d, char *err, size_t errlen) {
     const char *addr = opts_getenv(envp, "MASTER_ADDR");
     char host[256] = "";
-    const char *nodes = opts_getenv(envp, "SLURM_JOB_NODELIST");
-    if (!addr && nodes && slurm_first_host(nodes, host, sizeof host) == 0) addr = host;
+    if (!addr) addr = master_from_nodelist(envp, d, host, sizeof host);
     if (!addr && d->world == 1) addr = "127.0.0.1";
     if (!addr) {
         snprintf(err, errlen,
@@ -84,7 +118,7 @@ static int read_master(char **envp, dist_env *d, char *err, size_t errlen) {
     d->master_port = 29500;
     int rc = env_int(envp, "MASTER_PORT", 1, &d->master_port, err, errlen);
     if (rc < 0) return rc;
-    if (rc == 1 && d->world > 1) {
+    if (rc == 1 && d->world > 1 && master_port_from_step(envp, d)) {
         snprintf(err, errlen, "MASTER_PORT is not set (needed with %d ranks)", d->world);
         return -EINVAL;
     }
@@ -99,6 +133,9 @@ int dist_env_read(char **envp, int legacy_local_rank, dist_env *d, char *err, si
     int rc = read_ranks(envp, d, err, errlen);
     if (rc) return rc;
     if (legacy_local_rank >= 0) d->local_rank = legacy_local_rank;
+    if (d->local_world < 0 && strcmp(d->launcher, "srun") == 0 &&
+        (rc = srun_local_world(envp, d, err, errlen)))
+        return rc;
     if (d->local_world < 0) d->local_world = d->world; /* one host unless told otherwise */
     if (d->rank >= d->world) {
         snprintf(err, errlen, "rank %d is not below the world size %d (check RANK and WORLD_SIZE)",

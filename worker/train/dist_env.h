@@ -17,6 +17,10 @@ typedef struct {
     int restart_count;   /* TORCHELASTIC_RESTART_COUNT, 0 without an agent */
     int agent_store;     /* 1: the launcher's agent serves the store */
     const char *launcher; /* "torchrun", "mpirun", "srun" or "single process" */
+    /* Where master_addr and master_port came from when not from MASTER_ADDR
+     * and MASTER_PORT (srun: node 0 of the step's node list, a port from
+     * the job and step ids), for the log; empty otherwise. */
+    char master_from[160];
 } dist_env;
 
 /* Reads the environment (envp: NULL for the process's own). legacy_local_rank
@@ -24,7 +28,8 @@ typedef struct {
  * for a missing or inconsistent value. */
 int dist_env_read(char **envp, int legacy_local_rank, dist_env *out, char *err, size_t errlen);
 
-/* The first host of a Slurm node list ("node[3-5,9],gpu1" -> "node3"). */
+/* The first host of a Slurm node list ("node[3-5,9],gpu1" -> "node3";
+ * common/hostlist.h). 0 or -EINVAL. */
 int slurm_first_host(const char *nodelist, char *out, size_t len);
 
 #endif

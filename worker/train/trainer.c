@@ -42,6 +42,9 @@ static int setup_job(trainer *t) {
     char err[512];
     int rc = dist_env_read(NULL, c->legacy_local_rank, &t->env, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
+    if (t->env.rank == 0 && t->env.world > 1 && t->env.master_from[0])
+        log_info("no MASTER_ADDR/MASTER_PORT: the ranks meet at %s:%d (%s)", t->env.master_addr,
+                 t->env.master_port, t->env.master_from);
     /* Without an agent's store, rank 0 hosts one, as PyTorch's env:// does. */
     if (t->env.world > 1 && !t->env.agent_store && t->env.rank == 0) {
         int port = 0;
