@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops
 endif
 
-.PHONY: all deps check check-quick demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery clean
+.PHONY: all deps check check-quick check-torch2 demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -172,6 +172,13 @@ check: deps
 # Tests without the dependency check (for a quick edit-run loop).
 check-quick: all $(B)/tests/unit-tests-asan $(B)/fuzz/fuzz-store-parse
 	@tests/run
+
+# The compatibility tests against today's PyTorch (2.x from PyPI, in
+# build/torch2-venv: 2.3 GB to download the first time, 4.0 GB installed).
+check-torch2: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/unit-tests-asan
+	@scripts/torch2-venv
+	@TESTS=compat/ TORCH_PY=$(CURDIR)/$(B)/torch2-venv/bin/python tests/run
 
 fuzz: $(B)/fuzz/fuzz-store-parse
 	@mkdir -p $(B)/fuzz/corpus

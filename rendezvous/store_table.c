@@ -6,8 +6,8 @@
  * queued and flushed from the loop's idle phase.
  *
  * Every key has one entry in an open-addressing table. An entry may exist
- * without a value: it then only anchors waiters, watchers, a queue or a
- * barrier count, and is freed as soon as none of those remain. */
+ * without a value: it then only anchors waiters, watchers or a queue, and
+ * is freed as soon as none of those remain. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +37,7 @@ struct store_waiter {
     store_conn *conn;
     int kind;
     size_t remaining; /* W_ALL: keys still missing */
+    int64_t target;   /* W_BARRIER: the world size the key's count must reach */
     size_t n;
     store_wnode nodes[];
 };
@@ -54,7 +55,6 @@ struct store_entry {
     int has_value;
     qitem *qhead, *qtail;
     uint64_t qlen;
-    int64_t barrier_count;
     uint32_t pins; /* > 0 while an operation walks the entry's lists */
     struct {
         store_wnode *head, *tail;
@@ -176,7 +176,7 @@ static void table_remove(store_server *srv, store_entry *e) {
 static int present(const store_entry *e) { return e && (e->has_value || e->qlen > 0); }
 
 static void entry_maybe_free(store_server *srv, store_entry *e) {
-    if (!e || e->pins || e->has_value || e->qlen || e->barrier_count || e->owner_conn || e->owner_lease)
+    if (!e || e->pins || e->has_value || e->qlen || e->owner_conn || e->owner_lease)
         return;
     for (int l = 0; l < L_COUNT; l++)
         if (e->lists[l].head) return;
@@ -224,11 +224,9 @@ static void waiter_free(store_server *srv, store_waiter *w) {
 }
 
 /* A wait ends unanswered (CANCEL_WAIT, a timed-out 1.13 client, a
- * disconnect): a barrier it had entered counts one arrival fewer. */
-static void waiter_cancel(store_server *srv, store_waiter *w) {
-    if (w->kind == W_BARRIER && w->nodes[0].entry) w->nodes[0].entry->barrier_count--;
-    waiter_free(srv, w);
-}
+ * disconnect). A barrier it had entered keeps that arrival in its count, as
+ * torch's server does. */
+static void waiter_cancel(store_server *srv, store_waiter *w) { waiter_free(srv, w); }
 
 /* A wait is satisfied: reply and let the connection's held requests run. */
 static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) {
@@ -263,6 +261,35 @@ static void wake_exists(store_server *srv, store_entry *e, int only_one) {
         node_unlink(n);
         if (w->kind == W_ANY) waiter_complete(srv, w, n->index);
         else if (--w->remaining == 0) waiter_complete(srv, w, 0);
+    }
+    unpin(e);
+}
+
+/* A value read as ADD and BARRIER read it, decimal text (a missing value
+ * counts 0). Returns 1 with *v set, or 0 if the value is not a decimal
+ * integer that fits in 64 bits. */
+static int value_int(const store_entry *e, int64_t *v) {
+    *v = 0;
+    if (!e->has_value) return 1;
+    char text[32], *end = NULL;
+    if (e->vlen == 0 || e->vlen >= sizeof text) return 0;
+    memcpy(text, e->val, e->vlen);
+    text[e->vlen] = 0;
+    errno = 0;
+    *v = strtoll(text, &end, 10);
+    return end != text && !*end && !errno;
+}
+
+/* The key's value changed: release the barrier waiters whose world size
+ * its count now reaches (any write counts, as in torch's server: a SET or
+ * ADD of the key can release a barrier too). */
+static void wake_barrier(store_server *srv, store_entry *e) {
+    int64_t count;
+    if (!e->lists[L_BARRIER].head || !value_int(e, &count)) return;
+    pin(e);
+    for (store_wnode *n = e->lists[L_BARRIER].head, *next; n; n = next) {
+        next = n->next; /* a barrier waiter has this one node only */
+        if (count >= n->w->target) waiter_complete(srv, n->w, 0);
     }
     unpin(e);
 }
@@ -328,6 +355,7 @@ static void value_put(store_server *srv, store_entry *e, uint8_t *val, uint64_t 
                         existed ? old : empty_bytes, existed ? oldn : 0, val, n);
     free(old);
     if (!was_present) wake_exists(srv, e, 0);
+    wake_barrier(srv, e);
 }
 
 static uint8_t *dup_bytes(store_conn *c, const uint8_t *p, uint64_t n) {
@@ -493,65 +521,63 @@ static void do_wait_any(store_conn *c, const store_req *req) {
     c->wait = w;
 }
 
-/* BARRIER: the world_size-th arrival releases everyone, itself included,
- * and resets the count so the same key can serve the next barrier. */
-static void do_barrier(store_conn *c, const store_req *req) {
-    store_server *srv = c->srv;
-    store_entry *e = entry_get(srv, req->key);
-    if (!e) {
-        c->oom = 1;
-        return;
-    }
-    if (++e->barrier_count < req->num) {
-        store_waiter *w = waiter_new(c, W_BARRIER, 1);
-        if (!w) return;
-        node_link(e, &w->nodes[0], L_BARRIER);
-        c->wait = w;
-        return;
-    }
-    e->barrier_count = 0;
-    store_wnode *n;
-    pin(e);
-    while ((n = e->lists[L_BARRIER].head) != NULL) waiter_complete(srv, n->w, 0);
-    r_u8(c, STORE_WAIT_STOP_WAITING);
-    unpin(e);
-    entry_maybe_free(srv, e);
-}
-
 /* ---- operations ----------------------------------------------------------- */
 
-/* ADD: the value is decimal text; a missing key counts as 0. */
+/* Adds delta to the key's decimal value (a missing key counts as 0) and
+ * stores the sum as decimal text; 0 with *sum set, or -1 if the connection
+ * was dropped (a value that is not an integer, an overflow) or is out of
+ * memory. */
+static int add_to(store_conn *c, store_entry *e, int64_t delta, int64_t *sum) {
+    int64_t cur;
+    char k[80];
+    if (!value_int(e, &cur)) {
+        store_conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
+                  key_for_log(e->key, e->klen, k, sizeof k));
+        return -1;
+    }
+    if (__builtin_add_overflow(cur, delta, sum)) {
+        store_conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", delta,
+                  key_for_log(e->key, e->klen, k, sizeof k), cur);
+        return -1;
+    }
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRId64, *sum);
+    return value_set(c, e, (const uint8_t *)text, (uint64_t)n) == 0 ? 0 : -1;
+}
+
 static void do_add(store_conn *c, const store_req *req) {
     store_entry *e = entry_get(c->srv, req->key);
     if (!e) {
         c->oom = 1;
         return;
     }
-    int64_t cur = 0;
-    if (e->has_value) {
-        char text[32], *end = NULL;
-        size_t n = e->vlen < sizeof text - 1 ? e->vlen : sizeof text - 1;
-        memcpy(text, e->val, n);
-        text[n] = 0;
-        errno = 0;
-        cur = strtoll(text, &end, 10);
-        if (e->vlen == 0 || e->vlen >= sizeof text || end == text || *end || errno) {
-            char k[80];
-            store_conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
-                      key_for_log(e->key, e->klen, k, sizeof k));
-            return;
-        }
-    }
     int64_t sum;
-    if (__builtin_add_overflow(cur, req->num, &sum)) {
-        char k[80];
-        store_conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", req->num,
-                  key_for_log(e->key, e->klen, k, sizeof k), cur);
+    if (add_to(c, e, req->num, &sum) == 0) r_u64(c, (uint64_t)sum);
+}
+
+/* BARRIER, as torch's server does it: the key's value is the count of
+ * arrivals (an ADD of 1, so the key is visible to GET, LIST_KEYS and
+ * GETNUMKEYS); an arrival that brings it to world_size or more is answered
+ * at once and releases every earlier one still waiting. Nothing resets
+ * the count: entering again under the same key passes straight through,
+ * and a cancelled or disconnected arrival still counts. */
+static void do_barrier(store_conn *c, const store_req *req) {
+    store_entry *e = entry_get(c->srv, req->key);
+    if (!e) {
+        c->oom = 1;
         return;
     }
-    char text[32];
-    int n = snprintf(text, sizeof text, "%" PRId64, sum);
-    if (value_set(c, e, (const uint8_t *)text, (uint64_t)n) == 0) r_u64(c, (uint64_t)sum);
+    int64_t count;
+    if (add_to(c, e, 1, &count) != 0) return;
+    if (count >= req->num) {
+        r_u8(c, STORE_WAIT_STOP_WAITING);
+        return;
+    }
+    store_waiter *w = waiter_new(c, W_BARRIER, 1);
+    if (!w) return;
+    w->target = req->num;
+    node_link(e, &w->nodes[0], L_BARRIER);
+    c->wait = w;
 }
 
 static void do_compare_set(store_conn *c, const store_req *req) {

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Drives a store server through PyTorch's own TCPStore client (Debian's
-torch 1.13, which speaks the old protocol generation) and asserts every
-result. Run by tests/compat/torch_client.sh against ddprun-store; it also
-passes against torch's own server (bench/torch_store_server.py), which is
+"""Drives a store server through PyTorch's own TCPStore client and asserts
+every result, using only what every torch's client has: Debian's torch 1.13
+(the old protocol generation) and torch 2.x (the current one) run it alike.
+Run by tests/compat/torch_client.sh against ddprun-store; it also passes
+against torch's own server (bench/torch_store_server.py) of both, which is
 how its expectations were checked.
 
 Usage: torch_client.py HOST PORT

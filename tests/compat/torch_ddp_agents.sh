@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # A real PyTorch DDP job (gloo) under ddprun: two agents (c10d rendezvous
 # on loopback, the same --rdzv-id) with two workers each run
-# tests/compat/torch_ddp_agents.py with Debian's torch; the workers find
+# tests/compat/torch_ddp_agents.py with Debian's torch (or TORCH_PY's, see
+# tests/lib/torch.bash); the workers find
 # each other through the agent's store (env://, TORCHELASTIC_USE_AGENT_STORE),
 # train three DDP steps, and agree on the weights; both agents exit 0.
 # timeout: 120
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
 
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "no /usr/bin/python3"
-"$PY" -c 'import torch.distributed' 2> /dev/null ||
-    skip "torch is not importable by $PY (apt install python3-torch)"
+# shellcheck source=tests/lib/torch.bash
+source "$ROOT/tests/lib/torch.bash"
+need_torch
 # ddprun runs PROGRAM as "$PYTHON_EXEC -u PROGRAM"; python3 on PATH may lack torch.
-export PYTHON_EXEC=$PY
+export PYTHON_EXEC=$TORCH_PY
 # Gloo picks a network interface for its own connections; stay on loopback.
 export GLOO_SOCKET_IFNAME=lo
 

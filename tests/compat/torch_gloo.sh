@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Two torch.distributed processes (gloo) rendezvous through ddprun-store
+# Two torch.distributed processes (gloo; TORCH_PY's torch, see
+# tests/lib/torch.bash) rendezvous through ddprun-store
 # the way torchrun's workers use the agent's store
 # (TORCHELASTIC_USE_AGENT_STORE=True, env://), then all_reduce, broadcast
 # and barrier. Rank 0 must not host a store of its own: MASTER_PORT is
@@ -19,7 +20,7 @@ export GLOO_SOCKET_IFNAME=lo
 
 ranks=()
 for r in 0 1; do
-    RANK=$r LOCAL_RANK=$r "$PY" "$ROOT/tests/compat/torch_gloo.py" > "$TMP/rank$r.out" 2>&1 &
+    RANK=$r LOCAL_RANK=$r "$TORCH_PY" "$ROOT/tests/compat/torch_gloo.py" > "$TMP/rank$r.out" 2>&1 &
     ranks+=("$!")
     PIDS+=("$!")
 done
@@ -37,7 +38,7 @@ if [ $fail -ne 0 ]; then
 fi
 
 # The job's keys must be in ddprun-store (proof that it was the store used).
-n=$("$PY" -c "
+n=$("$TORCH_PY" -c "
 import datetime, sys, torch.distributed as d
 print(d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False,
                  timeout=datetime.timedelta(seconds=10)).num_keys())" "$STORE_PORT") ||

@@ -5,7 +5,7 @@ line naming it, and keep serving everyone else. Run by
 tests/integration/store_bad_input.sh, which starts the servers.
 
 Usage:
-  store_bad_input.py main HOST PORT STDERR_FILE      cases (a) to (e)
+  store_bad_input.py main HOST PORT STDERR_FILE      cases (a) to (e), (g)
   store_bad_input.py maxconns HOST PORT STDERR_FILE  case (f), server run with --max-conns 5
 Exit 0 when every check passes; 1 with the failed check on stderr.
 """
@@ -22,6 +22,7 @@ V2_VALIDATE, V2_SET, V2_GET, V2_ADD, V2_PING = 0, 1, 3, 4, 13
 
 HOST = PORT = STDERR = None
 dropped = []  # (case, client address as the server logs it)
+torch21 = []  # addresses whose log line must say "a torch 2.1 client?"
 
 
 def u64(n):
@@ -128,6 +129,8 @@ def check_logs():
         if len(hits) != 1:
             fail(f"{case}: want one log line naming {addr}, found {len(hits)}: {hits}")
         ok(f"{case}: logged: {hits[0]}")
+        if addr in torch21 and "a torch 2.1 client?" not in hits[0]:
+            fail(f"{case}: the log line does not mention torch 2.1")
 
 
 def case_main():
@@ -179,6 +182,13 @@ def case_main():
     # either way the server must hang up.
     expect_dropped("(e) wrong VALIDATE magic", connect(),
                    bytes([V2_VALIDATE]) + struct.pack("<I", 0xDEADBEEF) + b"\x00" * 4)
+
+    # (g) torch 2.1's MULTI_GET (0x09), which torch 1.13 does not have: the
+    # log line says what probably connected (a layout that is not served).
+    c = connect()
+    expect_dropped("(g) torch 2.1's MULTI_GET", c,
+                   bytes([9]) + u64(1) + s("/k"))
+    torch21.append(dropped[-1][1])
 
     # Everyone else is still served: both generations, fresh connections.
     c = connect()

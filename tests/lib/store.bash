@@ -5,6 +5,8 @@
 # tests/run would take for a scenario).
 
 ROOT=${DDPRUN_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# Raw-socket clients run on Debian's python3; torch's own clients on
+# TORCH_PY (lib/torch.bash).
 PY=/usr/bin/python3
 # shellcheck disable=SC2034 # used by the scenarios that source this file
 STORE_LOAD=$ROOT/build/tests/store-load
@@ -45,8 +47,5 @@ start_store() {
     die "ddprun-store ($name) did not report its port"
 }
 
-need_torch() {
-    [ -x "$PY" ] || skip "no /usr/bin/python3"
-    "$PY" -c 'import torch.distributed' 2> /dev/null ||
-        skip "torch is not importable by $PY (apt install python3-torch)"
-}
+# shellcheck source=tests/lib/torch.bash
+. "$ROOT/tests/lib/torch.bash"

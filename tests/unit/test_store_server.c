@@ -595,15 +595,91 @@ TEST(server_listens_on_ipv6_loopback) {
     fixture_stop(&f);
 }
 
-TEST(server_barrier_forgets_a_cancelled_arrival) {
+/* BARRIER as torch's server does it (measured against torch 2.15's, both
+ * backends): the key's value counts the arrivals, and nothing resets it. */
+TEST(server_barrier_counts_in_the_key_like_torch) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    OK(store_barrier(c, "one", 1, 1000));
+    check_value(c, "one", "1");
+    int64_t n = 0;
+    OK(store_num_keys(c, &n));
+    CHECK_EQ(n, 1);
+    char **keys = NULL;
+    size_t nk = 0;
+    OK(store_list_keys(c, &keys, &nk));
+    CHECK_EQ(nk, 1);
+    CHECK_STR(keys[0], "one");
+    store_free_keys(keys, nk);
+    /* Entering again under the same key passes: the count is already 1. */
+    OK(store_barrier(c, "one", 1, 1000));
+    check_value(c, "one", "2");
+    /* A count set beforehand counts too; world sizes of 0 or less pass. */
+    OK(store_set(c, "pre", "4", 1));
+    OK(store_barrier(c, "pre", 5, 1000));
+    check_value(c, "pre", "5");
+    OK(store_barrier(c, "zero", 0, 1000));
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+TEST(server_barrier_keeps_a_cancelled_arrival) {
     store_fixture f;
     fixture_start(&f, NULL);
     store_client *a = fixture_client(&f), *b = fixture_client(&f);
-    /* a enters a barrier of 2 alone and gives up: it must not count. */
+    /* a enters a barrier of 2 alone and gives up; its arrival still counts
+     * (torch's server does not take it back), so b's completes the two. */
     CHECK_EQ(store_barrier(a, "bar", 2, 100), -ETIMEDOUT);
-    CHECK_EQ(store_barrier(b, "bar", 2, 100), -ETIMEDOUT);
+    OK(store_barrier(b, "bar", 2, 100));
+    check_value(b, "bar", "2");
     store_client_close(a);
     store_client_close(b);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    store_fixture *f;
+    const char *key;
+    int64_t world;
+    int rc;
+} barrier_wait_arg;
+
+static void *barrier_waiter(void *p) {
+    barrier_wait_arg *a = p;
+    store_client *c = fixture_client(a->f);
+    a->rc = store_barrier(c, a->key, a->world, 5000);
+    store_client_close(c);
+    return NULL;
+}
+
+TEST(server_barrier_released_by_a_write_to_its_key) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    barrier_wait_arg a = {&f, "w", 3, 1}, b = {&f, "w", 10, 1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, barrier_waiter, &a);
+    pthread_create(&tb, NULL, barrier_waiter, &b);
+    sleep_ms(100);
+    CHECK_EQ(a.rc, 1);
+    CHECK_EQ(b.rc, 1);
+    /* An ADD that makes the count 3 releases the waiter for 3 only. */
+    int64_t r = 0;
+    OK(store_add(c, "w", 1, &r));
+    CHECK_EQ(r, 3);
+    pthread_join(ta, NULL);
+    CHECK_EQ(a.rc, 0);
+    sleep_ms(50);
+    CHECK_EQ(b.rc, 1);
+    /* A SET to a large enough number releases the other. */
+    OK(store_set(c, "w", "10", 2));
+    pthread_join(tb, NULL);
+    CHECK_EQ(b.rc, 0);
+    /* A barrier on a key whose value is not a number drops that client. */
+    OK(store_set(c, "text", "abc", 3));
+    CHECK_EQ(store_barrier(c, "text", 1, 1000), -ECONNRESET);
+    store_client_close(c);
     fixture_stop(&f);
 }
 
