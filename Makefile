@@ -4,11 +4,11 @@
 
 CC       ?= gcc
 CLANG    ?= clang
-PKGS     := libuv jansson zlib hwloc
+PKGS     := libuv jansson zlib hwloc libcurl
 CPPFLAGS := -I. -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -ljansson -lz -lhwloc) -lpthread -lm
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -ljansson -lz -lhwloc -lcurl) -lpthread -lm
 
 B := build
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -68,7 +68,7 @@ BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
-	$(B)/tests/rank-leaves
+	$(B)/tests/rank-leaves $(B)/tests/etcd-check
 ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops
 endif
@@ -156,6 +156,10 @@ $(B)/tests/model-dump: $(B)/obj/tests/tools/model_dump.o $(B)/libddptrain.a $(B)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # A rank 0 that leaves a job in the middle of resuming.
+$(B)/tests/etcd-check: $(B)/obj/tests/tools/etcd_check.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 $(B)/tests/rank-leaves: $(B)/obj/tests/tools/rank_leaves.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)

@@ -1,0 +1,88 @@
+/* A client of etcd's v3 API through its JSON gateway (HTTP/1.1 POSTs to
+ * /v3/..., keys and values base64), with libcurl for HTTP (and TLS) and
+ * jansson for JSON: no hand-written HTTP and no protobuf. Why the gateway
+ * rather than gRPC: every etcd 3.x serves it by default, it needs no code
+ * generation and no C++ runtime, and the rendezvous makes a handful of
+ * requests a second, where its cost does not show.
+ *
+ * The client knows every member of the cluster (--rdzv-endpoint
+ * h1:2379,h2:2379,h3:2379) and fails over: a request that cannot reach its
+ * member (refused, timed out, the member gone) is retried on the next, so
+ * the loss of one member goes unnoticed. Only a request that no member
+ * answers fails, with -EHOSTUNREACH and a message naming them all.
+ *
+ * One client serves one thread at a time. */
+#ifndef DDPRUN_RENDEZVOUS_ETCD_CLIENT_H
+#define DDPRUN_RENDEZVOUS_ETCD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct etcd_client etcd_client;
+
+typedef struct {
+    const char *endpoints;  /* "host:port,host:port" (http unless a cacert is given) */
+    const char *cacert;     /* TLS: the CA file, or NULL for plain HTTP */
+    const char *cert, *key; /* TLS client certificate and key, or NULL */
+    const char *user, *password; /* etcd's own authentication, or NULL */
+    int timeout_ms;         /* per request and member (default 5000) */
+} etcd_opts;
+
+/* A key's value and revisions. */
+typedef struct {
+    char *key;
+    unsigned char *value; /* malloc'd, NUL-terminated (not counted in len) */
+    size_t len;
+    int64_t create_revision, mod_revision, lease;
+} etcd_kv;
+
+/* Connects (asks a member for the cluster's state; authenticates when a
+ * user is given). 0, or a negative errno with a message in err. */
+int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen);
+void etcd_close(etcd_client *c);
+/* The message of the last failure ("" after a success). */
+const char *etcd_error(const etcd_client *c);
+/* The member the client talks to now ("h2:2379"). */
+const char *etcd_member(const etcd_client *c);
+
+/* Every call returns 0 or a negative errno (etcd_error says more):
+ * -EHOSTUNREACH no member answered, -EACCES authentication refused,
+ * -EPROTO an answer it cannot read. */
+
+/* key := value, bound to lease (0: none). *revision (may be NULL): the
+ * store's revision after the write. */
+int etcd_put(etcd_client *c, const char *key, const void *val, size_t len, int64_t lease,
+             int64_t *revision);
+/* The value of key: -ENOENT when it has none. */
+int etcd_get(etcd_client *c, const char *key, etcd_kv *kv);
+/* Every key starting with prefix, in key order, and the store's revision. */
+int etcd_get_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
+                    int64_t *revision);
+/* key := value only if key's mod_revision is expect (0: only if the key
+ * does not exist). -ESTALE when it is not, with the key's present state in
+ * *now (when not NULL; now->mod_revision 0 if it has none). */
+int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, size_t len,
+             int64_t lease, etcd_kv *now);
+/* Deletes key (no error if it has none). */
+int etcd_delete(etcd_client *c, const char *key);
+/* Deletes every key starting with prefix. */
+int etcd_delete_prefix(etcd_client *c, const char *prefix);
+
+/* A lease of ttl_s seconds: keys bound to it vanish when it is not kept
+ * alive. */
+int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id);
+/* Renews the lease; -ENOENT when it has expired. *ttl_s (may be NULL): the
+ * seconds it now has. */
+int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s);
+int etcd_lease_revoke(etcd_client *c, int64_t id);
+
+/* Waits until a key starting with prefix changes after revision after
+ * (0: from now on), or timeout_ms passes (0: no change, -ETIMEDOUT). Sets
+ * *revision (may be NULL) to the revision of the change seen. */
+int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
+                      int64_t *revision);
+
+void etcd_kv_free(etcd_kv *kv);
+void etcd_kvs_free(etcd_kv *kvs, size_t n);
+
+#endif

@@ -1,0 +1,152 @@
+/* etcd-check ENDPOINTS: every call of the etcd client (rendezvous/
+ * etcd_client.c) against a real etcd, each result checked; prints one line
+ * per check and exits 1 at the first that fails. Run by
+ * tests/integration/etcd_client.sh, which starts the etcd.
+ *   etcd-check ENDPOINTS                 the whole API
+ *   etcd-check ENDPOINTS --user U --password P --expect-refused
+ *                                        connecting must fail with -EACCES */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rendezvous/etcd_client.h"
+
+static etcd_client *c;
+
+#define CHECK(cond, ...)                                                               \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "FAIL line %d: %s (etcd: %s): ", __LINE__, #cond,          \
+                    c ? etcd_error(c) : "");                                           \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fprintf(stderr, "\n");                                                     \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static void ok(const char *what) { printf("ok   %s\n", what); }
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static void check_value(const char *key, const char *want) {
+    etcd_kv kv;
+    int rc = etcd_get(c, key, &kv);
+    CHECK(rc == 0, "get %s: %d", key, rc);
+    CHECK(kv.len == strlen(want) && memcmp(kv.value, want, kv.len) == 0, "%s = '%s', not '%s'",
+          key, (char *)kv.value, want);
+    etcd_kv_free(&kv);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: etcd-check ENDPOINTS [--user U --password P --expect-refused]\n");
+        return 2;
+    }
+    etcd_opts o = {.endpoints = argv[1], .timeout_ms = 2000};
+    int expect_refused = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--user") == 0 && i + 1 < argc) o.user = argv[++i];
+        else if (strcmp(argv[i], "--password") == 0 && i + 1 < argc) o.password = argv[++i];
+        else if (strcmp(argv[i], "--expect-refused") == 0) expect_refused = 1;
+    }
+    char err[1024];
+    int rc = etcd_connect(&o, &c, err, sizeof err);
+    if (expect_refused) {
+        CHECK(rc == -EACCES, "connect with a wrong password gave %d (%s)", rc, err);
+        CHECK(strstr(err, o.user) != NULL, "the message names the user: %s", err);
+        printf("ok   refused: %s\n", err);
+        return 0;
+    }
+    CHECK(rc == 0, "connect: %s", err);
+    printf("ok   connected to %s\n", etcd_member(c));
+
+    int64_t rev = 0;
+    CHECK(etcd_delete_prefix(c, "/t/") == 0, "clean");
+    CHECK(etcd_put(c, "/t/a", "1", 1, 0, &rev) == 0 && rev > 0, "put");
+    check_value("/t/a", "1");
+    ok("put and get");
+
+    etcd_kv now;
+    rc = etcd_cas(c, "/t/a", rev + 100, "x", 1, 0, &now);
+    CHECK(rc == -ESTALE, "cas with a wrong revision gave %d", rc);
+    CHECK(now.mod_revision == rev && now.len == 1 && now.value[0] == '1', "the key's state");
+    etcd_kv_free(&now);
+    check_value("/t/a", "1");
+    CHECK(etcd_cas(c, "/t/a", rev, "2", 1, 0, NULL) == 0, "cas with the right revision");
+    check_value("/t/a", "2");
+    CHECK(etcd_cas(c, "/t/new", 0, "n", 1, 0, NULL) == 0, "create");
+    rc = etcd_cas(c, "/t/new", 0, "m", 1, 0, &now);
+    CHECK(rc == -ESTALE && now.mod_revision > 0, "create again gave %d", rc);
+    etcd_kv_free(&now);
+    ok("compare-and-swap on revisions");
+
+    etcd_kv kv;
+    CHECK(etcd_get(c, "/t/missing", &kv) == -ENOENT, "a missing key");
+    etcd_kv *kvs;
+    size_t n;
+    CHECK(etcd_get_prefix(c, "/t/", &kvs, &n, NULL) == 0 && n == 2, "prefix: %zu keys", n);
+    CHECK(strcmp(kvs[0].key, "/t/a") == 0 && strcmp(kvs[1].key, "/t/new") == 0, "key order");
+    etcd_kvs_free(kvs, n);
+    unsigned char bin[256];
+    for (int i = 0; i < 256; i++) bin[i] = (unsigned char)i;
+    CHECK(etcd_put(c, "/t/bin", bin, sizeof bin, 0, NULL) == 0, "binary value");
+    CHECK(etcd_get(c, "/t/bin", &kv) == 0 && kv.len == 256 && memcmp(kv.value, bin, 256) == 0,
+          "binary value back");
+    etcd_kv_free(&kv);
+    ok("missing keys, prefixes, binary values");
+
+    int64_t lease;
+    int ttl = 0;
+    CHECK(etcd_lease_grant(c, 5, &lease) == 0, "grant");
+    CHECK(etcd_put(c, "/t/leased", "l", 1, lease, NULL) == 0, "put with a lease");
+    CHECK(etcd_get(c, "/t/leased", &kv) == 0 && kv.lease == lease, "the key's lease");
+    etcd_kv_free(&kv);
+    CHECK(etcd_lease_keepalive(c, lease, &ttl) == 0 && ttl > 0, "keepalive: ttl %d", ttl);
+    CHECK(etcd_lease_revoke(c, lease) == 0, "revoke");
+    CHECK(etcd_get(c, "/t/leased", &kv) == -ENOENT, "the key went with its lease");
+    CHECK(etcd_lease_grant(c, 1, &lease) == 0, "a short lease");
+    CHECK(etcd_put(c, "/t/short", "s", 1, lease, NULL) == 0, "put with it");
+    sleep_ms(3000);
+    CHECK(etcd_get(c, "/t/short", &kv) == -ENOENT, "the key of an expired lease");
+    rc = etcd_lease_keepalive(c, lease, &ttl);
+    CHECK(rc == -ENOENT, "keepalive of an expired lease gave %d", rc);
+    ok("leases: keys bound to them, keepalive, revoke, expiry");
+
+    CHECK(etcd_put(c, "/w/base", "b", 1, 0, &rev) == 0, "put before the watch");
+    pid_t child = fork();
+    if (child == 0) {
+        etcd_client *c2;
+        sleep_ms(300);
+        if (etcd_connect(&o, &c2, err, sizeof err) || etcd_put(c2, "/w/x", "1", 1, 0, NULL)) _exit(1);
+        _exit(0);
+    }
+    int64_t seen = 0;
+    rc = etcd_watch_prefix(c, "/w/", rev, 5000, &seen);
+    int status;
+    waitpid(child, &status, 0);
+    CHECK(rc == 0 && seen > rev, "watch: rc %d, revision %" PRId64 " after %" PRId64, rc, seen, rev);
+    int64_t again = 0;
+    rc = etcd_watch_prefix(c, "/w/", rev, 5000, &again);
+    CHECK(rc == 0 && again == seen, "a watch from an older revision sees the change at once");
+    rc = etcd_watch_prefix(c, "/w/", seen, 300, NULL);
+    CHECK(rc == -ETIMEDOUT, "a watch with no change gave %d", rc);
+    ok("watches: a change, one already past, none within the time");
+
+    CHECK(etcd_delete(c, "/t/a") == 0 && etcd_get(c, "/t/a", &kv) == -ENOENT, "delete");
+    CHECK(etcd_delete_prefix(c, "/t/") == 0 && etcd_delete_prefix(c, "/w/") == 0, "delete prefix");
+    CHECK(etcd_get_prefix(c, "/t/", &kvs, &n, NULL) == 0 && n == 0, "nothing left");
+    free(kvs);
+    ok("delete, delete prefix");
+    printf("talked to %s\n", etcd_member(c));
+    etcd_close(c);
+    return 0;
+}
