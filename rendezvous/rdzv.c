@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/rdzv_kv.h"
 
 #define KEY_MAX 512
 #define NSIDE 2
@@ -37,8 +37,8 @@ struct rdzv {
     char *run_id, *hostname, *store_host;
     char prefix[256];
     char agent_id[96];
-    store_client *c;            /* the rendezvous thread's connection; owns alive/<id> */
-    store_client *side[NSIDE];  /* connections for other threads */
+    rdzv_kv *c;                 /* the rendezvous thread's handle; owns alive/<id> */
+    rdzv_kv *side[NSIDE];       /* handles for other threads */
     uint64_t lease;
     int64_t last_renew_ms;
     int round;                  /* the round last joined or seen */
@@ -60,15 +60,15 @@ static const char *key(const rdzv *r, char *buf, const char *fmt, ...) {
     return buf;
 }
 
-static int set_str(store_client *c, const char *k, const char *v) {
-    return store_set(c, k, v, strlen(v));
+static int set_str(rdzv_kv *c, const char *k, const char *v) {
+    return kv_set(c, k, v, strlen(v));
 }
 
 /* An integer stored as text; `dflt` when the key is missing. */
-static int get_int(store_client *c, const char *k, long dflt, long *out) {
+static int get_int(rdzv_kv *c, const char *k, long dflt, long *out) {
     uint8_t *v = NULL;
     size_t n;
-    int rc = store_try_get(c, k, &v, &n);
+    int rc = kv_try_get(c, k, &v, &n);
     if (rc == -ENOENT) {
         *out = dflt;
         return 0;
@@ -82,8 +82,8 @@ static int get_int(store_client *c, const char *k, long dflt, long *out) {
 /* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
-    int rc = store_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
-    if (rc == 0) rc = store_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    int rc = kv_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
+    if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
     if (rc == 0) r->last_renew_ms = clock_now_ms();
     return rc;
 }
@@ -94,7 +94,7 @@ static int beat_again(rdzv *r) {
  * comes back as a new one, admitted at the next round. */
 static int renew(rdzv *r) {
     if (clock_now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
-    int rc = store_lease_renew(r->c, r->lease);
+    int rc = kv_lease_renew(r->c, r->lease);
     if (rc == -ENOENT) {
         log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s); "
                  "it rejoins as a new node",
@@ -115,7 +115,7 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
         if (rc) return rc;
         int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
-        rc = store_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
+        rc = kv_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
         if (rc != -ETIMEDOUT) return rc;
     }
 }
@@ -144,11 +144,9 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->prefix, sizeof r->prefix, "/ddprun/%s/", o->run_id);
     make_agent_id(r);
-    store_client_opts co = {.host = o->host, .port = o->port,
-                            .connect_timeout_ms = (int)(o->join_timeout * 1000),
-                            .timeout_ms = 60000};
-    int rc = store_client_connect(&co, &r->c);
-    for (int i = 0; rc == 0 && i < NSIDE; i++) rc = store_client_connect(&co, &r->side[i]);
+    int tmo = (int)(o->join_timeout * 1000);
+    int rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->c);
+    for (int i = 0; rc == 0 && i < NSIDE; i++) rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->side[i]);
     if (rc) {
         snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host, o->port,
                  strerror(-rc));
@@ -156,7 +154,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
         return rc;
     }
     char k[KEY_MAX];
-    rc = store_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
+    rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
     if (rc == 0) rc = beat_again(r);
     if (rc) {
         snprintf(err, errlen, "the store at %s:%d is not a ddprun store (%s)", o->host, o->port,
@@ -170,8 +168,8 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
 
 void rdzv_close(rdzv *r) {
     if (!r) return;
-    store_client_close(r->c);
-    for (int i = 0; i < NSIDE; i++) store_client_close(r->side[i]);
+    kv_close(r->c);
+    for (int i = 0; i < NSIDE; i++) kv_close(r->side[i]);
     free(r->run_id);
     free(r->hostname);
     free(r->store_host);
@@ -204,7 +202,7 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
         uint8_t *v = NULL;
         size_t vn;
         rdzv_node node;
-        if (store_try_get(r->c, key(r, k, "r%d/node/%ld", round, i), &v, &vn) != 0) continue;
+        if (kv_try_get(r->c, key(r, k, "r%d/node/%ld", round, i), &v, &vn) != 0) continue;
         if (parse_node((char *)v, &node) == 0)
             len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", node.host);
         free(v);
@@ -223,7 +221,7 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
     while (rc == 0) {
         int64_t n;
         long st;
-        if ((rc = store_add(r->c, kjoin, 0, &n)) || (rc = get_int(r->c, kstate, -1, &st))) break;
+        if ((rc = kv_add(r->c, kjoin, 0, &n)) || (rc = get_int(r->c, kstate, -1, &st))) break;
         if (st >= 0) {
             *closed = st;
             return 0;
@@ -233,7 +231,7 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
             snprintf(v, sizeof v, "%lld", (long long)n);
             uint8_t *out = NULL;
             size_t on;
-            rc = store_compare_set(r->c, kstate, "", 0, v, strlen(v), &out, &on);
+            rc = kv_compare_set(r->c, kstate, "", 0, v, strlen(v), &out, &on);
             free(out);
             continue;
         }
@@ -291,8 +289,16 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         if (!keys[i]) rc = -ENOMEM;
         else key(r, keys[i], "r%d/node/%ld", round, i + 1);
     }
-    if (rc == 0) rc = store_wait(r->c, (size_t)n, (const char *const *)keys, 30000);
-    if (rc == 0) rc = store_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
+    if (rc == 0) rc = kv_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
+    for (long i = 0; rc == 0 && i < n; i++) { /* a description not yet written after its index */
+        if (lens[i]) continue;
+        const uint8_t cond = STORE_COND_EXISTS;
+        size_t idx;
+        free(vals[i]);
+        vals[i] = NULL;
+        rc = kv_wait_any(r->c, 1, &cond, (const char *const *)&keys[i], 30000, &idx);
+        if (rc == 0) rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
+    }
     for (long i = 0; rc == 0 && i < n; i++) rc = parse_node((char *)vals[i], &r->nodes[i]);
     for (long i = 0; i < n && keys; i++) {
         free(keys[i]);
@@ -326,13 +332,13 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
 static int clear_worker_keys(rdzv *r, int restarts) {
     char **keys = NULL;
     size_t n = 0;
-    int rc = store_list_keys(r->c, &keys, &n);
+    int rc = kv_list(r->c, "", &keys, &n);
     if (rc) return rc;
     char needle[64];
     snprintf(needle, sizeof needle, "worker/attempt_%d/", restarts);
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (strstr(keys[i], needle)) rc = store_delete(r->c, keys[i], NULL);
-    store_free_keys(keys, n);
+        if (strstr(keys[i], needle)) rc = kv_del(r->c, keys[i]);
+    rdzv_kv_free_keys(keys, n);
     return rc;
 }
 
@@ -381,7 +387,7 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
     if (n < r->o.max_nodes) {
         char k[KEY_MAX];
         int64_t w;
-        int rc = store_add(r->c, key(r, k, "r%d/nwaiting", round), 1, &w);
+        int rc = kv_add(r->c, key(r, k, "r%d/nwaiting", round), 1, &w);
         if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/waiting/%lld", round, (long long)w), r->agent_id);
         if (rc) return rc;
         log_info("rendezvous '%s': round %d is running with %ld nodes; waiting to be admitted",
@@ -398,7 +404,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     char k[KEY_MAX];
     int64_t cur;
     long restarts, st, closed_job;
-    int rc = store_add(r->c, key(r, k, "round"), 0, &cur);
+    int rc = kv_add(r->c, key(r, k, "round"), 0, &cur);
     if (rc == 0) rc = get_int(r->c, key(r, k, "closed"), 0, &closed_job);
     if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/restarts", (long long)cur), 0, &restarts);
     if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/state", (long long)cur), -1, &st);
@@ -424,7 +430,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     int64_t idx;
     char desc[512];
     describe_self(r, desc, sizeof desc);
-    rc = store_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
+    rc = kv_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
     if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
     long n = 0;
     if (rc == 0) rc = wait_closed(r, round, deadline, &n, err, errlen);
@@ -495,12 +501,12 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
     }
     if (rc) goto out;
     if (idx == 1) {
-        store_delete(r->c, keys[1], NULL);
+        kv_del(r->c, keys[1]);
         *ev = RDZV_EV_POKED;
     } else if (idx == 0) {
         uint8_t *v = NULL;
         size_t vn;
-        rc = store_get(r->c, keys[0], &v, &vn);
+        rc = kv_try_get(r->c, keys[0], &v, &vn);
         *ev = rc == 0 && strncmp((char *)v, "failure", 7) == 0 ? RDZV_EV_FAILURE : RDZV_EV_MEMBERSHIP;
         free(v);
     } else {
@@ -519,13 +525,13 @@ out:
     return rc;
 }
 
-static store_client *client_for(rdzv *r, int side) {
+static rdzv_kv *client_for(rdzv *r, int side) {
     return side >= 0 && side < NSIDE ? r->side[side] : r->c;
 }
 
 /* The winner counts the survivors so the next round can close as soon as
  * they are all back, instead of after the last call. */
-static int open_next_round(rdzv *r, store_client *c, int round, int restart_count,
+static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
                            rdzv_event why) {
     char k[KEY_MAX], v[32];
     long alive = 0;
@@ -545,12 +551,12 @@ static int open_next_round(rdzv *r, store_client *c, int round, int restart_coun
         char k2[KEY_MAX];
         const char *both[] = {key(r, k, "alive/%s", ids[i]), key(r, k2, "hb/%s", ids[i])};
         int yes = 0;
-        rc = store_check(c, 2, both, &yes); /* one round trip: both must be there */
+        rc = kv_check(c, 2, both, &yes); /* one round trip: both must be there */
         alive += yes;
     }
     free(ids);
     int64_t waiting = 0;
-    if (rc == 0) rc = store_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
+    if (rc == 0) rc = kv_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
     long expect = alive + (long)waiting;
     if (expect > r->o.max_nodes) expect = r->o.max_nodes;
     if (expect < r->o.min_nodes) expect = r->o.min_nodes;
@@ -559,13 +565,13 @@ static int open_next_round(rdzv *r, store_client *c, int round, int restart_coun
     snprintf(v, sizeof v, "%ld", expect);
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/expect", round + 1), v);
     int64_t next;
-    if (rc == 0) rc = store_add(c, key(r, k, "round"), 1, &next);
+    if (rc == 0) rc = kv_add(c, key(r, k, "round"), 1, &next);
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/open", round + 1), "1");
     return rc;
 }
 
 int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
-    store_client *c = client_for(r, side);
+    rdzv_kv *c = client_for(r, side);
     char k[KEY_MAX], mine[160];
     pthread_mutex_lock(&r->mu);
     int round = r->member_round, restarts = r->restart_count;
@@ -575,7 +581,7 @@ int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
              r->agent_id);
     uint8_t *out = NULL;
     size_t on = 0;
-    int rc = store_compare_set(c, key(r, k, "r%d/outcome", round), "", 0, mine, strlen(mine),
+    int rc = kv_compare_set(c, key(r, k, "r%d/outcome", round), "", 0, mine, strlen(mine),
                                &out, &on);
     int won = rc == 0 && on == strlen(mine) && memcmp(out, mine, on) == 0;
     free(out);
@@ -585,16 +591,16 @@ int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
 
 int rdzv_record_failure(rdzv *r, int side, const char *json_line) {
     char k[KEY_MAX];
-    store_client *c = client_for(r, side);
-    int rc = store_append(c, key(r, k, "failures"), json_line, strlen(json_line));
-    return rc ? rc : store_append(c, k, "\n", 1);
+    rdzv_kv *c = client_for(r, side);
+    int rc = kv_append(c, key(r, k, "failures"), json_line, strlen(json_line));
+    return rc ? rc : kv_append(c, k, "\n", 1);
 }
 
 char *rdzv_failures(rdzv *r, int side) {
     char k[KEY_MAX];
     uint8_t *v = NULL;
     size_t n;
-    if (store_try_get(client_for(r, side), key(r, k, "failures"), &v, &n) != 0) return NULL;
+    if (kv_try_get(client_for(r, side), key(r, k, "failures"), &v, &n) != 0) return NULL;
     return (char *)v;
 }
 
@@ -610,7 +616,7 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     char k[KEY_MAX], kdone[KEY_MAX], kout[KEY_MAX];
     int round = r->member_round;
     int64_t n;
-    int rc = store_add(r->c, key(r, k, "r%d/ndone", round), 1, &n);
+    int rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &n);
     key(r, kdone, "r%d/alldone", round);
     if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, kdone, "1");
     if (rc) return rc;
@@ -622,4 +628,4 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }
 
-int rdzv_store_broken(const rdzv *r) { return store_client_broken(r->c); }
+int rdzv_store_broken(const rdzv *r) { return kv_broken(r->c); }

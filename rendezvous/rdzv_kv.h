@@ -1,0 +1,107 @@
+/* What the rendezvous needs of a key-value store, behind one interface so
+ * that the same algorithm (rdzv.c) runs on either backend:
+ *   rdzv_kv_store.c  ddprun's TCP store (c10d and static backends)
+ *   rdzv_kv_etcd.c   etcd v3 (the etcd-v3 backend)
+ * Every call returns 0 or a negative errno. A handle serves one thread at a
+ * time; the rendezvous opens one per thread that uses it. */
+#ifndef DDPRUN_RENDEZVOUS_RDZV_KV_H
+#define DDPRUN_RENDEZVOUS_RDZV_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/store_proto.h" /* STORE_COND_EXISTS, STORE_COND_ABSENT */
+
+typedef struct rdzv_kv rdzv_kv;
+
+typedef struct {
+    int (*set)(rdzv_kv *kv, const char *key, const void *val, size_t len);
+    /* -ENOENT when the key is missing. */
+    int (*try_get)(rdzv_kv *kv, const char *key, uint8_t **val, size_t *len);
+    /* Adds delta to the integer in key (missing: 0); *out the sum. */
+    int (*add)(rdzv_kv *kv, const char *key, int64_t delta, int64_t *out);
+    /* key := desired if it holds expected (or is missing and expected is
+     * empty); *out (malloc'd) the value afterwards. */
+    int (*compare_set)(rdzv_kv *kv, const char *key, const void *expected, size_t elen,
+                       const void *desired, size_t dlen, uint8_t **out, size_t *olen);
+    int (*del)(rdzv_kv *kv, const char *key);
+    int (*append)(rdzv_kv *kv, const char *key, const void *val, size_t len);
+    /* *all = 1 when every key exists. */
+    int (*check)(rdzv_kv *kv, size_t n, const char *const *keys, int *all);
+    /* Until any conds[i] holds for keys[i] (*idx: which), or -ETIMEDOUT. */
+    int (*wait_any)(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
+                    int timeout_ms, size_t *idx);
+    /* Every value (missing: empty), each malloc'd. */
+    int (*multi_get)(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
+                     size_t *lens);
+    /* The keys starting with prefix; free with rdzv_kv_free_keys. */
+    int (*list)(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n);
+    int (*lease_grant)(rdzv_kv *kv, int64_t ttl_ms, uint64_t *lease);
+    /* -ENOENT when the lease has expired. */
+    int (*lease_renew)(rdzv_kv *kv, uint64_t lease);
+    /* A key that goes with its owner: the lease, or with lease 0 this
+     * handle (its connection, where the store has such a thing). */
+    int (*set_owned)(rdzv_kv *kv, const char *key, const void *val, size_t len,
+                     uint64_t lease);
+    /* After a failed call: the error that broke the handle for good, or 0. */
+    int (*broken)(const rdzv_kv *kv);
+    void (*close)(rdzv_kv *kv);
+} rdzv_kv_ops;
+
+struct rdzv_kv {
+    const rdzv_kv_ops *ops;
+    char where[256]; /* for messages: "the store at h:p", "etcd at h1:2379,..." */
+};
+
+void rdzv_kv_free_keys(char **keys, size_t n);
+
+static inline int kv_set(rdzv_kv *kv, const char *k, const void *v, size_t n) {
+    return kv->ops->set(kv, k, v, n);
+}
+static inline int kv_try_get(rdzv_kv *kv, const char *k, uint8_t **v, size_t *n) {
+    return kv->ops->try_get(kv, k, v, n);
+}
+static inline int kv_add(rdzv_kv *kv, const char *k, int64_t d, int64_t *out) {
+    return kv->ops->add(kv, k, d, out);
+}
+static inline int kv_compare_set(rdzv_kv *kv, const char *k, const void *e, size_t en,
+                                 const void *d, size_t dn, uint8_t **out, size_t *on) {
+    return kv->ops->compare_set(kv, k, e, en, d, dn, out, on);
+}
+static inline int kv_del(rdzv_kv *kv, const char *k) { return kv->ops->del(kv, k); }
+static inline int kv_append(rdzv_kv *kv, const char *k, const void *v, size_t n) {
+    return kv->ops->append(kv, k, v, n);
+}
+static inline int kv_check(rdzv_kv *kv, size_t n, const char *const *keys, int *all) {
+    return kv->ops->check(kv, n, keys, all);
+}
+static inline int kv_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds,
+                              const char *const *keys, int timeout_ms, size_t *idx) {
+    return kv->ops->wait_any(kv, n, conds, keys, timeout_ms, idx);
+}
+static inline int kv_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
+                               size_t *lens) {
+    return kv->ops->multi_get(kv, n, keys, vals, lens);
+}
+static inline int kv_list(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n) {
+    return kv->ops->list(kv, prefix, keys, n);
+}
+static inline int kv_lease_grant(rdzv_kv *kv, int64_t ttl_ms, uint64_t *lease) {
+    return kv->ops->lease_grant(kv, ttl_ms, lease);
+}
+static inline int kv_lease_renew(rdzv_kv *kv, uint64_t lease) {
+    return kv->ops->lease_renew(kv, lease);
+}
+static inline int kv_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n,
+                               uint64_t lease) {
+    return kv->ops->set_owned(kv, k, v, n, lease);
+}
+static inline int kv_broken(const rdzv_kv *kv) { return kv->ops->broken(kv); }
+static inline void kv_close(rdzv_kv *kv) {
+    if (kv) kv->ops->close(kv);
+}
+
+/* ddprun's TCP store at host:port. */
+int rdzv_kv_store_open(const char *host, int port, int connect_timeout_ms, rdzv_kv **out);
+
+#endif
