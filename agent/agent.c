@@ -110,6 +110,8 @@ static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_resu
     uv_async_send(&a->wake);
 }
 
+static int is_etcd(const agent_config *c) { return strcmp(c->rdzv_backend, "etcd-v3") == 0; }
+
 /* Why the store is gone, in words. */
 static const char *store_loss(const rdzv *rd, int rc) {
     int why = rdzv_store_broken(rd);
@@ -138,10 +140,16 @@ static void *rdzv_thread(void *arg) {
             rdzv_event ev;
             rc = rdzv_watch(a->rd, 1000, &ev);
             if (rc) {
-                snprintf(err, sizeof err,
-                         "lost the rendezvous store at %s:%d (%s): the job cannot go on "
-                         "without it; this node stops",
-                         a->store_addr, a->store_port, store_loss(a->rd, rc));
+                if (is_etcd(a->cfg))
+                    snprintf(err, sizeof err,
+                             "lost the rendezvous: no member of %s answers (%s): the job cannot "
+                             "go on without it; this node stops",
+                             rdzv_where(a->rd), store_loss(a->rd, rc));
+                else
+                    snprintf(err, sizeof err,
+                             "lost the rendezvous store at %s:%d (%s): the job cannot go on "
+                             "without it; this node stops",
+                             a->store_addr, a->store_port, store_loss(a->rd, rc));
                 post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
                 return NULL;
             }
@@ -212,8 +220,15 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     VAR("WORLD_SIZE=%d", r->world_size);
     VAR("GROUP_WORLD_SIZE=%d", r->group_world_size);
     VAR("ROLE_WORLD_SIZE=%d", r->world_size);
-    VAR("MASTER_ADDR=%s", a->store_addr);
-    VAR("MASTER_PORT=%d", a->store_port);
+    /* etcd-v3: the workers meet at node rank 0's own store */
+    const char *colon = r->master_store[0] ? strrchr(r->master_store, ':') : NULL;
+    if (colon) {
+        VAR("MASTER_ADDR=%.*s", (int)(colon - r->master_store), r->master_store);
+        VAR("MASTER_PORT=%s", colon + 1);
+    } else {
+        VAR("MASTER_ADDR=%s", a->store_addr);
+        VAR("MASTER_PORT=%d", a->store_port);
+    }
     VAR("TORCHELASTIC_RESTART_COUNT=%d", r->restart_count);
     VAR("TORCHELASTIC_MAX_RESTARTS=%d", c->max_restarts);
     VAR("TORCHELASTIC_RUN_ID=%s", c->rdzv_id);
@@ -270,9 +285,22 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
 
+/* etcd-v3: node rank 0's own store serves the workers; what workers of an
+ * earlier round with the same restart count left there goes first (the
+ * rendezvous does this for the c10d store). */
+static void clear_own_store(agent *a) {
+    rdzv_kv *kv = NULL;
+    if (!is_etcd(a->cfg) || a->cur.group_rank != 0 || !a->host) return;
+    int rc = rdzv_kv_store_open("127.0.0.1", a->store_port, 2000, &kv);
+    if (rc == 0) rc = rdzv_clear_worker_keys(kv, a->cur.restart_count);
+    if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
+    kv_close(kv);
+}
+
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
+    clear_own_store(a);
     char dir[3072];
     /* Per rank: the worker group opens these files when it spawns. */
     char(*out_file)[3200] = calloc((size_t)n, sizeof *out_file);
@@ -605,7 +633,9 @@ static int setup_store(agent *a) {
     const agent_config *c = a->cfg;
     int host_it, port;
     const char *addr;
-    if (c->standalone || own_single_node_store(c)) {
+    if (is_etcd(c)) { /* the rendezvous is in etcd; every agent has a store for its workers */
+        addr = a->hostname, port = 0, host_it = 1;
+    } else if (c->standalone || own_single_node_store(c)) {
         addr = "127.0.0.1", port = 0, host_it = 1;
     } else if (strcmp(c->rdzv_backend, "static") == 0) {
         addr = c->master_addr ? c->master_addr : c->rdzv_host ? c->rdzv_host : "127.0.0.1";
@@ -631,7 +661,9 @@ static int setup_store(agent *a) {
     int rc = store_thread_start(&so, &a->host, &bound);
     if (rc == 0) {
         a->store_port = bound;
-        if (own_single_node_store(c))
+        if (is_etcd(c))
+            log_debug("this node's store for its workers is on port %d", bound);
+        else if (own_single_node_store(c))
             log_info("a single-node job without --master-port: its store is on a free port, "
                      "%s:%d, so that no other job on this machine can join it", addr, bound);
         else
@@ -710,7 +742,15 @@ static int make_log_root(agent *a) {
 static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
+    char own[300];
+    snprintf(own, sizeof own, "%s:%d", a->store_addr, a->store_port);
+    rdzv_etcd_opts eo = {.endpoints = c->rdzv_endpoints, .cacert = c->rdzv.cacert,
+                         .cert = c->rdzv.cert, .key = c->rdzv.key, .user = c->rdzv.user,
+                         .password = c->rdzv.password,
+                         .timeout_ms = (int)(c->rdzv.read_timeout * 1000 / 4)};
     rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
+                   .etcd = is_etcd(c) ? &eo : NULL, .key_prefix = c->rdzv.key_prefix,
+                   .store_addr = is_etcd(c) ? own : NULL,
                    .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
                    .node_rank = fixed && c->node_rank < 0 ? 0 : c->node_rank,
                    .strict_ranks = fixed,

@@ -48,6 +48,10 @@ typedef struct {
     int keep_alive_max_attempt; /* default 3 */
     double read_timeout;        /* s, default 60 */
     int is_host;                /* -1 unset (decide from the endpoint), 0, 1 */
+    /* etcd-v3, as etcd names them (NULL: unset) */
+    char *cacert, *cert, *key;  /* TLS: CA, client certificate and key files */
+    char *user, *password;      /* etcd's authentication */
+    char *key_prefix;           /* the job's keys under <key_prefix><rdzv_id>/ (/ddprun/) */
 } rdzv_conf;
 
 typedef struct {
@@ -55,7 +59,8 @@ typedef struct {
     nproc_mode nproc_mode;      /* --nproc-per-node */
     int nproc_per_node;         /* resolved count (cpu: cores, gpu: GPUs, auto: GPUs or cores) */
     int node_rank;              /* --node-rank; -1 when unset */
-    char rdzv_backend[16];      /* "static" (default) or "c10d" */
+    char rdzv_backend[16];      /* "static" (default), "c10d" or "etcd-v3" */
+    char *rdzv_endpoints;       /* --rdzv-endpoint as given (etcd-v3: every member) */
     char *rdzv_host;            /* --rdzv-endpoint host; NULL when unset; IPv6 without [] */
     int rdzv_port;              /* its port, default 29400; 0 (--standalone): a free port */
     char *rdzv_id;              /* --rdzv-id, default "none" */

@@ -54,6 +54,7 @@ typedef struct {
     int prefix_given;         /* --log-line-prefix-template or its PET_ variable was given */
     int signals_given;        /* --signals-to-handle or its PET_ variable was given */
     const char *completion;   /* --print-completion SHELL */
+    const char *etcd_alias;   /* --rdzv-backend etcd or etcd-v2: said once, taken as etcd-v3 */
 } parse_state;
 
 /* ---- errors and strings ---- */
@@ -210,15 +211,17 @@ static int apply_node_rank(const opts_arg *a) {
 static int apply_rdzv_backend(const opts_arg *a) {
     const char *val = a->val;
     state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_BACKEND;
-    if (strcmp(val, "static") == 0 || strcmp(val, "c10d") == 0) {
+    if (strcmp(val, "static") == 0 || strcmp(val, "c10d") == 0 || strcmp(val, "etcd-v3") == 0) {
         snprintf(cfg_of(a)->rdzv_backend, sizeof cfg_of(a)->rdzv_backend, "%s", val);
         return 0;
     }
-    if (strcmp(val, "etcd") == 0 || strcmp(val, "etcd-v2") == 0)
-        return opts_fail(a, "%s: '%s' is not supported; use c10d (ddprun hosts the store itself, "
-                         "no etcd server needed)", a->src, val);
-    return opts_fail(a, "%s: '%s' is not a rendezvous backend (expected static or c10d)", a->src,
-                     val);
+    if (strcmp(val, "etcd") == 0 || strcmp(val, "etcd-v2") == 0) { /* torchrun's spellings */
+        snprintf(cfg_of(a)->rdzv_backend, sizeof cfg_of(a)->rdzv_backend, "etcd-v3");
+        state_of(a)->etcd_alias = val;
+        return 0;
+    }
+    return opts_fail(a, "%s: '%s' is not a rendezvous backend (expected static, c10d or etcd-v3)",
+                     a->src, val);
 }
 
 /* torchrun's rule for host names and addresses: letters, digits, '_', '.',
@@ -256,11 +259,14 @@ static int split_endpoint(const char *s, const char **host, size_t *hlen, int *p
 static int apply_rdzv_endpoint(const opts_arg *a) {
     agent_config *cfg = cfg_of(a);
     state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_ENDPOINT;
+    if (set_opt_str(a, &cfg->rdzv_endpoints)) return -ENOMEM;
     if (!*a->val) return set_opt_str(a, &cfg->rdzv_host);
     const char *host;
     size_t hlen;
     int port = DEFAULT_RDZV_PORT;
-    if (split_endpoint(a->val, &host, &hlen, &port))
+    char first[512];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(a->val, ","), a->val);
+    if (split_endpoint(first, &host, &hlen, &port))
         return opts_fail(a, "%s: '%s' is not HOST[:PORT] (e.g. node1:29400 or [::1]:29400; "
                          "a port is 0 to 65535)", a->src, a->val);
     char *copy = strndup(host, hlen);
@@ -290,7 +296,7 @@ static int slurm_defaults(parse_state *st) {
 
 /* CONF_TCP: store_type, which must say tcp; CONF_NO_EFFECT: a key torchrun
  * knows that means nothing here (accepted, ignored). */
-typedef enum { CONF_SECONDS, CONF_COUNT, CONF_BOOL, CONF_TCP, CONF_NO_EFFECT } conf_kind;
+typedef enum { CONF_SECONDS, CONF_COUNT, CONF_BOOL, CONF_TCP, CONF_NO_EFFECT, CONF_STRING } conf_kind;
 
 typedef struct {
     const char *key;
@@ -317,6 +323,14 @@ static const conf_key conf_keys[] = {
     {"store_type", CONF_TCP, 0},
     {"use_libuv", CONF_NO_EFFECT, 0},
     {"cas_backoff_max_seconds", CONF_NO_EFFECT, 0},
+    /* etcd-v3 (etcd's own names; torchrun's etcd backends read the first three) */
+    {"cacert", CONF_STRING, offsetof(rdzv_conf, cacert)},
+    {"cert", CONF_STRING, offsetof(rdzv_conf, cert)},
+    {"key", CONF_STRING, offsetof(rdzv_conf, key)},
+    {"protocol", CONF_NO_EFFECT, 0},
+    {"user", CONF_STRING, offsetof(rdzv_conf, user)},
+    {"password", CONF_STRING, offsetof(rdzv_conf, password)},
+    {"key_prefix", CONF_STRING, offsetof(rdzv_conf, key_prefix)},
 };
 
 /* The spellings of true and false that torchrun's get_as_bool accepts. */
@@ -338,6 +352,8 @@ static int set_conf_value(rdzv_conf *rc, const conf_key *k, const char *v, const
         return opts_fail(a, "%s: %s='%s' is not a positive integer", a->src, k->key, v);
     if (k->kind == CONF_BOOL && parse_bool(v, (int *)(void *)field))
         return opts_fail(a, "%s: %s='%s' is not true or false", a->src, k->key, v);
+    if (k->kind == CONF_STRING)
+        return set_str((char **)(void *)field, v) ? fail_nomem(a) : 0;
     if (k->kind == CONF_TCP && strcasecmp(v, "tcp") != 0)
         return opts_fail(a, "%s: store_type='%s' cannot be: ddprun's c10d rendezvous keeps its "
                          "state in its own TCP store (store_type=tcp)", a->src, v);
@@ -375,7 +391,8 @@ static int apply_conf_item(rdzv_conf *rc, const char *s, size_t n, const opts_ar
      * whatever the user wrote in rdzvConf), but it is said. */
     log_warn("%s: unknown key '%s' ignored (known: join_timeout, last_call_timeout, "
              "close_timeout, keep_alive_interval, heartbeat_timeout, keep_alive_max_attempt, "
-             "read_timeout, is_host, store_type, use_libuv, cas_backoff_max_seconds)",
+             "read_timeout, is_host, store_type, use_libuv, cas_backoff_max_seconds, cacert, "
+             "cert, key, protocol, user, password, key_prefix)",
              a->src, key);
     return 0;
 }
@@ -814,6 +831,18 @@ static int validate(agent_config *cfg, parse_state *st) {
     if (strcmp(cfg->rdzv_backend, "c10d") == 0 && !cfg->rdzv_host)
         return fail(st, "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT], the store every "
                     "node meets at (or --standalone on a single node)");
+    if (strcmp(cfg->rdzv_backend, "etcd-v3") == 0 && !cfg->rdzv_host)
+        return fail(st, "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...], "
+                    "every member of the etcd cluster");
+    if (strcmp(cfg->rdzv_backend, "etcd-v3") != 0 && cfg->rdzv_endpoints &&
+        strchr(cfg->rdzv_endpoints, ','))
+        return fail(st, "--rdzv-endpoint: '%s' lists several members, which only --rdzv-backend "
+                    "etcd-v3 takes (the %s backend meets at one store)", cfg->rdzv_endpoints,
+                    cfg->rdzv_backend);
+    if (st->etcd_alias)
+        log_info("--rdzv-backend %s: ddprun speaks etcd's v3 API to %s (torchrun's %s backend "
+                 "used the v2 API, which etcd 3.6 removed)", st->etcd_alias, cfg->rdzv_endpoints,
+                 st->etcd_alias);
     if (cfg->node_rank >= cfg->max_nodes)
         return fail(st, "%s: %d is not below the number of nodes (%d); node ranks run from "
                     "0 to %d", st->node_rank_src, cfg->node_rank, cfg->max_nodes,
@@ -875,6 +904,11 @@ void config_free(agent_config *cfg) {
     free(cfg->local_addr);
     free(cfg->log_line_prefix_template);
     cfg->log_line_prefix_template = NULL;
+    free(cfg->rdzv_endpoints);
+    cfg->rdzv_endpoints = NULL;
+    char **strs[] = {&cfg->rdzv.cacert, &cfg->rdzv.cert, &cfg->rdzv.key, &cfg->rdzv.user,
+                     &cfg->rdzv.password, &cfg->rdzv.key_prefix};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) free(*strs[i]), *strs[i] = NULL;
     string_list_free(&cfg->dup_filters[0]);
     string_list_free(&cfg->dup_filters[1]);
     for (int i = 0; cfg->argv && cfg->argv[i]; i++) free(cfg->argv[i]);
@@ -919,9 +953,11 @@ static const char usage_text[] =
     "                            PET_NODE_RANK)\n"
     "\n"
     "Rendezvous:\n"
-    "  --rdzv-backend static|c10d\n"
+    "  --rdzv-backend static|c10d|etcd-v3\n"
     "                            static: fixed nodes with given ranks; c10d: nodes meet\n"
-    "                            at --rdzv-endpoint, get ranks, may come and go\n"
+    "                            at --rdzv-endpoint, get ranks, may come and go;\n"
+    "                            etcd-v3 (also etcd, etcd-v2): the same, kept in etcd,\n"
+    "                            --rdzv-endpoint naming every member h1:2379,h2:2379\n"
     "                            (default static; PET_RDZV_BACKEND)\n"
     "  --rdzv-endpoint HOST[:PORT]\n"
     "                            where the c10d store runs: node1, node1:29400,\n"

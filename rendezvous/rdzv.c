@@ -139,23 +139,43 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     r->o = *o;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
-    r->store_host = strdup(o->host);
+    r->store_host = strdup(o->host ? o->host : "etcd");
     r->member_round = -1;
     pthread_mutex_init(&r->mu, NULL);
-    snprintf(r->prefix, sizeof r->prefix, "/ddprun/%s/", o->run_id);
+    snprintf(r->prefix, sizeof r->prefix, "%s%s/", o->key_prefix ? o->key_prefix : "/ddprun/",
+             o->run_id);
     make_agent_id(r);
-    int tmo = (int)(o->join_timeout * 1000);
-    int rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->c);
-    for (int i = 0; rc == 0 && i < NSIDE; i++) rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->side[i]);
-    if (rc) {
-        snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host, o->port,
-                 strerror(-rc));
-        rdzv_close(r);
-        return rc;
+    int tmo = (int)(o->join_timeout * 1000), rc;
+    if (o->etcd) {
+        char why[1024] = "";
+        rc = rdzv_kv_etcd_open(o->etcd, &r->c, why, sizeof why);
+        for (int i = 0; rc == 0 && i < NSIDE; i++)
+            rc = rdzv_kv_etcd_open(o->etcd, &r->side[i], why, sizeof why);
+        if (rc) {
+            snprintf(err, errlen, "cannot use etcd at %s for the rendezvous: %s", o->etcd->endpoints,
+                     why);
+            rdzv_close(r);
+            return rc;
+        }
+    } else {
+        rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->c);
+        for (int i = 0; rc == 0 && i < NSIDE; i++)
+            rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->side[i]);
+        if (rc) {
+            snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host,
+                     o->port, strerror(-rc));
+            rdzv_close(r);
+            return rc;
+        }
     }
     char k[KEY_MAX];
     rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
     if (rc == 0) rc = beat_again(r);
+    if (rc && o->etcd) {
+        snprintf(err, errlen, "etcd at %s: %s", o->etcd->endpoints, strerror(-rc));
+        rdzv_close(r);
+        return rc;
+    }
     if (rc) {
         snprintf(err, errlen, "the store at %s:%d is not a ddprun store (%s)", o->host, o->port,
                  strerror(-rc));
@@ -182,15 +202,16 @@ const char *rdzv_agent_id(const rdzv *r) { return r->agent_id; }
 /* ---- joining a round ---------------------------------------------------- */
 
 static void describe_self(const rdzv *r, char *out, size_t n) {
-    snprintf(out, n, "%s\t%s\t%d\t%d", r->agent_id, r->hostname, r->o.nproc, r->o.node_rank);
+    snprintf(out, n, "%s\t%s\t%d\t%d\t%s", r->agent_id, r->hostname, r->o.nproc, r->o.node_rank,
+             r->o.store_addr ? r->o.store_addr : "-");
 }
 
 static int parse_node(const char *s, rdzv_node *node) {
     memset(node, 0, sizeof *node);
-    return sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d", node->agent_id, node->host, &node->nproc,
-                  &node->node_rank_hint) == 4
-               ? 0
-               : -EPROTO;
+    int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]", node->agent_id, node->host,
+                   &node->nproc, &node->node_rank_hint, node->store);
+    if (k == 4) snprintf(node->store, sizeof node->store, "-");
+    return k >= 4 ? 0 : -EPROTO;
 }
 
 /* The hosts that joined round `round`, for a timeout message. */
@@ -329,15 +350,15 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
  * restart count left in the store (torch's workers prefix their keys with
  * /worker/attempt_<restart count>/), so a group re-formed after a
  * membership change starts clean. */
-static int clear_worker_keys(rdzv *r, int restarts) {
+int rdzv_clear_worker_keys(rdzv_kv *kv, int restarts) {
     char **keys = NULL;
     size_t n = 0;
-    int rc = kv_list(r->c, "", &keys, &n);
+    int rc = kv_list(kv, "", &keys, &n);
     if (rc) return rc;
     char needle[64];
     snprintf(needle, sizeof needle, "worker/attempt_%d/", restarts);
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (strstr(keys[i], needle)) rc = kv_del(r->c, keys[i]);
+        if (strstr(keys[i], needle)) rc = kv_del(kv, keys[i]);
     rdzv_kv_free_keys(keys, n);
     return rc;
 }
@@ -356,6 +377,8 @@ static int fill_result(rdzv *r, int round, rdzv_result *res) {
         }
         res->world_size += r->nodes[i].nproc;
     }
+    if (r->o.etcd && r->nnodes > 0)
+        snprintf(res->master_store, sizeof res->master_store, "%s", r->nodes[0].store);
     return res->group_rank >= 0 ? 0 : -EPROTO;
 }
 
@@ -446,7 +469,9 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if ((rc = fill_result(r, round, res))) return rc;
     const char *ready = key(r, k, "r%d/ready", round);
     if (res->group_rank == 0) {
-        rc = clear_worker_keys(r, r->restart_count);
+        /* The workers' store is the rendezvous' own only without etcd; with
+         * it, node rank 0's agent hosts theirs and clears it itself. */
+        rc = r->o.etcd ? 0 : rdzv_clear_worker_keys(r->c, r->restart_count);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         size_t i;
@@ -629,3 +654,5 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
 }
 
 int rdzv_store_broken(const rdzv *r) { return kv_broken(r->c); }
+
+const char *rdzv_where(const rdzv *r) { return r->c->where; }

@@ -26,11 +26,18 @@
 
 #include <stddef.h>
 
+#include "rendezvous/rdzv_kv.h"
+
 #define RDZV_MAX_NODES 4096
 
 typedef struct {
-    const char *host; /* the store */
+    const char *host; /* the store (when etcd is NULL) */
     int port;
+    const rdzv_etcd_opts *etcd; /* etcd-v3 backend: the cluster instead of a store */
+    const char *key_prefix;   /* the job's keys live under <key_prefix><run_id>/ */
+                              /* (NULL: "/ddprun/") */
+    const char *store_addr;   /* etcd-v3: this agent's own store for its workers, */
+                              /* "host:port"; node rank 0's becomes MASTER_ADDR:PORT */
     const char *run_id;
     int min_nodes, max_nodes;
     int node_rank;            /* >= 0: this node's rank if it can have it; -1: by host name */
@@ -48,6 +55,7 @@ typedef struct {
     char host[128];
     int nproc;
     int node_rank_hint;
+    char store[160]; /* the agent's own store "host:port" (etcd-v3), or "-" */
 } rdzv_node;
 
 typedef struct {
@@ -57,6 +65,7 @@ typedef struct {
     int rank_offset;      /* global rank of this node's local rank 0 */
     int world_size;       /* workers in the round */
     int restart_count;    /* failure restarts spent so far */
+    char master_store[160]; /* etcd-v3: node rank 0's store "host:port" ("" otherwise) */
     rdzv_node *nodes;     /* in rank order; owned by the rdzv handle */
 } rdzv_result;
 
@@ -106,5 +115,11 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s);
 /* After a call failed: the error that broke the connection to the store
  * (store_client_broken), or 0. From the thread that makes the calls. */
 int rdzv_store_broken(const rdzv *r);
+/* "the store at h:p" or "etcd at h1:2379,...", for messages. */
+const char *rdzv_where(const rdzv *r);
+
+/* Deletes what torch's workers of attempt `restarts` left in a store
+ * (keys holding "worker/attempt_<restarts>/"). */
+int rdzv_clear_worker_keys(rdzv_kv *kv, int restarts);
 
 #endif

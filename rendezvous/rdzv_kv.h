@@ -104,4 +104,12 @@ static inline void kv_close(rdzv_kv *kv) {
 /* ddprun's TCP store at host:port. */
 int rdzv_kv_store_open(const char *host, int port, int connect_timeout_ms, rdzv_kv **out);
 
+/* etcd v3: every member, TLS and authentication as etcd names them. */
+typedef struct {
+    const char *endpoints; /* "h1:2379,h2:2379,h3:2379" */
+    const char *cacert, *cert, *key, *user, *password;
+    int timeout_ms;
+} rdzv_etcd_opts;
+int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen);
+
 #endif

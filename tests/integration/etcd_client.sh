@@ -5,7 +5,7 @@
 # keepalive, revoke and expiry, watches), through a member list whose first
 # member is dead (failover), on a three-member cluster with one member
 # killed (unnoticed), and with etcd's authentication: a wrong password is
-# refused with a message naming the user.
+# refused with a message naming the user, by ddprun too.
 # timeout: 90
 # shellcheck source=tests/lib/agent.bash
 source "$(dirname "$0")/../lib/agent.bash"
@@ -37,4 +37,15 @@ etcdctl --endpoints "$ep" auth enable > /dev/null 2>&1 || die "cannot enable aut
 "$CHECK" "$ep" --user root --password wrong --expect-refused > "$TMP/check4.out" 2>&1 ||
     { cat "$TMP/check4.out"; die "with a wrong password"; }
 cat "$TMP/check4.out"
+# ddprun itself with the wrong password: exit 1, the user named.
+start_ddprun bad --nnodes=1 --rdzv-backend=etcd-v3 --rdzv-endpoint="$ep" \
+    --rdzv-conf=user=root,password=wrong --no-python true
+wait_exit 20 "$LAST_PID"
+assert_rc bad 1
+assert_grep "$TMP/bad.err" "cannot use etcd at $ep for the rendezvous: etcd refused user 'root'" \
+    "ddprun's message for a wrong password"
+start_ddprun good --nnodes=1 --rdzv-backend=etcd-v3 --rdzv-endpoint="$ep" \
+    --rdzv-conf=user=root,password=sesame --no-python true
+wait_exit 20 "$LAST_PID"
+assert_rc good 0
 echo "etcd client: API, failover, a lost member and authentication checked"

@@ -346,11 +346,25 @@ TEST(config_rdzv_conf_bad_items) {
                 "is not a positive integer");
 }
 
-TEST(config_rdzv_backend_etcd_points_to_c10d) {
+/* etcd-v3 takes every member; torchrun's etcd spellings mean it too. */
+TEST(config_rdzv_backend_etcd) {
+    agent_config c;
     check_fails(no_env, ARGS("--rdzv-backend", "etcd", "x.py"),
-                "--rdzv-backend: 'etcd' is not supported; use c10d");
-    check_fails(no_env, ARGS("--rdzv-backend", "etcd-v2", "x.py"), "not supported; use c10d");
-    check_fails(no_env, ARGS("--rdzv-backend", "zk", "x.py"), "expected static or c10d");
+                "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]");
+    check_fails(no_env, ARGS("--rdzv-backend", "zk", "x.py"), "expected static, c10d or etcd-v3");
+    check_fails(no_env, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "a:1,b:2", "x.py"),
+                "lists several members, which only --rdzv-backend etcd-v3 takes");
+    CHECK_EQ(parse(ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e1:2379,e2:2379",
+                        "--rdzv-conf", "cacert=/ca.pem,user=u,password=p,key_prefix=/jobs/",
+                        "x.py"), &c), 0);
+    CHECK_STR(c.rdzv_backend, "etcd-v3");
+    CHECK_STR(c.rdzv_endpoints, "e1:2379,e2:2379");
+    CHECK_STR(c.rdzv_host, "e1");
+    CHECK_STR(c.rdzv.cacert, "/ca.pem");
+    CHECK_STR(c.rdzv.user, "u");
+    CHECK_STR(c.rdzv.password, "p");
+    CHECK_STR(c.rdzv.key_prefix, "/jobs/");
+    config_free(&c);
 }
 
 TEST(config_redirects_and_tee_numbers) {

@@ -1,0 +1,312 @@
+/* The rendezvous' key-value interface (rdzv_kv.h) on etcd v3. What the TCP
+ * store does in one operation, etcd does with a transaction:
+ *   add, append, compare_set   read, then a compare-and-swap on the key's
+ *                              mod_revision, retried when another agent
+ *                              wrote in between
+ *   wait_any                   read the keys and the store's revision at
+ *                              once (one range over their common prefix),
+ *                              then watch that prefix from the revision:
+ *                              no change can slip between the two
+ *   a key owned by the handle  bound to the handle's newest lease (etcd
+ *                              has no connections that own keys): it goes
+ *                              when the agent stops renewing it
+ * etcd's members fail over inside the client (etcd_client.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "rendezvous/etcd_client.h"
+#include "rendezvous/rdzv_kv.h"
+
+typedef struct {
+    rdzv_kv kv;
+    etcd_client *c;
+    int64_t session_lease; /* the newest lease granted through this handle */
+    int broken;            /* -EHOSTUNREACH once no member answered */
+} kv_etcd;
+
+static kv_etcd *E(rdzv_kv *kv) { return (kv_etcd *)kv; }
+
+/* Every call's result passes here: a call no member answered marks the
+ * handle as cut off from etcd (what rdzv_store_broken reports). */
+static int seen(kv_etcd *e, int rc) {
+    if (rc == -EHOSTUNREACH) e->broken = rc;
+    return rc;
+}
+
+static int e_set(rdzv_kv *kv, const char *k, const void *v, size_t n) {
+    return seen(E(kv), etcd_put(E(kv)->c, k, v, n, 0, NULL));
+}
+
+static int e_try_get(rdzv_kv *kv, const char *k, uint8_t **v, size_t *n) {
+    etcd_kv x;
+    int rc = seen(E(kv), etcd_get(E(kv)->c, k, &x));
+    if (rc) return rc;
+    *v = x.value, *n = x.len;
+    free(x.key);
+    return 0;
+}
+
+/* Read-modify-write with a compare-and-swap on the revision read;
+ * update(old, oldlen, ctx, &new, &newlen) makes the new value (malloc'd),
+ * or returns 1 to leave the key as it is. */
+typedef int (*update_fn)(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
+                         size_t *nlen);
+
+static int rmw(kv_etcd *e, const char *k, update_fn update, void *ctx, uint8_t **out,
+               size_t *olen) {
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        etcd_kv cur;
+        int rc = etcd_get(e->c, k, &cur);
+        if (rc && rc != -ENOENT) return seen(e, rc);
+        int exists = rc == 0;
+        uint8_t *nv = NULL;
+        size_t nlen = 0;
+        int keep = update(exists ? cur.value : (const uint8_t *)"", exists ? cur.len : 0, exists,
+                          ctx, &nv, &nlen);
+        if (keep < 0) {
+            etcd_kv_free(&cur);
+            return keep;
+        }
+        if (keep == 1) { /* nothing to write: the present value is the answer */
+            if (!out) {
+                etcd_kv_free(&cur);
+            } else if (exists) {
+                *out = cur.value, *olen = cur.len;
+                free(cur.key);
+            } else {
+                *olen = 0;
+                if (!(*out = calloc(1, 1))) return -ENOMEM;
+            }
+            return 0;
+        }
+        int64_t expect = exists ? cur.mod_revision : 0;
+        etcd_kv_free(&cur);
+        rc = etcd_cas(e->c, k, expect, nv, nlen, 0, NULL);
+        if (rc == 0) {
+            if (out) *out = nv, *olen = nlen;
+            else free(nv);
+            return 0;
+        }
+        free(nv);
+        if (rc != -ESTALE) return seen(e, rc);
+    }
+    return -EAGAIN;
+}
+
+typedef struct {
+    int64_t delta, sum; /* sum: the value of the attempt that was written */
+} add_args;
+
+static int add_update(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
+                      size_t *nlen) {
+    (void)olen;
+    add_args *a = ctx;
+    a->sum = (exists ? strtoll((const char *)old, NULL, 10) : 0) + a->delta;
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%lld", (long long)a->sum);
+    if (a->delta == 0 && exists) return 1; /* a read: nothing to write */
+    if (!(*nv = (uint8_t *)strdup(buf))) return -ENOMEM;
+    *nlen = (size_t)n;
+    return 0;
+}
+
+static int e_add(rdzv_kv *kv, const char *k, int64_t d, int64_t *out) {
+    add_args a = {.delta = d};
+    int rc = rmw(E(kv), k, add_update, &a, NULL, NULL);
+    if (rc == 0) *out = a.sum;
+    return rc;
+}
+
+typedef struct {
+    const void *expected, *desired;
+    size_t elen, dlen;
+} cas_args;
+
+static int cas_update(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
+                      size_t *nlen) {
+    const cas_args *a = ctx;
+    int match = exists ? olen == a->elen && memcmp(old, a->expected, olen) == 0 : a->elen == 0;
+    if (!match) return 1;
+    if (!(*nv = malloc(a->dlen + 1))) return -ENOMEM;
+    memcpy(*nv, a->desired, a->dlen);
+    (*nv)[a->dlen] = 0;
+    *nlen = a->dlen;
+    return 0;
+}
+
+static int e_compare_set(rdzv_kv *kv, const char *k, const void *ex, size_t en, const void *d,
+                         size_t dn, uint8_t **out, size_t *on) {
+    cas_args a = {ex, d, en, dn};
+    return rmw(E(kv), k, cas_update, &a, out, on);
+}
+
+static int append_update(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
+                         size_t *nlen) {
+    (void)exists;
+    const cas_args *a = ctx; /* desired: what to append */
+    if (!(*nv = malloc(olen + a->dlen + 1))) return -ENOMEM;
+    memcpy(*nv, old, olen);
+    memcpy(*nv + olen, a->desired, a->dlen);
+    (*nv)[olen + a->dlen] = 0;
+    *nlen = olen + a->dlen;
+    return 0;
+}
+
+static int e_append(rdzv_kv *kv, const char *k, const void *v, size_t n) {
+    cas_args a = {NULL, v, 0, n};
+    return rmw(E(kv), k, append_update, &a, NULL, NULL);
+}
+
+static int e_del(rdzv_kv *kv, const char *k) { return seen(E(kv), etcd_delete(E(kv)->c, k)); }
+
+static int e_check(rdzv_kv *kv, size_t n, const char *const *keys, int *all) {
+    *all = 1;
+    for (size_t i = 0; i < n && *all; i++) {
+        etcd_kv x;
+        int rc = etcd_get(E(kv)->c, keys[i], &x);
+        if (rc == -ENOENT) *all = 0;
+        else if (rc) return seen(E(kv), rc);
+        else etcd_kv_free(&x);
+    }
+    return 0;
+}
+
+/* The longest prefix every key shares. */
+static size_t common_prefix(size_t n, const char *const *keys) {
+    size_t len = strlen(keys[0]);
+    for (size_t i = 1; i < n; i++) {
+        size_t k = 0;
+        while (k < len && keys[i][k] == keys[0][k]) k++;
+        len = k;
+    }
+    return len;
+}
+
+static int present(const etcd_kv *kvs, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kvs[i].key, key) == 0) return 1;
+    return 0;
+}
+
+static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
+                      int timeout_ms, size_t *idx) {
+    kv_etcd *e = E(kv);
+    if (n == 0) return -EINVAL;
+    char *prefix = strndup(keys[0], common_prefix(n, keys));
+    if (!prefix) return -ENOMEM;
+    int64_t deadline = clock_now_ms() + timeout_ms;
+    int rc;
+    for (;;) {
+        etcd_kv *kvs;
+        size_t m;
+        int64_t rev;
+        if ((rc = seen(e, etcd_get_prefix(e->c, prefix, &kvs, &m, &rev)))) break;
+        int hit = -1;
+        for (size_t i = 0; i < n && hit < 0; i++)
+            if (present(kvs, m, keys[i]) == (conds[i] == STORE_COND_EXISTS)) hit = (int)i;
+        etcd_kvs_free(kvs, m);
+        if (hit >= 0) {
+            *idx = (size_t)hit;
+            rc = 0;
+            break;
+        }
+        int64_t left = deadline - clock_now_ms();
+        if (left <= 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        rc = etcd_watch_prefix(e->c, prefix, rev, (int)left, NULL);
+        if (rc && rc != -ETIMEDOUT) {
+            seen(e, rc);
+            break;
+        }
+    }
+    free(prefix);
+    return rc;
+}
+
+static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
+                       size_t *lens) {
+    for (size_t i = 0; i < n; i++) {
+        int rc = e_try_get(kv, keys[i], &vals[i], &lens[i]);
+        if (rc == -ENOENT) {
+            vals[i] = calloc(1, 1);
+            lens[i] = 0;
+            rc = vals[i] ? 0 : -ENOMEM;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int e_list(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n) {
+    etcd_kv *kvs;
+    int rc = seen(E(kv), etcd_get_prefix(E(kv)->c, prefix, &kvs, n, NULL));
+    if (rc) return rc;
+    *keys = calloc(*n ? *n : 1, sizeof **keys);
+    for (size_t i = 0; *keys && i < *n; i++) {
+        (*keys)[i] = kvs[i].key;
+        kvs[i].key = NULL;
+    }
+    etcd_kvs_free(kvs, *n);
+    return *keys ? 0 : -ENOMEM;
+}
+
+static int e_lease_grant(rdzv_kv *kv, int64_t ttl_ms, uint64_t *lease) {
+    int64_t id;
+    int ttl_s = (int)((ttl_ms + 999) / 1000);
+    int rc = seen(E(kv), etcd_lease_grant(E(kv)->c, ttl_s < 2 ? 2 : ttl_s, &id));
+    if (rc == 0) *lease = (uint64_t)id, E(kv)->session_lease = id;
+    return rc;
+}
+
+static int e_lease_renew(rdzv_kv *kv, uint64_t lease) {
+    return seen(E(kv), etcd_lease_keepalive(E(kv)->c, (int64_t)lease, NULL));
+}
+
+static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint64_t lease) {
+    kv_etcd *e = E(kv);
+    if (!lease) { /* "owned by this handle": by its newest lease, granted if need be */
+        uint64_t l;
+        int rc = e->session_lease ? 0 : e_lease_grant(kv, 5000, &l);
+        if (rc) return rc;
+        lease = (uint64_t)e->session_lease;
+    }
+    return seen(e, etcd_put(e->c, k, v, n, (int64_t)lease, NULL));
+}
+
+static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
+
+static void e_close(rdzv_kv *kv) {
+    etcd_close(E(kv)->c);
+    free(kv);
+}
+
+static const rdzv_kv_ops etcd_ops = {
+    .set = e_set, .try_get = e_try_get, .add = e_add, .compare_set = e_compare_set,
+    .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
+    .multi_get = e_multi_get, .list = e_list, .lease_grant = e_lease_grant,
+    .lease_renew = e_lease_renew, .set_owned = e_set_owned, .broken = e_broken,
+    .close = e_close,
+};
+
+int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {
+    *out = NULL;
+    kv_etcd *e = calloc(1, sizeof *e);
+    if (!e) return -ENOMEM;
+    etcd_opts eo = {.endpoints = o->endpoints, .cacert = o->cacert, .cert = o->cert,
+                    .key = o->key, .user = o->user, .password = o->password,
+                    .timeout_ms = o->timeout_ms};
+    int rc = etcd_connect(&eo, &e->c, err, errlen);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->kv.ops = &etcd_ops;
+    snprintf(e->kv.where, sizeof e->kv.where, "etcd at %s", o->endpoints);
+    *out = &e->kv;
+    return 0;
+}
