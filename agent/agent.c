@@ -747,7 +747,11 @@ static int open_rendezvous(agent *a) {
     rdzv_etcd_opts eo = {.endpoints = c->rdzv_endpoints, .cacert = c->rdzv.cacert,
                          .cert = c->rdzv.cert, .key = c->rdzv.key, .user = c->rdzv.user,
                          .password = c->rdzv.password,
-                         .timeout_ms = (int)(c->rdzv.read_timeout * 1000 / 4)};
+                         /* a member that does not answer within half a heartbeat
+                          * is passed over before the leases notice */
+                         .timeout_ms = (int)(c->rdzv.keep_alive_interval * 500 > 1000
+                                                 ? c->rdzv.keep_alive_interval * 500
+                                                 : 1000)};
     rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
                    .etcd = is_etcd(c) ? &eo : NULL, .key_prefix = c->rdzv.key_prefix,
                    .store_addr = is_etcd(c) ? own : NULL,

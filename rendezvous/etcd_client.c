@@ -10,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base64.h"
 #include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define MAX_MEMBERS 16
 #define DEFAULT_TIMEOUT_MS 5000
@@ -81,6 +84,18 @@ static int is_member_trouble(CURLcode e) {
            e == CURLE_GOT_NOTHING || e == CURLE_PARTIAL_FILE;
 }
 
+/* An answer that says "not now" (no leader during an election, a leader
+ * change under the request, the member overloaded): worth asking another
+ * member, or the same one a moment later. */
+static int is_transient(long status, json_t *reply) {
+    const char *msg = json_string_value(json_object_get(reply, "message"));
+    if (!msg) msg = json_string_value(json_object_get(reply, "error"));
+    json_int_t code = json_integer_value(json_object_get(reply, "code"));
+    return status == 503 || code == 14 /* UNAVAILABLE */ || code == 4 /* DEADLINE_EXCEEDED */ ||
+           (msg && (strstr(msg, "leader") || strstr(msg, "timed out") ||
+                    strstr(msg, "too many requests")));
+}
+
 /* The gateway's error object {"error", "code", "message"} as an errno. */
 static int error_code(etcd_client *c, long status, json_t *reply, const char *path) {
     const char *msg = json_string_value(json_object_get(reply, "message"));
@@ -104,7 +119,16 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
     if (!text) return fail(c, -ENOMEM, "out of memory for an etcd request");
     int rc = -EHOSTUNREACH;
     char tried[1024] = "";
-    for (int k = 0; k < c->nmembers; k++) {
+    /* Every member in turn; a whole turn of "not now" answers (an election
+     * takes a second or two) is tried again until twice the timeout. */
+    int64_t give_up = clock_now_ms() + 2 * (int64_t)c->timeout_ms;
+    for (int k = 0;; k++) {
+        if (k > 0 && k % c->nmembers == 0) {
+            if (rc != -EAGAIN || clock_now_ms() >= give_up) break;
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+            rc = -EHOSTUNREACH;
+        }
         int m = (c->cur + k) % c->nmembers;
         char url[512];
         snprintf(url, sizeof url, "%s://%s%s", c->scheme, c->member[m], path);
@@ -144,7 +168,11 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
             snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
                      curl_easy_strerror(e));
             buf_free(&r.body);
-            if (is_member_trouble(e)) continue;
+            if (is_member_trouble(e)) {
+                log_debug("etcd: %s%s: %s; trying the next member", c->member[m], path,
+                          curl_easy_strerror(e));
+                continue;
+            }
             rc = fail(c, -EPROTO, "etcd request %s failed: %s", path, tried);
             break;
         }
@@ -157,8 +185,16 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
                       c->member[m], path, status);
             break;
         }
+        if ((status != 200 || json_object_get(o, "error")) && is_transient(status, o)) {
+            error_code(c, status, o, path);
+            log_debug("etcd: %s; trying again", c->err);
+            json_decref(o);
+            rc = -EAGAIN;
+            continue;
+        }
         if (status != 200 || json_object_get(o, "error")) {
             rc = error_code(c, status, o, path);
+            log_debug("etcd: %s", c->err);
             json_decref(o);
             break;
         }
@@ -167,7 +203,8 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
         c->err[0] = '\0';
         break;
     }
-    if (rc == -EHOSTUNREACH)
+    if (rc == -EAGAIN) rc = -EHOSTUNREACH; /* c->err holds the last "not now" */
+    else if (rc == -EHOSTUNREACH)
         fail(c, rc, "no etcd member answered %s: %s", path, tried);
     free(text);
     return rc;

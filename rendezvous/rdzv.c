@@ -169,8 +169,9 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
         }
     }
     char k[KEY_MAX];
-    rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
-    if (rc == 0) rc = beat_again(r);
+    /* the heartbeat first: on etcd, alive/ is bound to its lease */
+    rc = beat_again(r);
+    if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
     if (rc && o->etcd) {
         snprintf(err, errlen, "etcd at %s: %s", o->etcd->endpoints, strerror(-rc));
         rdzv_close(r);

@@ -7,9 +7,10 @@
  *                              once (one range over their common prefix),
  *                              then watch that prefix from the revision:
  *                              no change can slip between the two
- *   a key owned by the handle  bound to the handle's newest lease (etcd
- *                              has no connections that own keys): it goes
- *                              when the agent stops renewing it
+ *   a key owned by the handle  bound to the handle's newest lease, the
+ *                              heartbeat's (etcd has no connections that
+ *                              own keys): it goes when the agent stops
+ *                              renewing it, and moves to a new lease
  * etcd's members fail over inside the client (etcd_client.c). */
 #include <errno.h>
 #include <stdio.h>
@@ -20,11 +21,21 @@
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/rdzv_kv.h"
 
+#define MAX_OWNED 8
+
 typedef struct {
     rdzv_kv kv;
     etcd_client *c;
     int64_t session_lease; /* the newest lease granted through this handle */
     int broken;            /* -EHOSTUNREACH once no member answered */
+    /* The keys owned by the handle, bound to its newest lease: a new lease
+     * (the old one lapsed) takes them over. */
+    struct {
+        char *key;
+        uint8_t *val;
+        size_t len;
+    } owned[MAX_OWNED];
+    int nowned;
 } kv_etcd;
 
 static kv_etcd *E(rdzv_kv *kv) { return (kv_etcd *)kv; }
@@ -256,10 +267,14 @@ static int e_list(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n) {
 }
 
 static int e_lease_grant(rdzv_kv *kv, int64_t ttl_ms, uint64_t *lease) {
+    kv_etcd *e = E(kv);
     int64_t id;
     int ttl_s = (int)((ttl_ms + 999) / 1000);
-    int rc = seen(E(kv), etcd_lease_grant(E(kv)->c, ttl_s < 2 ? 2 : ttl_s, &id));
-    if (rc == 0) *lease = (uint64_t)id, E(kv)->session_lease = id;
+    int rc = seen(e, etcd_lease_grant(e->c, ttl_s < 2 ? 2 : ttl_s, &id));
+    if (rc) return rc;
+    *lease = (uint64_t)id, e->session_lease = id;
+    for (int i = 0; rc == 0 && i < e->nowned; i++)
+        rc = seen(e, etcd_put(e->c, e->owned[i].key, e->owned[i].val, e->owned[i].len, id, NULL));
     return rc;
 }
 
@@ -267,12 +282,23 @@ static int e_lease_renew(rdzv_kv *kv, uint64_t lease) {
     return seen(E(kv), etcd_lease_keepalive(E(kv)->c, (int64_t)lease, NULL));
 }
 
+/* A key owned by the handle (lease 0) is bound to its newest lease, which
+ * the rendezvous keeps alive (its heartbeat), and moves to the next one. */
 static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint64_t lease) {
     kv_etcd *e = E(kv);
-    if (!lease) { /* "owned by this handle": by its newest lease, granted if need be */
-        uint64_t l;
-        int rc = e->session_lease ? 0 : e_lease_grant(kv, 5000, &l);
-        if (rc) return rc;
+    if (!lease) {
+        if (!e->session_lease) return -EINVAL; /* grant the heartbeat's lease first */
+        if (e->nowned == MAX_OWNED) return -ENOSPC;
+        char *kc = strdup(k);
+        uint8_t *vc = malloc(n + 1);
+        if (!kc || !vc) {
+            free(kc);
+            free(vc);
+            return -ENOMEM;
+        }
+        memcpy(vc, v, n);
+        e->owned[e->nowned].key = kc, e->owned[e->nowned].val = vc, e->owned[e->nowned].len = n;
+        e->nowned++;
         lease = (uint64_t)e->session_lease;
     }
     return seen(e, etcd_put(e->c, k, v, n, (int64_t)lease, NULL));
@@ -281,7 +307,9 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
 static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
 static void e_close(rdzv_kv *kv) {
-    etcd_close(E(kv)->c);
+    kv_etcd *e = E(kv);
+    for (int i = 0; i < e->nowned; i++) free(e->owned[i].key), free(e->owned[i].val);
+    etcd_close(e->c);
     free(kv);
 }
 
