@@ -35,6 +35,7 @@
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
 #include "common/fs.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store_client.h"
@@ -609,14 +610,24 @@ static int is_local_address(const char *host) {
 
 /* Whether host:port answers as a ddprun store (and not as some other
  * program that happens to hold the port). */
+/* Whether a ddprun store answers on host:port. Another agent on this host
+ * that has just bound the port may not listen yet: a refused connection is
+ * tried again for up to 2 s before the port counts as someone else's. */
 static int probe_store(const char *host, int port) {
-    store_client_opts o = {.host = host, .port = port, .connect_timeout_ms = 2000,
+    store_client_opts o = {.host = host, .port = port, .connect_timeout_ms = 500,
                            .timeout_ms = 2000};
-    store_client *c = NULL;
-    if (store_client_connect(&o, &c) != 0) return 0;
-    int ok = store_set_owned(c, "/ddprun/probe", "1", 1, 0) == 0;
-    store_client_close(c);
-    return ok;
+    int64_t give_up = clock_now_ms() + 2000;
+    for (;;) {
+        store_client *c = NULL;
+        if (store_client_connect(&o, &c) == 0) {
+            int ok = store_set_owned(c, "/ddprun/probe", "1", 1, 0) == 0;
+            store_client_close(c);
+            return ok;
+        }
+        if (clock_now_ms() >= give_up) return 0;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* A single-node job that names no store (no --master-port, --master-addr

@@ -54,30 +54,8 @@ TORCH=1
 "$PY" -c 'import torch.distributed.run' 2> /dev/null || TORCH=0
 TORCHRUN=("$PY" -m torch.distributed.run)
 
-free_port() {
-    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-now_ns() { date +%s%N; }
-# median of the numbers on stdin, or the first word that is not a number
-# ("timeout", "failed") if any run gave one.
-median() {
-    local v
-    v=$(cat)
-    if grep -qv '^[0-9.]*$' <<< "$v"; then grep -v '^[0-9.]*$' <<< "$v" | head -n1; return; fi
-    sort -g <<< "$v" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
-}
-ratio() { # ours theirs
-    awk -v a="$1" -v b="$2" 'BEGIN {
-        if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) { print "-"; exit }
-        r = a / b
-        if (r < 1) printf "%.3f (1/%.0f)", r, 1 / r; else printf "%.2f", r }'
-}
-fmt() { awk -v a="$1" 'BEGIN { if (a ~ /^[0-9.]+$/) printf "%.3f", a; else print a }'; }
-# Shows the end of a failed run's output once, on stderr.
-show_failure() {
-    echo "bench-agent: $1 failed; its output ends:" >&2
-    tail -n 12 "$2" | sed 's/^/    /' >&2
-}
+# shellcheck source=bench/lib.bash
+. "$ROOT/bench/lib.bash"
 
 # ---- 1. restart latency --------------------------------------------------
 
@@ -131,52 +109,6 @@ printf '  ratio ddprun/torchrun: %s at monitor 5 s, %s at monitor 0.1 s (target 
     "$(ratio "$r_ours" "$r_tr5")" "$(ratio "$r_ours" "$r_tr01")"
 
 # ---- 2. rendezvous + trivial worker ----------------------------------------
-
-# agents_once LABEL N LAUNCHER... -- PROGRAM...: N agents on one endpoint;
-# prints the seconds from launching them to the last exit, or "timeout" /
-# "failed".
-agents_once() {
-    local label=$1 n=$2 port out i t0 t1 rc bad=0 timed=0 pids=()
-    shift 2
-    local launcher=() prog=()
-    while [ "$1" != -- ]; do launcher+=("$1"); shift; done
-    shift
-    prog=("$@")
-    port=$(free_port)
-    out=$TMP/agents.$RANDOM$RANDOM
-    mkdir -p "$out"
-    t0=$(now_ns)
-    for ((i = 0; i < n; i++)); do
-        PYTHON_EXEC=$PY timeout -k 5 "$CAP" "${launcher[@]}" --nnodes "$n" --nproc_per_node 1 \
-            --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "a$port" \
-            "${STD[@]}" --log_dir "$out/logs.$i" "${prog[@]}" > "$out/log.$i" 2>&1 &
-        pids+=($!)
-        PIDS+=($!)
-    done
-    for ((i = 0; i < n; i++)); do
-        wait "${pids[$i]}"
-        rc=$?
-        if [ $rc = 124 ] || [ $rc = 137 ]; then timed=1
-        elif [ $rc != 0 ]; then [ $bad = 0 ] && show_failure "$label, $n agents, agent $i (exit $rc)" "$out/log.$i"; bad=$((bad + 1)); fi
-    done
-    t1=$(now_ns)
-    PIDS=()
-    rm -rf "$out"
-    if [ $timed = 1 ]; then echo timeout
-    elif [ $bad != 0 ]; then echo "failed($bad)"
-    else awk -v d=$((t1 - t0)) 'BEGIN {printf "%.4f\n", d / 1e9}'; fi
-}
-
-agents() { # LABEL N LAUNCHER... -- PROGRAM...: median of REPS runs
-    local label=$1 n=$2 v
-    shift 2
-    for _ in $(seq "$REPS"); do
-        v=$(agents_once "$label" "$n" "$@")
-        echo "$v"
-        # One timeout is enough to know.
-        [ "$v" = timeout ] && break
-    done | median
-}
 
 echo
 echo "2. rendezvous + trivial worker: N agents (c10d, --nnodes=N, 1 worker each), launch -> last exit (median of $REPS)"
