@@ -25,6 +25,7 @@ struct etcd_client {
     char member[MAX_MEMBERS][256]; /* "host:port" */
     int nmembers, cur;
     char scheme[8];               /* "http" or "https" */
+    int has_cert;                 /* a client certificate is given */
     char token[512];              /* etcd's auth token ("" without auth) */
     char *user, *password;
     int timeout_ms;
@@ -205,7 +206,11 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
     }
     if (rc == -EAGAIN) rc = -EHOSTUNREACH; /* c->err holds the last "not now" */
     else if (rc == -EHOSTUNREACH)
-        fail(c, rc, "no etcd member answered %s: %s", path, tried);
+        fail(c, rc, "no etcd member answered %s: %s%s", path, tried,
+             strcmp(c->scheme, "https") == 0 && !c->has_cert
+                 ? " (over TLS: if the members ask for a client certificate, give cert= and "
+                   "key= in --rdzv-conf)"
+                 : "");
     free(text);
     return rc;
 }
@@ -493,6 +498,7 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
     curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
     if (o->cacert) curl_easy_setopt(c->curl, CURLOPT_CAINFO, o->cacert);
     if (o->cert) curl_easy_setopt(c->curl, CURLOPT_SSLCERT, o->cert);
+    c->has_cert = o->cert != NULL;
     if (o->key) curl_easy_setopt(c->curl, CURLOPT_SSLKEY, o->key);
     if (o->user && !(c->user = strdup(o->user))) rc = -ENOMEM;
     if (o->password && !(c->password = strdup(o->password))) rc = -ENOMEM;

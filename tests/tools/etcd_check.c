@@ -4,7 +4,8 @@
  * tests/integration/etcd_client.sh, which starts the etcd.
  *   etcd-check ENDPOINTS                 the whole API
  *   etcd-check ENDPOINTS --user U --password P --expect-refused
- *                                        connecting must fail with -EACCES */
+ *                                        connecting must fail with -EACCES
+ *   --cacert F --cert F --key F          TLS (https), with a client certificate */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -57,6 +58,9 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--user") == 0 && i + 1 < argc) o.user = argv[++i];
         else if (strcmp(argv[i], "--password") == 0 && i + 1 < argc) o.password = argv[++i];
         else if (strcmp(argv[i], "--expect-refused") == 0) expect_refused = 1;
+        else if (strcmp(argv[i], "--cacert") == 0 && i + 1 < argc) o.cacert = argv[++i];
+        else if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc) o.cert = argv[++i];
+        else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) o.key = argv[++i];
     }
     char err[1024];
     int rc = etcd_connect(&o, &c, err, sizeof err);
