@@ -492,19 +492,23 @@ const char *opts_getenv(char **env, const char *name) {
     return NULL;
 }
 
-/* The environment's defaults; an empty variable counts as unset. */
+/* The environment's defaults (PREFIX<NAME>, else env_also); an empty
+ * variable counts as unset. from_env: 1 the first, 2 the second. */
 static void scan_env(scan *sc) {
     const opts_spec *spec = sc->spec;
     char var[OPTS_NAME_MAX + 32];
-    if (!spec->env_prefix || !spec->env) return;
+    if (!spec->env) return;
     for (size_t i = 0; i < spec->nopts; i++) {
         const opts_opt *o = &spec->opts[i];
         if (!takes_value(o) && !is_flag(o)) continue;
-        if (env_name(spec, o, var, sizeof var)) continue;
-        const char *v = opts_getenv(spec->env, var);
-        if (!v || !*v) continue;
-        sc->val[i] = v;
-        sc->from_env[i] = 1;
+        const char *v = NULL;
+        if (spec->env_prefix && env_name(spec, o, var, sizeof var) == 0)
+            v = opts_getenv(spec->env, var);
+        if (v && *v) {
+            sc->val[i] = v, sc->from_env[i] = 1;
+        } else if (o->env_also && (v = opts_getenv(spec->env, o->env_also)) && *v) {
+            sc->val[i] = v, sc->from_env[i] = 2;
+        }
     }
 }
 
@@ -514,7 +518,9 @@ static int apply_all(scan *sc) {
     for (size_t i = 0; i < spec->nopts; i++) {
         const opts_opt *o = &spec->opts[i];
         if (!sc->val[i]) continue;
-        if (!sc->from_env[i] || env_name(spec, o, src, sizeof src))
+        if (sc->from_env[i] == 2)
+            snprintf(src, sizeof src, "%s", o->env_also);
+        else if (!sc->from_env[i] || env_name(spec, o, src, sizeof src))
             snprintf(src, sizeof src, "--%s", o->name);
         opts_arg a = {o, src, sc->val[i], spec->ctx, sc->err, sc->errlen};
         opts_apply_fn fn = apply_fn(o);

@@ -12,8 +12,9 @@
  *     swallow the next flag); short forms take -r3, -r=3 or -r 3;
  *   - an unknown option is an error suggesting the option it most resembles;
  *   - with an environment prefix (ddprun's PET_), PREFIX<NAME> gives an
- *     option's default (NAME: the long name in upper case, '_' for '-');
- *     the command line wins, so a bad variable it overrides is no error;
+ *     option's default (NAME: the long name in upper case, '_' for '-'),
+ *     and failing that the option's env_also variable; the command line
+ *     wins, so a bad variable it overrides is no error;
  *   - parsing stops at the first argument that is not an option (a
  *     program's operand or subcommand), or after "--".
  *
@@ -99,6 +100,9 @@ struct opts_opt {
     const char *metavar;
     const char *help;
     const char *section;
+    /* Another variable that gives the default when PREFIX<NAME> is unset
+     * (torchrun's own names, TORCHELASTIC_SIGNALS_TO_HANDLE), or NULL. */
+    const char *env_also;
 };
 
 typedef struct {

@@ -50,9 +50,6 @@ typedef struct {
     unsigned slurm_given;     /* SLURM_GIVEN_*: options a flag or PET_ set, Slurm must not */
     const char *start_method; /* checked, then unused */
     int prog;                 /* index in argv of PROGRAM */
-    int shutdown_given;       /* --shutdown-timeout or PET_SHUTDOWN_TIMEOUT was given */
-    int prefix_given;         /* --log-line-prefix-template or its PET_ variable was given */
-    int signals_given;        /* --signals-to-handle or its PET_ variable was given */
     const char *completion;   /* --print-completion SHELL */
     const char *etcd_alias;   /* --rdzv-backend etcd or etcd-v2: said once, taken as etcd-v3 */
 } parse_state;
@@ -419,26 +416,6 @@ static int apply_role(const opts_arg *a) {
     return set_str(&cfg_of(a)->role, a->val) ? fail_nomem(a) : 0;
 }
 
-static int apply_shutdown_timeout(const opts_arg *a) {
-    parse_state *st = a->ctx;
-    if (opts_parse_seconds(a->val, 0, &st->cfg->shutdown_timeout))
-        return opts_bad(a, "a number of seconds (0 or more)");
-    st->shutdown_given = 1;
-    return 0;
-}
-
-/* torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT: the default of
- * --shutdown-timeout (and of PET_SHUTDOWN_TIMEOUT), read only when neither
- * is given, so that one overridden on the command line is never an error. */
-static int shutdown_timeout_from_env(parse_state *st) {
-    const char *v = opts_getenv(st->env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
-    if (st->shutdown_given || !v || !*v) return 0;
-    if (opts_parse_seconds(v, 0, &st->cfg->shutdown_timeout))
-        return fail(st, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '%s' is not a number of seconds (0 or "
-                    "more)", v);
-    return 0;
-}
-
 static int apply_log_dir(const opts_arg *a) { return set_opt_str(a, &cfg_of(a)->log_dir); }
 
 static int apply_master_addr(const opts_arg *a) {
@@ -450,18 +427,13 @@ static int apply_local_addr(const opts_arg *a) { return set_opt_str(a, &cfg_of(a
 /* ---- the log line prefix, duplicated lines, signals ---- */
 
 static int apply_prefix_template(const opts_arg *a) {
-    state_of(a)->prefix_given = 1;
     return set_opt_str(a, &cfg_of(a)->log_line_prefix_template);
 }
 
-/* torchrun reads the template from TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE;
- * the flag (or its PET_ variable) wins. A name torchrun would not replace
- * stays as written, as there, with a warning. */
-static int prefix_template_from_env(parse_state *st) {
-    agent_config *c = st->cfg;
-    const char *v = opts_getenv(st->env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-    if (!st->prefix_given && v && *v && set_str(&c->log_line_prefix_template, v)) return -ENOMEM;
-    if (!c->log_line_prefix_template) return 0;
+/* A name in the template that torchrun would not replace stays as written,
+ * as there, with a warning. */
+static void check_prefix_template(const agent_config *c) {
+    if (!c->log_line_prefix_template) return;
     char out[256], unknown[64];
     worker_prefix_vars dummy = {.role_name = "", .hostname = ""};
     if (worker_output_prefix(c->log_line_prefix_template, &dummy, out, sizeof out, unknown,
@@ -469,7 +441,6 @@ static int prefix_template_from_env(parse_state *st) {
         log_warn("log line prefix template '%s': '%s' is none of ${role_name}, ${local_rank}, "
                  "${rank}, ${hostname} (or $$ for a '$'); it stays as written",
                  c->log_line_prefix_template, unknown);
-    return 0;
 }
 
 static void string_list_free(string_list *l) {
@@ -560,14 +531,7 @@ static int parse_signals(agent_config *c, const char *src, const char *val, char
 }
 
 static int apply_signals(const opts_arg *a) {
-    state_of(a)->signals_given = 1;
     return parse_signals(cfg_of(a), a->src, a->val, a->err, a->errlen);
-}
-
-static int signals_from_env(parse_state *st) {
-    const char *v = opts_getenv(st->env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
-    if (st->signals_given || !v || !*v) return 0;
-    return parse_signals(st->cfg, "TORCHELASTIC_SIGNALS_TO_HANDLE", v, st->err, st->errlen);
 }
 
 /* ---- what only a Python torchrun can mean ---- */
@@ -705,15 +669,19 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"master-port", 0, OPTS_INT, .target = &c->master_port, .lo = 0, .hi = 65535,
          .want = "a port (0 to 65535)"},
         {"local-addr", 0, OPTS_CALL, .apply = apply_local_addr},
-        {"shutdown-timeout", 0, OPTS_CALL, .apply = apply_shutdown_timeout},
+        /* torchrun's own variables give these three defaults, after PET_'s */
+        {"shutdown-timeout", 0, OPTS_SECONDS, .target = &c->shutdown_timeout,
+         .want = "a number of seconds (0 or more)", .env_also = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
         {"module", 'm', OPTS_FLAG, .target = &c->run_module},
         {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
         {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
-        {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template},
+        {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
+         .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
         {"duplicate-stdout-filters", 0, OPTS_CALL, .apply = apply_dup_stdout},
         {"duplicate-stderr-filters", 0, OPTS_CALL, .apply = apply_dup_stderr},
-        {"signals-to-handle", 0, OPTS_CALL, .apply = apply_signals},
+        {"signals-to-handle", 0, OPTS_CALL, .apply = apply_signals,
+         .env_also = "TORCHELASTIC_SIGNALS_TO_HANDLE"},
         {"numa-binding", 0, OPTS_CHOICE, .target = &c->numa_binding, .choices = numa_modes},
         {"event-log-handler", 0, OPTS_CHOICE, .target = &c->event_log_console,
          .choices = event_handlers},
@@ -882,9 +850,7 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     int rc = set_defaults(cfg);
     if (rc == 0) rc = read_options(&st, argc, argv);
     if (rc == OPTS_HELP_GIVEN && !st.completion) fputs(config_usage(), stdout);
-    if (rc == 0) rc = shutdown_timeout_from_env(&st);
-    if (rc == 0) rc = prefix_template_from_env(&st);
-    if (rc == 0) rc = signals_from_env(&st);
+    if (rc == 0) check_prefix_template(cfg);
     if (rc == 0) rc = slurm_defaults(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
