@@ -239,18 +239,28 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
     return rc;
 }
 
+/* One range over the keys' common prefix, not a request per key: the
+ * members' descriptions of a round are read by every agent. */
 static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
                        size_t *lens) {
-    for (size_t i = 0; i < n; i++) {
-        int rc = e_try_get(kv, keys[i], &vals[i], &lens[i]);
-        if (rc == -ENOENT) {
-            vals[i] = calloc(1, 1);
-            lens[i] = 0;
-            rc = vals[i] ? 0 : -ENOMEM;
+    kv_etcd *e = E(kv);
+    if (n == 0) return 0;
+    char *prefix = strndup(keys[0], common_prefix(n, keys));
+    etcd_kv *kvs = NULL;
+    size_t m = 0;
+    int rc = prefix ? seen(e, etcd_get_prefix(e->c, prefix, &kvs, &m, NULL)) : -ENOMEM;
+    free(prefix);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        vals[i] = NULL, lens[i] = 0;
+        for (size_t j = 0; j < m && !vals[i]; j++) {
+            if (!kvs[j].value || strcmp(kvs[j].key, keys[i]) != 0) continue;
+            vals[i] = kvs[j].value, lens[i] = kvs[j].len;
+            kvs[j].value = NULL; /* handed over */
         }
-        if (rc) return rc;
+        if (!vals[i] && !(vals[i] = calloc(1, 1))) rc = -ENOMEM; /* missing: empty */
     }
-    return 0;
+    etcd_kvs_free(kvs, m);
+    return rc;
 }
 
 static int e_list(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n) {
