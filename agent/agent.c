@@ -19,7 +19,6 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,9 +341,7 @@ static int start_workers(agent *a) {
         a->wg->on_idle = on_group_idle;
         a->wg->data = a;
         char err[512];
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        a->group_started = tv.tv_sec + tv.tv_usec / 1e6;
+        a->group_started = clock_wall_s();
         rc = worker_group_start(a->wg, n, specs, err, sizeof err);
         if (rc) log_error("%s", err);
     }

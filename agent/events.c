@@ -1,16 +1,11 @@
 /* See events.h. */
 #include "agent/events.h"
 
+#include "common/clock.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-
-static long long now_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 void event_worker_status(FILE *out, const worker_event *e) {
     char name[96];
@@ -24,7 +19,7 @@ void event_worker_status(FILE *out, const worker_event *e) {
         (int)(e->run_time_s + 0.5), "rdzv_backend", e->rdzv_backend, "raw_error", e->raw_error,
         "metadata", extra_s, "agent_restarts", e->agent_restarts);
     json_t *ev = md ? json_pack("{s:s, s:s, s:I, s:o}", "name", name, "source", "WORKER",
-                                "timestamp", (json_int_t)now_ms(), "metadata", md)
+                                "timestamp", (json_int_t)(clock_wall_s() * 1000), "metadata", md)
                     : NULL;
     char *line = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     if (line) {

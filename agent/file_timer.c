@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define CHECK_MS 100   /* how often deadlines are looked at (torch: 0.1 s) */
@@ -41,12 +41,6 @@ struct file_timer {
     pid_t reaped;
     char reaped_scope[256];
 };
-
-static double now_s(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return tv.tv_sec + tv.tv_usec / 1e6;
-}
 
 static void drop(file_timer *t, int i) { t->timers[i] = t->timers[--t->n]; }
 
@@ -110,7 +104,7 @@ static void on_readable(uv_poll_t *p, int status, int events) {
  * of processes that are gone are dropped. */
 static void on_tick(uv_timer_t *h) {
     file_timer *t = h->data;
-    double now = now_s();
+    double now = clock_wall_s();
     for (int i = 0; i < t->n;) {
         timer_entry *e = &t->timers[i];
         if (kill(e->pid, 0) != 0 && errno == ESRCH) {

@@ -11,19 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "agent/numa_binding.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define DRAIN_MS 2000
-
-static double wall_now(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return tv.tv_sec + tv.tv_usec / 1e6;
-}
 
 /* Every worker has exited and said all it had to say. Whatever its
  * process group still holds (a grandchild left behind) is killed, so the
@@ -51,7 +45,7 @@ static void on_proc_exit(uv_process_t *p, int64_t status, int sig) {
     w->running = 0;
     w->exit_status = status;
     w->term_signal = sig;
-    w->exit_time = wall_now();
+    w->exit_time = clock_wall_s();
     g->nrunning--;
     if (g->on_exit) g->on_exit(g, w);
     if (g->nrunning == 0 && g->noutputs > 0) uv_timer_start(&g->drain_timer, on_drain_timeout, DRAIN_MS, 0);
