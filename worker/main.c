@@ -180,10 +180,10 @@ static int parse(int argc, char **argv, train_config *c) {
         {"step-timeout", 0, OPTS_INT, .target = &c->step_timeout_s, .lo = 0, .hi = 1e6,
          .metavar = "S",
          .help = "under the launcher's worker watchdog\n"
-                 "(TORCHELASTIC_ENABLE_FILE_TIMER=1), a step,\n"
-                 "evaluation or checkpoint taking longer gets the\n"
-                 "rank killed and the group restarted (default 600;\n"
-                 "0: off)"},
+                 "(TORCHELASTIC_ENABLE_FILE_TIMER=1), a rank with no\n"
+                 "progress (steps, evaluation, checkpoints) for this\n"
+                 "long (3/4 of it at least) is killed and the group\n"
+                 "restarted (default 600; 0: off)"},
         {"bucket-mb", 0, OPTS_CALL, .apply = apply_bucket_mb, .metavar = "N",
          .help = "gradient bucket size after the first 1 MiB\n"
                  "(default 25)"},

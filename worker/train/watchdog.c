@@ -6,14 +6,15 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 void watchdog_init(watchdog *w, const char *path, int timeout_s) {
     w->path[0] = '\0';
     w->timeout_s = timeout_s;
+    w->armed_ns = 0;
     if (path && *path && timeout_s > 0) snprintf(w->path, sizeof w->path, "%s", path);
 }
 
@@ -37,9 +38,11 @@ static void send_request(watchdog *w, const char *scope, double expires, int sig
 }
 
 void watchdog_arm(watchdog *w, const char *scope) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    send_request(w, scope, tv.tv_sec + tv.tv_usec / 1e6 + w->timeout_s, SIGKILL);
+    int64_t now = clock_now_ns();
+    if (!w->path[0] || (w->armed_ns && now - w->armed_ns < (int64_t)w->timeout_s * 250000000))
+        return;
+    w->armed_ns = now;
+    send_request(w, scope, clock_wall_s() + w->timeout_s, SIGKILL);
 }
 
 void watchdog_release(watchdog *w, const char *scope) { send_request(w, scope, -1, 0); }

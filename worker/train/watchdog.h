@@ -9,15 +9,22 @@
 #ifndef DDPRUN_WORKER_TRAIN_WATCHDOG_H
 #define DDPRUN_WORKER_TRAIN_WATCHDOG_H
 
+#include <stdint.h>
+
 typedef struct {
     char path[512]; /* "" : no watchdog */
     int timeout_s;
+    int64_t armed_ns; /* when the deadline was last moved (monotonic), 0: never */
 } watchdog;
 
 /* path: TORCHELASTIC_TIMER_FILE (NULL or "": none); timeout_s 0: off. */
 void watchdog_init(watchdog *w, const char *path, int timeout_s);
-/* Sets the scope's deadline to now + timeout. A launcher that stopped
- * listening only costs a warning, once; the watchdog is then off. */
+/* Moves the scope's deadline to now + timeout, unless it was moved less
+ * than a quarter of the timeout ago (one request per step would cost a
+ * write to the launcher each step for nothing): a rank is killed after
+ * between 3/4 of the timeout and the whole of it without progress. A
+ * launcher that stopped listening only costs a warning, once; the watchdog
+ * is then off. */
 void watchdog_arm(watchdog *w, const char *scope);
 /* Removes the scope's deadline. */
 void watchdog_release(watchdog *w, const char *scope);
