@@ -49,18 +49,48 @@ const char *etcd_member(const etcd_client *c) { return c->member[c->cur]; }
 
 /* --- one request --------------------------------------------------------- */
 
-/* What a streamed reply (a watch) waits for: the first object holding
- * "events", or the end of the transfer. */
+/* What a streamed request (a watch) waits for: an event on one of keys
+ * (any event when nkeys is 0), for at most ms. Events on other keys under
+ * the watched prefix are passed over inside the stream, so a waiter is not
+ * woken by every write of a busy prefix. */
+typedef struct {
+    int ms;
+    const char *const *keys;
+    size_t nkeys;
+} stream_want;
+
+/* A reply being received: whole, or for a stream, up to the first object
+ * holding a wanted event (or the end of the transfer). */
 typedef struct {
     buf_t body;
-    int stream;       /* 1: stop at the first event */
-    json_t *event;    /* the object that held events */
+    const stream_want *want; /* NULL: not a stream */
+    json_t *event;           /* the object that held the wanted event */
 } reply_buf;
+
+/* Whether one of events touches a wanted key. */
+static int wanted(const stream_want *w, json_t *events) {
+    if (w->nkeys == 0) return json_array_size(events) > 0;
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev) {
+        const char *k64 = json_string_value(json_object_get(json_object_get(ev, "kv"), "key"));
+        size_t klen = 0;
+        char *k = k64 ? (char *)base64_decode(k64, &klen) : NULL;
+        for (size_t j = 0; k && j < w->nkeys; j++) {
+            if (strlen(w->keys[j]) == klen && memcmp(w->keys[j], k, klen) == 0) {
+                free(k);
+                return 1;
+            }
+        }
+        free(k);
+    }
+    return 0;
+}
 
 static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
     reply_buf *r = ctx;
     if (buf_append(&r->body, p, size * n)) return 0;
-    if (!r->stream) return size * n;
+    if (!r->want) return size * n;
     /* The gateway streams one JSON object per chunk, newline-separated. */
     for (;;) {
         char *start = (char *)r->body.data, *nl = memchr(start, '\n', r->body.len);
@@ -70,7 +100,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
         memmove(start, nl + 1, rest);
         r->body.len = rest;
         json_t *res = o ? json_object_get(o, "result") : NULL;
-        if (res && json_array_size(json_object_get(res, "events")) > 0) {
+        if (res && wanted(r->want, json_object_get(res, "events"))) {
             r->event = json_incref(res);
             json_decref(o);
             return 0; /* ends the transfer: what we waited for came */
@@ -111,10 +141,12 @@ static int error_code(etcd_client *c, long status, json_t *reply, const char *pa
 }
 
 /* POSTs body to path on the current member, failing over to the others.
- * A stream (a watch) stops at its first event, given in *reply; with
- * stream_ms > 0 that long without one is -ETIMEDOUT, not a member's
+ * A stream (a watch: want not NULL) stops at the first event it wants,
+ * given in *reply; want->ms without one is -ETIMEDOUT, not a member's
  * failure. */
-static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, int stream_ms) {
+static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
+                const stream_want *want) {
+    int stream_ms = want ? want->ms : 0;
     *reply = NULL;
     char *text = json_dumps(body, JSON_COMPACT);
     if (!text) return fail(c, -ENOMEM, "out of memory for an etcd request");
@@ -133,7 +165,7 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply, 
         int m = (c->cur + k) % c->nmembers;
         char url[512];
         snprintf(url, sizeof url, "%s://%s%s", c->scheme, c->member[m], path);
-        reply_buf r = {.stream = stream_ms > 0};
+        reply_buf r = {.want = want};
         struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
         char auth[600];
         if (c->token[0]) {
@@ -262,6 +294,7 @@ static int read_kv(json_t *j, etcd_kv *kv) {
     kv->len = vlen;
     kv->create_revision = num(j, "create_revision");
     kv->mod_revision = num(j, "mod_revision");
+    kv->version = num(j, "version");
     kv->lease = num(j, "lease");
     if (!kv->key || !kv->value) {
         etcd_kv_free(kv);
@@ -289,18 +322,31 @@ int etcd_put(etcd_client *c, const char *key, const void *val, size_t len, int64
              int64_t *revision) {
     json_t *body = json_pack("{s:o, s:o}", "key", b64s(key), "value", b64(val, len)), *r;
     if (body && lease) json_object_set_new(body, "lease", json_integer(lease));
-    int rc = body ? post(c, "/v3/kv/put", body, &r, 0) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/put", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc == 0 && revision) *revision = num(json_object_get(r, "header"), "revision");
     if (rc == 0) json_decref(r);
     return rc;
 }
 
+int etcd_bump(etcd_client *c, const char *key, int64_t *version) {
+    json_t *body = json_pack("{s:o, s:o, s:b}", "key", b64s(key), "value", b64s("+"), "prev_kv",
+                             1),
+           *r;
+    int rc = body ? post(c, "/v3/kv/put", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    json_decref(body);
+    if (rc) return rc;
+    json_t *prev = json_object_get(r, "prev_kv");
+    *version = (prev ? num(prev, "version") : 0) + 1;
+    json_decref(r);
+    return 0;
+}
+
 static int range(etcd_client *c, json_t *body, etcd_kv **kvs, size_t *n, int64_t *revision) {
     json_t *r;
     *kvs = NULL;
     *n = 0;
-    int rc = body ? post(c, "/v3/kv/range", body, &r, 0) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/range", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
     json_t *arr = json_object_get(r, "kvs");
@@ -356,7 +402,7 @@ int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, s
                              want, "success", "request_put", put, "failure", "request_range",
                              "key", b64s(key)),
            *r;
-    int rc = body ? post(c, "/v3/kv/txn", body, &r, 0) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/txn", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (now) memset(now, 0, sizeof *now);
     if (rc) return rc;
@@ -374,7 +420,7 @@ int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, s
 
 static int delete_range(etcd_client *c, json_t *body) {
     json_t *r;
-    int rc = body ? post(c, "/v3/kv/deleterange", body, &r, 0) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/deleterange", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc == 0) json_decref(r);
     return rc;
@@ -391,7 +437,7 @@ int etcd_delete_prefix(etcd_client *c, const char *prefix) {
 
 int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id) {
     json_t *body = json_pack("{s:i}", "TTL", ttl_s), *r;
-    int rc = post(c, "/v3/lease/grant", body, &r, 0);
+    int rc = post(c, "/v3/lease/grant", body, &r, NULL);
     json_decref(body);
     if (rc) return rc;
     *id = num(r, "ID");
@@ -401,7 +447,7 @@ int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id) {
 
 int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s) {
     json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
-    int rc = post(c, "/v3/lease/keepalive", body, &r, 0);
+    int rc = post(c, "/v3/lease/keepalive", body, &r, NULL);
     json_decref(body);
     if (rc) return rc;
     json_t *res = json_object_get(r, "result");
@@ -413,19 +459,19 @@ int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s) {
 
 int etcd_lease_revoke(etcd_client *c, int64_t id) {
     json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
-    int rc = post(c, "/v3/lease/revoke", body, &r, 0);
+    int rc = post(c, "/v3/lease/revoke", body, &r, NULL);
     json_decref(body);
     if (rc == 0) json_decref(r);
     return rc == -ENOENT ? 0 : rc;
 }
 
 int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
-                      int64_t *revision) {
+                      const char *const *keys, size_t nkeys, int64_t *revision) {
     json_t *req = json_pack("{s:o, s:o}", "key", b64s(prefix), "range_end", prefix_end(prefix));
     if (req && after > 0) json_object_set_new(req, "start_revision", json_integer(after + 1));
     json_t *body = json_pack("{s:o}", "create_request", req), *r;
-    int rc = body ? post(c, "/v3/watch", body, &r, timeout_ms > 0 ? timeout_ms : 1)
-                  : fail(c, -ENOMEM, "out of memory");
+    stream_want want = {timeout_ms > 0 ? timeout_ms : 1, keys, nkeys};
+    int rc = body ? post(c, "/v3/watch", body, &r, &want) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
     if (revision) {
@@ -444,7 +490,7 @@ static int authenticate(etcd_client *c) {
                              c->password ? c->password : ""),
            *r;
     c->token[0] = '\0';
-    int rc = post(c, "/v3/auth/authenticate", body, &r, 0);
+    int rc = post(c, "/v3/auth/authenticate", body, &r, NULL);
     json_decref(body);
     if (rc == -EACCES || rc == -EPROTO)
         return fail(c, -EACCES, "etcd refused user '%s' (wrong user or password?): %s", c->user,
@@ -503,7 +549,7 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
     if (o->user && !(c->user = strdup(o->user))) rc = -ENOMEM;
     if (o->password && !(c->password = strdup(o->password))) rc = -ENOMEM;
     json_t *body = json_object(), *r = NULL;
-    if (rc == 0) rc = post(c, "/v3/maintenance/status", body, &r, 0);
+    if (rc == 0) rc = post(c, "/v3/maintenance/status", body, &r, NULL);
     json_decref(body);
     json_decref(r);
     if (rc == 0 && c->user) rc = authenticate(c);

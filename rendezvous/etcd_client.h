@@ -34,6 +34,7 @@ typedef struct {
     unsigned char *value; /* malloc'd, NUL-terminated (not counted in len) */
     size_t len;
     int64_t create_revision, mod_revision, lease;
+    int64_t version; /* writes since the key was created (1 after the first) */
 } etcd_kv;
 
 /* Connects (asks a member for the cluster's state; authenticates when a
@@ -53,6 +54,11 @@ const char *etcd_member(const etcd_client *c);
  * store's revision after the write. */
 int etcd_put(etcd_client *c, const char *key, const void *val, size_t len, int64_t lease,
              int64_t *revision);
+/* A counter without contention: writes key (value "+") and sets *version
+ * to its version after the write, the number of writes since it was
+ * created. Concurrent callers each get a different number, in one request
+ * each: etcd orders the writes, nobody retries. */
+int etcd_bump(etcd_client *c, const char *key, int64_t *version);
 /* The value of key: -ENOENT when it has none. */
 int etcd_get(etcd_client *c, const char *key, etcd_kv *kv);
 /* Every key starting with prefix, in key order, and the store's revision. */
@@ -77,10 +83,12 @@ int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s);
 int etcd_lease_revoke(etcd_client *c, int64_t id);
 
 /* Waits until a key starting with prefix changes after revision after
- * (0: from now on), or timeout_ms passes (0: no change, -ETIMEDOUT). Sets
- * *revision (may be NULL) to the revision of the change seen. */
+ * (0: from now on), or timeout_ms passes (-ETIMEDOUT). With nkeys > 0,
+ * only a change to one of keys counts; changes to the prefix's other keys
+ * are passed over in the stream. Sets *revision (may be NULL) to the
+ * revision of the change seen. */
 int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
-                      int64_t *revision);
+                      const char *const *keys, size_t nkeys, int64_t *revision);
 
 void etcd_kv_free(etcd_kv *kv);
 void etcd_kvs_free(etcd_kv *kvs, size_t n);

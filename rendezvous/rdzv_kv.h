@@ -18,7 +18,9 @@ typedef struct {
     int (*set)(rdzv_kv *kv, const char *key, const void *val, size_t len);
     /* -ENOENT when the key is missing. */
     int (*try_get)(rdzv_kv *kv, const char *key, uint8_t **val, size_t *len);
-    /* Adds delta to the integer in key (missing: 0); *out the sum. */
+    /* A counter: adds delta (>= 0) to key's count (missing: 0); *out the
+     * sum. Read a counter only through add(0): etcd keeps the count in
+     * the key's version, not in its value. */
     int (*add)(rdzv_kv *kv, const char *key, int64_t delta, int64_t *out);
     /* key := desired if it holds expected (or is missing and expected is
      * empty); *out (malloc'd) the value afterwards. */

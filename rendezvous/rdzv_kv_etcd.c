@@ -1,12 +1,17 @@
 /* The rendezvous' key-value interface (rdzv_kv.h) on etcd v3. What the TCP
  * store does in one operation, etcd does with a transaction:
- *   add, append, compare_set   read, then a compare-and-swap on the key's
+ *   add                        a counter is the key's version (how often it
+ *                              was written): one put each, numbered by
+ *                              etcd, so agents that join at once never
+ *                              retry each other; counters only go up
+ *   append, compare_set        read, then a compare-and-swap on the key's
  *                              mod_revision, retried when another agent
  *                              wrote in between
  *   wait_any                   read the keys and the store's revision at
  *                              once (one range over their common prefix),
- *                              then watch that prefix from the revision:
- *                              no change can slip between the two
+ *                              then watch that prefix from the revision,
+ *                              woken only by the keys waited for: no
+ *                              change can slip between the two
  *   a key owned by the handle  bound to the handle's newest lease, the
  *                              heartbeat's (etcd has no connections that
  *                              own keys): it goes when the agent stops
@@ -107,28 +112,25 @@ static int rmw(kv_etcd *e, const char *k, update_fn update, void *ctx, uint8_t *
     return -EAGAIN;
 }
 
-typedef struct {
-    int64_t delta, sum; /* sum: the value of the attempt that was written */
-} add_args;
-
-static int add_update(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
-                      size_t *nlen) {
-    (void)olen;
-    add_args *a = ctx;
-    a->sum = (exists ? strtoll((const char *)old, NULL, 10) : 0) + a->delta;
-    char buf[32];
-    int n = snprintf(buf, sizeof buf, "%lld", (long long)a->sum);
-    if (a->delta == 0 && exists) return 1; /* a read: nothing to write */
-    if (!(*nv = (uint8_t *)strdup(buf))) return -ENOMEM;
-    *nlen = (size_t)n;
-    return 0;
-}
-
+/* The counter is the key's version; etcd numbers concurrent writes, so
+ * each caller gets its own sum in one request. */
 static int e_add(rdzv_kv *kv, const char *k, int64_t d, int64_t *out) {
-    add_args a = {.delta = d};
-    int rc = rmw(E(kv), k, add_update, &a, NULL, NULL);
-    if (rc == 0) *out = a.sum;
-    return rc;
+    kv_etcd *e = E(kv);
+    if (d < 0) return -EINVAL; /* a version only goes up */
+    if (d == 0) {
+        etcd_kv cur;
+        int rc = etcd_get(e->c, k, &cur);
+        if (rc == -ENOENT) return *out = 0, 0;
+        if (rc) return seen(e, rc);
+        *out = cur.version;
+        etcd_kv_free(&cur);
+        return 0;
+    }
+    for (int64_t i = 0; i < d; i++) {
+        int rc = seen(e, etcd_bump(e->c, k, out));
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 typedef struct {
@@ -229,7 +231,7 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
             rc = -ETIMEDOUT;
             break;
         }
-        rc = etcd_watch_prefix(e->c, prefix, rev, (int)left, NULL);
+        rc = etcd_watch_prefix(e->c, prefix, rev, (int)left, keys, n, NULL);
         if (rc && rc != -ETIMEDOUT) {
             seen(e, rc);
             break;

@@ -134,16 +134,64 @@ int main(int argc, char **argv) {
         _exit(0);
     }
     int64_t seen = 0;
-    rc = etcd_watch_prefix(c, "/w/", rev, 5000, &seen);
+    rc = etcd_watch_prefix(c, "/w/", rev, 5000, NULL, 0, &seen);
     int status;
     waitpid(child, &status, 0);
     CHECK(rc == 0 && seen > rev, "watch: rc %d, revision %" PRId64 " after %" PRId64, rc, seen, rev);
     int64_t again = 0;
-    rc = etcd_watch_prefix(c, "/w/", rev, 5000, &again);
+    rc = etcd_watch_prefix(c, "/w/", rev, 5000, NULL, 0, &again);
     CHECK(rc == 0 && again == seen, "a watch from an older revision sees the change at once");
-    rc = etcd_watch_prefix(c, "/w/", seen, 300, NULL);
+    rc = etcd_watch_prefix(c, "/w/", seen, 300, NULL, 0, NULL);
     CHECK(rc == -ETIMEDOUT, "a watch with no change gave %d", rc);
     ok("watches: a change, one already past, none within the time");
+
+    /* A watch for chosen keys passes over the prefix's other changes. */
+    CHECK(etcd_put(c, "/w/base", "b", 1, 0, &rev) == 0, "put before the filtered watch");
+    child = fork();
+    if (child == 0) {
+        etcd_client *c2;
+        sleep_ms(200);
+        if (etcd_connect(&o, &c2, err, sizeof err) || etcd_put(c2, "/w/other", "1", 1, 0, NULL))
+            _exit(1);
+        sleep_ms(200);
+        if (etcd_put(c2, "/w/want", "1", 1, 0, NULL)) _exit(1);
+        _exit(0);
+    }
+    const char *want[] = {"/w/want"};
+    seen = 0;
+    rc = etcd_watch_prefix(c, "/w/", rev, 5000, want, 1, &seen);
+    waitpid(child, &status, 0);
+    CHECK(rc == 0, "filtered watch gave %d", rc);
+    CHECK(etcd_get(c, "/w/want", &kv) == 0, "get /w/want");
+    CHECK(seen == kv.mod_revision, "the filtered watch woke at revision %" PRId64
+          ", not at /w/want's %" PRId64, seen, kv.mod_revision);
+    etcd_kv_free(&kv);
+    CHECK(etcd_put(c, "/w/other", "2", 1, 0, &rev) == 0, "another write");
+    rc = etcd_watch_prefix(c, "/w/", rev - 1, 300, want, 1, NULL);
+    CHECK(rc == -ETIMEDOUT, "a filtered watch woke on another key: %d", rc);
+    ok("watches for chosen keys: woken by them only");
+
+    /* Counters: concurrent bumps each get their own number, 1..N. */
+    enum { NBUMP = 6 };
+    pid_t kids[NBUMP];
+    for (int i = 0; i < NBUMP; i++) {
+        if ((kids[i] = fork()) == 0) {
+            etcd_client *c2;
+            int64_t v = 0;
+            if (etcd_connect(&o, &c2, err, sizeof err) || etcd_bump(c2, "/t/counter", &v)) _exit(99);
+            _exit((int)v);
+        }
+    }
+    int got = 0;
+    for (int i = 0; i < NBUMP; i++) {
+        waitpid(kids[i], &status, 0);
+        int v = WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+        CHECK(v >= 1 && v <= NBUMP && !(got & (1 << v)), "bump %d gave %d (seen: %#x)", i, v, got);
+        got |= 1 << v;
+    }
+    CHECK(etcd_get(c, "/t/counter", &kv) == 0 && kv.version == NBUMP, "the counter's version");
+    etcd_kv_free(&kv);
+    ok("counters: concurrent bumps numbered 1..N, no two alike");
 
     CHECK(etcd_delete(c, "/t/a") == 0 && etcd_get(c, "/t/a", &kv) == -ENOENT, "delete");
     CHECK(etcd_delete_prefix(c, "/t/") == 0 && etcd_delete_prefix(c, "/w/") == 0, "delete prefix");
