@@ -6,7 +6,8 @@
 # seconds from launching them all to the last exit, median of REPS runs,
 # each capped at CAP seconds. Targets: etcd-v3 at most 1/10 of torchrun's
 # etcd time and within 2x of our c10d. Environment: REPS (3), SIZES
-# ("2 8 32"), CAP (120). Run with `make bench-rdzv-etcd`.
+# ("2 8 32"), CAP (120), TORCHRUN (1; 0 leaves torchrun's column out, for
+# quick checks of ours alone). Run with `make bench-rdzv-etcd`.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -35,8 +36,8 @@ trap 'exit 130' INT
 
 [ -x "$DDPRUN" ] || { echo "bench-rdzv-etcd: $DDPRUN is not built (run make)" >&2; exit 1; }
 command -v etcd > /dev/null || { echo "bench-rdzv-etcd: needs etcd (apt install etcd-server)" >&2; exit 1; }
-TORCH=1
-"$PY" -c 'import torch.distributed.run, etcd' 2> /dev/null || TORCH=0
+TORCH=${TORCHRUN:-1}
+[ "$TORCH" = 1 ] && { "$PY" -c 'import torch.distributed.run, etcd' 2> /dev/null || TORCH=0; }
 
 cport=$(free_port)
 pport=$(free_port)
@@ -52,7 +53,8 @@ done
 EP=127.0.0.1:$cport
 
 echo "ddprun etcd rendezvous benchmark: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), $(date -u '+%Y-%m-%d %H:%M UTC'), $(etcd --version | head -n1)"
-[ $TORCH = 1 ] || echo "(torch or python3-etcd is not importable by $PY: the torchrun column is skipped)"
+[ "${TORCHRUN:-1}" = 0 ] && echo "(TORCHRUN=0: the torchrun column is left out)"
+[ "${TORCHRUN:-1}" = 1 ] && [ $TORCH = 0 ] && echo "(torch or python3-etcd is not importable by $PY: the torchrun column is skipped)"
 echo
 echo "N agents (--nnodes=N, 1 worker each, /bin/true), launch -> last exit (median of $REPS; seconds)"
 printf '  %6s %12s %12s %14s %16s %16s\n' agents "ours etcd" "ours c10d" "torchrun etcd" "etcd/torchrun" "etcd/c10d"

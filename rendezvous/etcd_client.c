@@ -65,6 +65,7 @@ typedef struct {
     buf_t body;
     const stream_want *want; /* NULL: not a stream */
     json_t *event;           /* the object that held the wanted event */
+    int canceled;            /* etcd cancelled the watch (its revision was compacted) */
 } reply_buf;
 
 /* Whether one of events touches a wanted key. */
@@ -100,6 +101,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
         memmove(start, nl + 1, rest);
         r->body.len = rest;
         json_t *res = o ? json_object_get(o, "result") : NULL;
+        if (res && json_is_true(json_object_get(res, "canceled"))) {
+            r->canceled = 1;
+            json_decref(o);
+            return 0; /* ends the transfer: nothing more will come */
+        }
         if (res && wanted(r->want, json_object_get(res, "events"))) {
             r->event = json_incref(res);
             json_decref(o);
@@ -188,6 +194,13 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
             *reply = r.event;
             buf_free(&r.body);
             rc = 0;
+            break;
+        }
+        if (r.canceled) {
+            c->cur = m;
+            buf_free(&r.body);
+            rc = fail(c, -ESTALE, "etcd at %s cancelled the watch (its start revision was "
+                      "compacted?)", c->member[m]);
             break;
         }
         if (stream_ms > 0 && e == CURLE_OPERATION_TIMEDOUT && status == 200) {
@@ -391,6 +404,13 @@ int etcd_get_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n
                  kvs, n, revision);
 }
 
+int etcd_keys_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
+                     int64_t *revision) {
+    return range(c, json_pack("{s:o, s:o, s:b}", "key", b64s(prefix), "range_end",
+                              prefix_end(prefix), "keys_only", 1),
+                 kvs, n, revision);
+}
+
 int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, size_t len,
              int64_t lease, etcd_kv *now) {
     json_t *put = json_pack("{s:o, s:o}", "key", b64s(key), "value", b64(val, len));
@@ -549,7 +569,7 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
     if (o->user && !(c->user = strdup(o->user))) rc = -ENOMEM;
     if (o->password && !(c->password = strdup(o->password))) rc = -ENOMEM;
     json_t *body = json_object(), *r = NULL;
-    if (rc == 0) rc = post(c, "/v3/maintenance/status", body, &r, NULL);
+    if (rc == 0 && !o->no_probe) rc = post(c, "/v3/maintenance/status", body, &r, NULL);
     json_decref(body);
     json_decref(r);
     if (rc == 0 && c->user) rc = authenticate(c);

@@ -26,6 +26,8 @@ typedef struct {
     const char *cert, *key; /* TLS client certificate and key, or NULL */
     const char *user, *password; /* etcd's own authentication, or NULL */
     int timeout_ms;         /* per request and member (default 5000) */
+    int no_probe;           /* 1: do not ask a member at connect whether it is etcd (another */
+                            /* client of the caller has just done so) */
 } etcd_opts;
 
 /* A key's value and revisions. */
@@ -64,6 +66,10 @@ int etcd_get(etcd_client *c, const char *key, etcd_kv *kv);
 /* Every key starting with prefix, in key order, and the store's revision. */
 int etcd_get_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
                     int64_t *revision);
+/* The same, keys only (values empty): less to send where only presence
+ * counts. */
+int etcd_keys_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
+                     int64_t *revision);
 /* key := value only if key's mod_revision is expect (0: only if the key
  * does not exist). -ESTALE when it is not, with the key's present state in
  * *now (when not NULL; now->mod_revision 0 if it has none). */
@@ -86,7 +92,8 @@ int etcd_lease_revoke(etcd_client *c, int64_t id);
  * (0: from now on), or timeout_ms passes (-ETIMEDOUT). With nkeys > 0,
  * only a change to one of keys counts; changes to the prefix's other keys
  * are passed over in the stream. Sets *revision (may be NULL) to the
- * revision of the change seen. */
+ * revision of the change seen. -ESTALE: etcd no longer has revision
+ * after (compacted); read the keys again. */
 int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
                       const char *const *keys, size_t nkeys, int64_t *revision);
 

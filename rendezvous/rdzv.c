@@ -149,8 +149,10 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     if (o->etcd) {
         char why[1024] = "";
         rc = rdzv_kv_etcd_open(o->etcd, &r->c, why, sizeof why);
+        rdzv_etcd_opts side = *o->etcd;
+        side.no_probe = 1; /* the first handle has just found etcd there */
         for (int i = 0; rc == 0 && i < NSIDE; i++)
-            rc = rdzv_kv_etcd_open(o->etcd, &r->side[i], why, sizeof why);
+            rc = rdzv_kv_etcd_open(&side, &r->side[i], why, sizeof why);
         if (rc) {
             snprintf(err, errlen, "cannot use etcd at %s for the rendezvous: %s", o->etcd->endpoints,
                      why);
@@ -260,7 +262,13 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
         if (n >= r->o.min_nodes && !last_call)
             last_call = clock_now_ms() + (int64_t)(r->o.last_call_timeout * 1000);
         int64_t deadline = last_call ? last_call : join_deadline;
-        const char *keys[] = {kstate, key(r, knext, "r%d/node/%lld", round, (long long)n + 1)};
+        /* Woken by the arrival that can close the round (the min-th node
+         * starts the last call; the expected one closes it), not by each
+         * one: on etcd every wake-up is a few requests of every waiter. */
+        long target = n < r->o.min_nodes ? r->o.min_nodes : expect;
+        if (target > r->o.max_nodes) target = r->o.max_nodes;
+        if (target <= n) target = n + 1;
+        const char *keys[] = {kstate, key(r, knext, "r%d/node/%ld", round, target)};
         const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
         size_t idx;
         rc = wait_any_until(r, 2, conds, keys, deadline, &idx);
@@ -644,13 +652,15 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     int64_t n;
     int rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &n);
     key(r, kdone, "r%d/alldone", round);
+    /* The last one closes the job (for nodes still arriving) before it
+     * lets the others go. */
+    if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, key(r, k, "closed"), "1");
     if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, kdone, "1");
     if (rc) return rc;
     const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
     rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), &idx);
-    if (rc == 0 && idx == 0) set_str(r->c, key(r, k, "closed"), "1");
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }
 

@@ -111,6 +111,7 @@ typedef struct {
     const char *endpoints; /* "h1:2379,h2:2379,h3:2379" */
     const char *cacert, *cert, *key, *user, *password;
     int timeout_ms;
+    int no_probe; /* 1: another handle has just found etcd there; do not ask again */
 } rdzv_etcd_opts;
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen);
 

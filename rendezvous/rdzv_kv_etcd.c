@@ -11,7 +11,9 @@
  *                              once (one range over their common prefix),
  *                              then watch that prefix from the revision,
  *                              woken only by the keys waited for: no
- *                              change can slip between the two
+ *                              change can slip between the two; the same
+ *                              wait again watches on from where the last
+ *                              one stopped, without reading again
  *   a key owned by the handle  bound to the handle's newest lease, the
  *                              heartbeat's (etcd has no connections that
  *                              own keys): it goes when the agent stops
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/hash.h"
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/rdzv_kv.h"
 
@@ -33,6 +36,10 @@ typedef struct {
     etcd_client *c;
     int64_t session_lease; /* the newest lease granted through this handle */
     int broken;            /* -EHOSTUNREACH once no member answered */
+    /* The last wait that timed out: none of its keys met their condition
+     * up to wait_rev. */
+    uint64_t wait_id;
+    int64_t wait_rev;
     /* The keys owned by the handle, bound to its newest lease: a new lease
      * (the old one lapsed) takes them over. */
     struct {
@@ -152,8 +159,28 @@ static int cas_update(const uint8_t *old, size_t olen, int exists, void *ctx, ui
 
 static int e_compare_set(rdzv_kv *kv, const char *k, const void *ex, size_t en, const void *d,
                          size_t dn, uint8_t **out, size_t *on) {
+    kv_etcd *e = E(kv);
+    if (en == 0) { /* "only if missing": one create-only swap, no read first */
+        etcd_kv now;
+        int rc = etcd_cas(e->c, k, 0, d, dn, 0, &now);
+        if (rc == 0) { /* ours is the value now */
+            if (!(*out = malloc(dn + 1))) return -ENOMEM;
+            memcpy(*out, d, dn);
+            (*out)[dn] = 0;
+            *on = dn;
+            return 0;
+        }
+        if (rc == -ESTALE && now.len > 0) { /* another's is */
+            *out = now.value, *on = now.len;
+            free(now.key);
+            return 0;
+        }
+        etcd_kv_free(&now);
+        if (rc != -ESTALE) return seen(e, rc);
+        /* there but empty: as good as missing; the read-then-swap decides */
+    }
     cas_args a = {ex, d, en, dn};
-    return rmw(E(kv), k, cas_update, &a, out, on);
+    return rmw(e, k, cas_update, &a, out, on);
 }
 
 static int append_update(const uint8_t *old, size_t olen, int exists, void *ctx, uint8_t **nv,
@@ -204,6 +231,13 @@ static int present(const etcd_kv *kvs, size_t n, const char *key) {
     return 0;
 }
 
+/* Which wait: its keys and conditions, hashed. */
+static uint64_t wait_id(size_t n, const uint8_t *conds, const char *const *keys) {
+    uint64_t h = hash_fnv1a64(HASH_FNV1A64_INIT, conds, n);
+    for (size_t i = 0; i < n; i++) h = hash_fnv1a64(h, keys[i], strlen(keys[i]) + 1);
+    return h;
+}
+
 static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
                       int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
@@ -211,20 +245,27 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
     char *prefix = strndup(keys[0], common_prefix(n, keys));
     if (!prefix) return -ENOMEM;
     int64_t deadline = clock_now_ms() + timeout_ms;
+    /* The same wait again (the caller waits in slices, or in a loop): none
+     * of its keys changed up to the revision the last one watched from, so
+     * watching on from there is enough, without reading them again. */
+    uint64_t id = wait_id(n, conds, keys);
+    int64_t rev = e->wait_id == id ? e->wait_rev : 0;
+    e->wait_id = 0;
     int rc;
     for (;;) {
-        etcd_kv *kvs;
-        size_t m;
-        int64_t rev;
-        if ((rc = seen(e, etcd_get_prefix(e->c, prefix, &kvs, &m, &rev)))) break;
-        int hit = -1;
-        for (size_t i = 0; i < n && hit < 0; i++)
-            if (present(kvs, m, keys[i]) == (conds[i] == STORE_COND_EXISTS)) hit = (int)i;
-        etcd_kvs_free(kvs, m);
-        if (hit >= 0) {
-            *idx = (size_t)hit;
-            rc = 0;
-            break;
+        if (rev == 0) {
+            etcd_kv *kvs;
+            size_t m;
+            if ((rc = seen(e, etcd_keys_prefix(e->c, prefix, &kvs, &m, &rev)))) break;
+            int hit = -1;
+            for (size_t i = 0; i < n && hit < 0; i++)
+                if (present(kvs, m, keys[i]) == (conds[i] == STORE_COND_EXISTS)) hit = (int)i;
+            etcd_kvs_free(kvs, m);
+            if (hit >= 0) {
+                *idx = (size_t)hit;
+                rc = 0;
+                break;
+            }
         }
         int64_t left = deadline - clock_now_ms();
         if (left <= 0) {
@@ -232,11 +273,14 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
             break;
         }
         rc = etcd_watch_prefix(e->c, prefix, rev, (int)left, keys, n, NULL);
-        if (rc && rc != -ETIMEDOUT) {
+        if (rc == -ETIMEDOUT) continue; /* the deadline is checked above */
+        if (rc && rc != -ESTALE) {
             seen(e, rc);
             break;
         }
+        rev = 0; /* a key changed (or the revision is gone): read them again */
     }
+    if (rc == -ETIMEDOUT) e->wait_id = id, e->wait_rev = rev;
     free(prefix);
     return rc;
 }
@@ -339,7 +383,7 @@ int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t 
     if (!e) return -ENOMEM;
     etcd_opts eo = {.endpoints = o->endpoints, .cacert = o->cacert, .cert = o->cert,
                     .key = o->key, .user = o->user, .password = o->password,
-                    .timeout_ms = o->timeout_ms};
+                    .timeout_ms = o->timeout_ms, .no_probe = o->no_probe};
     int rc = etcd_connect(&eo, &e->c, err, errlen);
     if (rc) {
         free(e);
