@@ -420,6 +420,12 @@ static void on_round(agent *a, const agent_event *e) {
         if (!a->wg || a->wg->idle) finish(a, 1);
         return;
     }
+    if (e->rc == RDZV_NOT_NEEDED) { /* a spare whose job is done: nothing failed */
+        log_info("%s", e->err);
+        a->state = ST_SHUTDOWN;
+        finish(a, 0);
+        return;
+    }
     if (e->rc) {
         log_error("%s", e->err);
         stop_workers(a, SIGTERM);

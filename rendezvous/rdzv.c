@@ -428,7 +428,13 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
         log_info("rendezvous '%s': round %d is full (%ld nodes); standing by as a spare",
                  r->run_id, round, n);
     }
-    return wait_next_round(r, round, deadline, err, errlen);
+    int rc = wait_next_round(r, round, deadline, err, errlen);
+    if (rc == -EPIPE) {
+        snprintf(err, errlen, "rendezvous '%s': the job finished without this node (it stood by)",
+                 r->run_id);
+        return RDZV_NOT_NEEDED;
+    }
+    return rc;
 }
 
 /* One attempt at the current round; 1 means "go round again". */

@@ -24,6 +24,7 @@
 #ifndef DDPRUN_RENDEZVOUS_RDZV_H
 #define DDPRUN_RENDEZVOUS_RDZV_H
 
+#include <errno.h>
 #include <stddef.h>
 
 #include "rendezvous/rdzv_kv.h"
@@ -87,7 +88,11 @@ const char *rdzv_agent_id(const rdzv *r);
 
 /* Joins the next round and returns once it is closed and ready. -ETIMEDOUT
  * (message names who came) if too few nodes joined within join_timeout;
- * -ECANCELED if restarts are exhausted (res->restart_count tells how many). */
+ * -ECANCELED if restarts are exhausted (res->restart_count tells how many);
+ * RDZV_NOT_NEEDED if this node stood by (a spare, or waiting to be
+ * admitted) and the job finished without it (torch's graceful exit of a
+ * redundant node: not a failure); -EPIPE if the job had finished before. */
+#define RDZV_NOT_NEEDED (-ESHUTDOWN)
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen);
 
 /* Blocks up to timeout_ms watching the running round; renews the
