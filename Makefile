@@ -111,7 +111,7 @@ $(B)/libddptrain.a: $(WORKER_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)/obj/launcher/slurm_env.o $(B)/libddprun.a
+$(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)/obj/launcher/slurm_env.o $(B)/obj/launcher/status_cli.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 

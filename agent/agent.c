@@ -30,6 +30,7 @@
 #include "agent/events.h"
 #include "agent/failure.h"
 #include "agent/file_timer.h"
+#include "agent/node_status.h"
 #include "agent/numa_binding.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
@@ -88,6 +89,13 @@ typedef struct {
     double group_started; /* wall clock, s: when the current workers started */
     file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
     char watchdog_path[400];
+    event_log *events;     /* <log root>/events.jsonl (and stderr with --event-log-handler console) */
+    double joining_since;  /* wall clock, s: when it began to join the present round */
+    double state_since;    /* wall clock, s: when the published state last changed */
+    const char *told;      /* the state last published */
+    char (*last_exit)[128]; /* per local rank: how its last worker ended */
+    int store_lost;        /* the rendezvous is gone: publish nothing more */
+    int prev_group_size;   /* the last round's node count (0: none yet) */
 } agent;
 
 
@@ -284,6 +292,8 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
 
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
+static void tell(agent *a, const char *state);
+static void record_event(agent *a, const char *name, const char *node_state, json_t *extra);
 
 /* etcd-v3: node rank 0's own store serves the workers; what workers of an
  * earlier round with the same restart count left there goes first (the
@@ -360,13 +370,72 @@ static int start_workers(agent *a) {
                  n, n == 1 ? "" : "s", a->hostname, a->cur.group_rank, a->cur.group_world_size,
                  a->cur.rank_offset, a->cur.rank_offset + n - 1, a->cur.world_size,
                  a->cur.restart_count, c->max_restarts, a->cur.round);
+        json_t *pids = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(pids, json_integer(a->wg->w[i].pid));
+        record_event(a, "ddprun.agent.workers_started", "RUNNING",
+                    json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
+                              a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
+        tell(a, "running");
     }
     return rc;
+}
+
+/* ---- what the agent tells: `ddprun status` and the event log ----------------- */
+
+/* Publishes this agent's status (state: see node_status.h). */
+static void tell(agent *a, const char *state) {
+    if (!a->rd || a->store_lost) return;
+    if (!a->told || strcmp(a->told, state) != 0) a->state_since = clock_wall_s();
+    a->told = state;
+    const agent_config *c = a->cfg;
+    int member = a->cur.group_world_size > 0 && a->state != ST_RDZV;
+    node_status st = {.agent_id = rdzv_agent_id(a->rd), .host = a->hostname, .role = c->role,
+                      .state = state, .pid = (int)getpid(),
+                      .node_rank = member ? a->cur.group_rank : -1, .round = a->cur.round,
+                      .group_world_size = member ? a->cur.group_world_size : 0,
+                      .world_size = member ? a->cur.world_size : 0,
+                      .restart_count = a->cur.restart_count, .max_restarts = c->max_restarts,
+                      .nproc = c->nproc_per_node, .min_nodes = c->min_nodes,
+                      .max_nodes = c->max_nodes, .since = a->state_since, .wg = a->wg,
+                      .last_exit = a->last_exit};
+    char *json = node_status_json(&st);
+    int rc = json ? rdzv_publish_status(a->rd, 0, json) : -ENOMEM;
+    if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
+    free(json);
+}
+
+/* An agent event: torchrun's rendezvous event fields, plus `extra`'s
+ * (taken). */
+static void record_event(agent *a, const char *name, const char *node_state, json_t *extra) {
+    const agent_config *c = a->cfg;
+    char master[300] = "";
+    if (a->cur.master_store[0]) snprintf(master, sizeof master, "%s", a->cur.master_store);
+    else if (a->cur.group_world_size > 0)
+        snprintf(master, sizeof master, "%s:%d", a->store_addr, a->store_port);
+    json_t *md = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "run_id",
+                           c->rdzv_id, "hostname", a->hostname, "pid", (int)getpid(), "role",
+                           c->role, "rdzv_backend", c->rdzv_backend, "node_state", node_state,
+                           "master_endpoint", master, "rank",
+                           a->cur.group_world_size > 0 ? a->cur.group_rank : -1,
+                           "round", a->cur.round, "restart_count", a->cur.restart_count);
+    if (md && extra) json_object_update(md, extra);
+    json_decref(extra);
+    if (md) event_log_write(a->events, name, "AGENT", md);
+}
+
+static void joining(agent *a) {
+    a->joining_since = clock_wall_s();
+    tell(a, "rendezvous");
+    record_event(a, "ddprun.rendezvous.joining", "INIT", NULL);
 }
 
 /* ---- decisions --------------------------------------------------------------- */
 
 static void finish(agent *a, int code) {
+    const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
+    tell(a, how);
+    record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
+                json_pack("{s:i, s:s}", "exit_code", code, "outcome", how));
     a->exit_code = code;
     uv_stop(a->loop);
 }
@@ -410,6 +479,19 @@ static void stop_workers(agent *a, int sig) {
     if (a->wg && !a->wg->idle) worker_group_stop(a->wg, sig, a->cfg->shutdown_timeout);
 }
 
+static void round_formed(agent *a) {
+    const rdzv_result *r = &a->cur;
+    record_event(a, "ddprun.rendezvous.round_formed", "RUNNING",
+                json_pack("{s:i, s:i, s:f}", "group_world_size", r->group_world_size,
+                          "world_size", r->world_size, "duration_s",
+                          clock_wall_s() - a->joining_since));
+    if (a->prev_group_size && a->prev_group_size != r->group_world_size)
+        record_event(a, "ddprun.agent.scale", "RUNNING",
+                    json_pack("{s:i, s:i}", "from_nodes", a->prev_group_size, "to_nodes",
+                              r->group_world_size));
+    a->prev_group_size = r->group_world_size;
+}
+
 static void on_round(agent *a, const agent_event *e) {
     if (e->rc == -ECANCELED) {
         report_exhausted(a, e->res.restart_count);
@@ -441,6 +523,7 @@ static void on_round(agent *a, const agent_event *e) {
         return;
     }
     a->cur = e->res;
+    round_formed(a);
     if (start_workers(a) != 0) finish(a, 1);
 }
 
@@ -450,6 +533,10 @@ static void on_restart(agent *a, rdzv_event why) {
              why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                     : "the group's membership changed");
     a->state = ST_STOPPING;
+    record_event(a, "ddprun.agent.restart", "RUNNING",
+                json_pack("{s:s}", "why", why == RDZV_EV_FAILURE ? "a worker failed on another node"
+                                                                 : "the membership changed"));
+    tell(a, "stopping");
     stop_workers(a, SIGTERM);
 }
 
@@ -480,6 +567,7 @@ static void on_wake(uv_async_t *h) {
         case EV_BARRIER: on_barrier(a, evs[i].rc); break;
         case EV_LOST:
             log_error("%s", evs[i].err);
+            a->store_lost = 1;
             a->state = ST_SHUTDOWN;
             a->exit_code = 1;
             stop_workers(a, SIGTERM);
@@ -493,21 +581,33 @@ static void on_wake(uv_async_t *h) {
 static void record_worker_event(const agent *a, const worker *w, const char *state,
                                 const char *raw_error) {
     const agent_config *c = a->cfg;
-    if (!c->event_log_console) return;
     worker_event e = {.run_id = c->rdzv_id, .role = c->role, .hostname = a->hostname,
                       .rdzv_backend = c->rdzv_backend, .state = state,
                       .global_rank = w->global_rank, .group_rank = a->cur.group_rank,
                       .pid = w->pid, .agent_restarts = a->cur.restart_count,
                       .exit_code = w->term_signal ? -w->term_signal : w->exit_status,
                       .run_time_s = w->exit_time - a->group_started, .raw_error = raw_error};
-    event_worker_status(stderr, &e);
+    event_worker_status(a->events, &e);
+}
+
+static void note_exit(agent *a, const worker *w) {
+    if (!a->last_exit || w->local_rank >= a->cfg->nproc_per_node) return;
+    char *s = a->last_exit[w->local_rank];
+    if (w->term_signal)
+        snprintf(s, sizeof a->last_exit[0], "signal SIG%s (round %d)", sigabbrev_np(w->term_signal),
+                 a->cur.round);
+    else
+        snprintf(s, sizeof a->last_exit[0], "exit code %d (round %d)", (int)w->exit_status,
+                 a->cur.round);
 }
 
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
+    note_exit(a, w);
     if (!failed || a->state != ST_RUNNING) {
         record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
+        tell(a, a->told ? a->told : "running");
         return;
     }
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
@@ -527,6 +627,10 @@ static void on_worker_exit(worker_group *g, worker *w) {
               w->global_rank, w->pid, f->message);
     a->state = ST_STOPPING;
     stop_workers(a, SIGTERM);
+    record_event(a, "ddprun.agent.restart", "FAILED",
+                json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", w->global_rank,
+                          "failed_pid", w->pid));
+    tell(a, "stopping");
     char *json = failure_to_json(f);
     int rc = json ? rdzv_record_failure(a->rd, 0, json) : -ENOMEM;
     free(json);
@@ -544,6 +648,7 @@ static void on_group_idle(worker_group *g) {
         if (a->cur.group_world_size > 1)
             log_info("all %d local workers finished; waiting for the other nodes", g->n);
         a->state = ST_BARRIER;
+        tell(a, "finishing");
         pthread_mutex_lock(&a->mu);
         a->cmd_barrier = 1;
         pthread_mutex_unlock(&a->mu);
@@ -554,9 +659,11 @@ static void on_group_idle(worker_group *g) {
     worker_group_free(a->wg);
     a->wg = NULL;
     a->state = ST_RDZV;
+    joining(a);
     if (a->have_pending) {
         a->have_pending = 0;
         a->cur = a->pending;
+        round_formed(a);
         if (start_workers(a) != 0) finish(a, 1);
     }
 }
@@ -753,6 +860,18 @@ static int make_log_root(agent *a) {
     return rc;
 }
 
+static int open_event_log(agent *a) {
+    char path[2200], err[2400];
+    snprintf(path, sizeof path, "%s/events.jsonl", a->log_root);
+    a->events = event_log_open(path, a->cfg->event_log_console, err, sizeof err);
+    if (!a->events) {
+        log_error("%s", err);
+        return -EIO;
+    }
+    a->last_exit = calloc((size_t)a->cfg->nproc_per_node, sizeof *a->last_exit);
+    return a->last_exit ? 0 : -ENOMEM;
+}
+
 static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
@@ -872,12 +991,13 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
     int code = 1;
-    if (make_log_root(a) || plan_numa_binding(a) || start_watchdog(a) || setup_store(a) ||
+    if (make_log_root(a) || open_event_log(a) || plan_numa_binding(a) || start_watchdog(a) || setup_store(a) ||
         open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     a->state = ST_RDZV;
+    joining(a);
     pthread_create(&a->rthread, NULL, rdzv_thread, a);
     a->rthread_started = 1;
     uv_run(a->loop, UV_RUN_DEFAULT);
@@ -886,6 +1006,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
 out:
     fflush(stdout);
     remove_tmp_root(a);
+    event_log_close(a->events);
+    free(a->last_exit);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

@@ -1,6 +1,7 @@
 /* ddprun: torchrun's command line in front of ddprun's elastic agent.
  *
  *   ddprun [options] PROGRAM [ARGS...]      (see --help)
+ *   ddprun status [--json] [--watch [S]] RENDEZVOUS-FLAGS   (launcher/status_cli.h)
  *
  * Exit status: 0 when every worker succeeded, 1 when the job failed
  * (restarts spent, rendezvous error), 2 for a bad command line, 128+N when
@@ -15,12 +16,14 @@
 #include "agent/worker_group.h"
 #include "common/log.h"
 #include "launcher/config.h"
+#include "launcher/status_cli.h"
 
 extern char **environ;
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "__exec-worker") == 0) return worker_exec_helper(argv + 2);
     log_init("ddprun");
+    if (argc >= 2 && strcmp(argv[1], "status") == 0) return status_main(argc, argv, environ);
     agent_config cfg;
     char err[1024];
     int rc = config_parse(argc, argv, environ, &cfg, err, sizeof err);

@@ -79,12 +79,21 @@ static int get_int(rdzv_kv *c, const char *k, long dflt, long *out) {
     return 0;
 }
 
+/* Notes a renewal: when (for the agent's watch slices) and, for
+ * `ddprun status`, beat/<agent> the wall-clock time of it. */
+static int beat_time(rdzv *r) {
+    char k[KEY_MAX], v[32];
+    r->last_renew_ms = clock_now_ms();
+    snprintf(v, sizeof v, "%.3f", clock_wall_s());
+    return set_str(r->c, key(r, k, "beat/%s", r->agent_id), v);
+}
+
 /* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
     int rc = kv_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
     if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
-    if (rc == 0) r->last_renew_ms = clock_now_ms();
+    if (rc == 0) rc = beat_time(r);
     return rc;
 }
 
@@ -101,7 +110,7 @@ static int renew(rdzv *r) {
                  r->o.heartbeat);
         return beat_again(r);
     }
-    if (rc == 0) r->last_renew_ms = clock_now_ms();
+    if (rc == 0) rc = beat_time(r);
     return rc;
 }
 
@@ -209,7 +218,7 @@ static void describe_self(const rdzv *r, char *out, size_t n) {
              r->o.store_addr ? r->o.store_addr : "-");
 }
 
-static int parse_node(const char *s, rdzv_node *node) {
+int rdzv_parse_node(const char *s, rdzv_node *node) {
     memset(node, 0, sizeof *node);
     int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]", node->agent_id, node->host,
                    &node->nproc, &node->node_rank_hint, node->store);
@@ -227,7 +236,7 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
         size_t vn;
         rdzv_node node;
         if (kv_try_get(r->c, key(r, k, "r%d/node/%ld", round, i), &v, &vn) != 0) continue;
-        if (parse_node((char *)v, &node) == 0)
+        if (rdzv_parse_node((char *)v, &node) == 0)
             len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", node.host);
         free(v);
     }
@@ -329,7 +338,7 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         rc = kv_wait_any(r->c, 1, &cond, (const char *const *)&keys[i], 30000, &idx);
         if (rc == 0) rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
     }
-    for (long i = 0; rc == 0 && i < n; i++) rc = parse_node((char *)vals[i], &r->nodes[i]);
+    for (long i = 0; rc == 0 && i < n; i++) rc = rdzv_parse_node((char *)vals[i], &r->nodes[i]);
     for (long i = 0; i < n && keys; i++) {
         free(keys[i]);
         if (vals) free(vals[i]);
@@ -642,6 +651,11 @@ char *rdzv_failures(rdzv *r, int side) {
     size_t n;
     if (kv_try_get(client_for(r, side), key(r, k, "failures"), &v, &n) != 0) return NULL;
     return (char *)v;
+}
+
+int rdzv_publish_status(rdzv *r, int side, const char *json) {
+    char k[KEY_MAX];
+    return set_str(client_for(r, side), key(r, k, "status/%s", r->agent_id), json);
 }
 
 int rdzv_poke(rdzv *r, int side) {

@@ -17,10 +17,14 @@
  *   waiting/<i>    nodes that arrived after the round closed (a scale-up)
  *   poke/<agent>   wakes that agent's watch (used for the exit barrier)
  *   ndone, alldone exit barrier
- * plus, for the whole job, "round" (the current round) and for each agent
- * "alive/<agent>" (owned by its watch connection: gone the moment the
- * agent dies) and "hb/<agent>" (owned by a lease the agent renews: gone
- * within one heartbeat interval if the agent hangs or is cut off). */
+ * plus, for the whole job, "round" (the current round), "closed" (the job
+ * finished), "failures" (one JSON line per worker failure) and for each
+ * agent "alive/<agent>" (owned by its watch connection: gone the moment the
+ * agent dies), "hb/<agent>" (owned by a lease the agent renews: gone
+ * within one heartbeat interval if the agent hangs or is cut off),
+ * "beat/<agent>" (the wall-clock time of its last renewal) and
+ * "status/<agent>" (what the agent says it does, JSON, for
+ * `ddprun status`; both stay after the agent is gone). */
 #ifndef DDPRUN_RENDEZVOUS_RDZV_H
 #define DDPRUN_RENDEZVOUS_RDZV_H
 
@@ -110,6 +114,9 @@ int rdzv_record_failure(rdzv *r, int side, const char *json_line);
 /* All failure lines recorded so far (malloc'd, NUL-terminated) or NULL. */
 char *rdzv_failures(rdzv *r, int side);
 
+/* Publishes this agent's status (a JSON object) under status/<agent>. */
+int rdzv_publish_status(rdzv *r, int side, const char *json);
+
 /* Wakes this agent's rdzv_watch (RDZV_EV_POKED). */
 int rdzv_poke(rdzv *r, int side);
 
@@ -122,6 +129,9 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s);
 int rdzv_store_broken(const rdzv *r);
 /* "the store at h:p" or "etcd at h1:2379,...", for messages. */
 const char *rdzv_where(const rdzv *r);
+
+/* A node's description as joiners write it under r<r>/node/<i>. */
+int rdzv_parse_node(const char *s, rdzv_node *node);
 
 /* Deletes what torch's workers of attempt `restarts` left in a store
  * (keys holding "worker/attempt_<restarts>/"). */

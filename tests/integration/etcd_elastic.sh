@@ -8,7 +8,8 @@
 #  - last call: two agents of --nnodes=2:3 start their group once the last
 #    call (1 s) is over;
 #  - a spare: the third agent of --nnodes=1:2 stands by, and leaves with
-#    exit 0 when the job it was not needed for has finished.
+#    exit 0 when the job it was not needed for has finished; `ddprun status`
+#    shows it standing by, and then the job finished (etcd keeps the keys).
 # timeout: 150
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -91,6 +92,11 @@ two() { [ "$(of_job spare | grep -c ' WORLD_SIZE=2 ')" -ge 2 ]; }
 wait_for 20 "a group of 2 to run" two
 spare s3
 wait_line 20 "$TMP/s3.err" "standing by as a spare"
+js() { python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+st() { ddprun status --rdzv-backend=etcd-v3 --rdzv-endpoint="$EP" --rdzv-id=spare --json; }
+assert_eq "$(st | js 'sorted((n["member"], n["status"]["state"]) for n in j["nodes"])')" \
+    "[(False, 'rendezvous'), (True, 'running'), (True, 'running')]" \
+    "ddprun status on etcd: two members running, the spare standing by"
 touch "$TMP/spare-go"
 for n in s1 s2 s3; do
     pid=PID_$n
@@ -99,5 +105,7 @@ for n in s1 s2 s3; do
 done
 assert_eq "$(of_job spare | wc -l)" 2 "workers of the spare's job (none of them the spare's)"
 assert_grep "$TMP/s3.err" "finished without this node" "the spare's goodbye"
+assert_eq "$(st | js 'j["phase"], sorted(n["status"]["state"] for n in j["nodes"])')" \
+    "('finished', ['succeeded', 'succeeded', 'succeeded'])" "ddprun status of the finished job, on etcd"
 echo "spare: stood by, and left with the job"
 assert_no_leftovers

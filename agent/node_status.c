@@ -1,0 +1,38 @@
+/* See node_status.h. */
+#include "agent/node_status.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "common/clock.h"
+
+static const char *worker_state(const worker *w, const worker_group *g) {
+    if (w->running) return g->stopping ? "stopping" : "running";
+    if (w->term_signal == 0 && w->exit_status == 0) return "succeeded";
+    return g->stopping ? "stopped" : "failed";
+}
+
+char *node_status_json(const node_status *s) {
+    json_t *workers = json_array();
+    for (int i = 0; s->wg && workers && i < s->wg->n; i++) {
+        const worker *w = &s->wg->w[i];
+        json_t *o = json_pack("{s:i, s:i, s:i, s:s, s:s}", "local_rank", w->local_rank, "rank",
+                              w->global_rank, "pid", w->pid, "state", worker_state(w, s->wg),
+                              "last_exit", s->last_exit ? s->last_exit[i] : "");
+        if (o && !w->running)
+            json_object_set_new(o, w->term_signal ? "signal" : "exit_code",
+                                json_integer(w->term_signal ? w->term_signal : w->exit_status));
+        json_array_append_new(workers, o);
+    }
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o}",
+        "agent_id", s->agent_id, "host", s->host, "role", s->role, "state", s->state, "pid",
+        s->pid, "node_rank", s->node_rank, "round", s->round, "group_world_size",
+        s->group_world_size, "world_size", s->world_size, "restart_count", s->restart_count,
+        "max_restarts", s->max_restarts, "nproc", s->nproc, "min_nodes", s->min_nodes,
+        "max_nodes", s->max_nodes, "since", s->since, "updated", clock_wall_s(), "workers",
+        workers ? workers : json_array());
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}

@@ -1,0 +1,240 @@
+/* See status_cli.h. The rendezvous flags are torchrun's and mean what they
+ * mean to `ddprun` itself (launcher/config.c reads them, PET_* variables
+ * included), so the line that started a job, with `status` in front,
+ * shows it. */
+#include "launcher/status_cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/opts.h"
+#include "launcher/config.h"
+#include "rendezvous/rdzv_inspect.h"
+
+static const char USAGE[] =
+    "usage: ddprun status [--json] [--watch [SECONDS]] --rdzv-endpoint HOST:PORT --rdzv-id ID\n"
+    "                     [--rdzv-backend c10d|etcd-v3|static] [--rdzv-conf K=V,...]\n"
+    "\n"
+    "Shows a running (or stuck, or finished) job from its rendezvous: the round, every node\n"
+    "(node rank, host, state, heartbeat age), every worker (rank, pid, state, restarts, last\n"
+    "exit), the failures with their root cause, and what the job waits for. Any machine that\n"
+    "reaches the store (or etcd) can ask; the rendezvous flags are ddprun's own (PET_*\n"
+    "variables too), so the command line that started the job, with `status` after ddprun,\n"
+    "works.\n"
+    "\n"
+    "  --json             one JSON object (with --watch: one a line, each refresh)\n"
+    "  --watch [SECONDS]  refresh every SECONDS (default 2) until interrupted\n"
+    "\n"
+    "Exit status: 0 shown, 1 the store cannot be reached or holds no such job, 2 a bad\n"
+    "command line.\n";
+
+static volatile sig_atomic_t stop;
+static void on_stop(int sig) {
+    (void)sig;
+    stop = 1;
+}
+
+static const char *str(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+static long num(json_t *o, const char *k) { return (long)json_integer_value(json_object_get(o, k)); }
+
+static void print_nodes(FILE *out, json_t *nodes) {
+    fprintf(out, "\n%-5s %-20s %-11s %-12s %-22s %s\n", "NODE", "HOST", "STATE", "HEARTBEAT",
+            "WORKERS", "AGENT");
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        json_t *st = json_object_get(n, "status");
+        char rank[16] = "-", beat[32] = "never", workers[64] = "-";
+        if (json_is_true(json_object_get(n, "member")) && num(n, "node_rank") >= 0)
+            snprintf(rank, sizeof rank, "%ld", num(n, "node_rank"));
+        json_t *age = json_object_get(n, "heartbeat_age_s");
+        if (json_is_number(age))
+            snprintf(beat, sizeof beat, "%.1f s ago%s", json_number_value(age),
+                     json_is_true(json_object_get(n, "alive")) ? "" : "!");
+        const char *state = st ? str(st, "state") : "?";
+        if (!json_is_true(json_object_get(n, "alive")) && st &&
+            (strcmp(state, "running") == 0 || strcmp(state, "rendezvous") == 0 ||
+             strcmp(state, "stopping") == 0 || strcmp(state, "finishing") == 0))
+            state = "lost"; /* it said it ran, and its heartbeat is gone */
+        json_t *ws = json_object_get(st, "workers");
+        if (json_array_size(ws)) {
+            int run = 0, ok = 0, bad = 0;
+            size_t k;
+            json_t *w;
+            json_array_foreach(ws, k, w) {
+                const char *s = str(w, "state");
+                run += strcmp(s, "running") == 0, ok += strcmp(s, "succeeded") == 0;
+                bad += strcmp(s, "failed") == 0;
+            }
+            snprintf(workers, sizeof workers, "%d running", run);
+            if (ok) snprintf(workers + strlen(workers), sizeof workers - strlen(workers), ", %d done", ok);
+            if (bad) snprintf(workers + strlen(workers), sizeof workers - strlen(workers), ", %d failed", bad);
+        }
+        fprintf(out, "%-5s %-20s %-11s %-12s %-22s %s\n", rank, str(n, "host"), state, beat,
+                workers, str(n, "agent_id"));
+    }
+}
+
+static void print_workers(FILE *out, json_t *nodes) {
+    int header = 0;
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        json_t *st = json_object_get(n, "status");
+        size_t k;
+        json_t *w;
+        json_array_foreach(json_object_get(st, "workers"), k, w) {
+            if (!header++)
+                fprintf(out, "\n%-6s %-6s %-20s %-8s %-10s %-9s %s\n", "RANK", "LOCAL", "HOST",
+                        "PID", "STATE", "RESTARTS", "LAST EXIT");
+            const char *last = str(w, "last_exit");
+            /* the group restarts as one: a worker's restarts are its group's */
+            fprintf(out, "%-6ld %-6ld %-20s %-8ld %-10s %-9ld %s\n", num(w, "rank"),
+                    num(w, "local_rank"), str(n, "host"), num(w, "pid"), str(w, "state"),
+                    num(st, "restart_count"), last[0] ? last : "-");
+        }
+    }
+}
+
+static void print_failures(FILE *out, json_t *fails) {
+    size_t n = json_array_size(fails), from = n > 8 ? n - 8 : 0;
+    if (!n) return;
+    fprintf(out, "\nfailures (%zu%s, oldest first):\n", n, from ? ", the last 8" : "");
+    for (size_t i = from; i < n; i++) {
+        json_t *f = json_array_get(fails, i);
+        const char *msg = str(f, "message");
+        fprintf(out, "  round %ld: rank %ld (local rank %ld) on %s, pid %ld: %s%s\n",
+                num(f, "round"), num(f, "rank"), num(f, "local_rank"), str(f, "host"),
+                num(f, "pid"), msg[0] ? msg : "failed",
+                json_is_true(json_object_get(f, "root_cause")) ? "  <- root cause" : "");
+    }
+}
+
+static void print_text(FILE *out, json_t *j) {
+    long min = num(j, "min_nodes"), max = num(j, "max_nodes");
+    fprintf(out, "job '%s' (%s): round %ld, %s", str(j, "run_id"), str(j, "where"),
+            num(j, "round"), str(j, "phase"));
+    json_t *any = json_array_get(json_object_get(j, "nodes"), 0);
+    json_t *st = json_object_get(any, "status");
+    fprintf(out, "; restarts %ld", num(j, "restart_count"));
+    if (st) fprintf(out, " of %ld", num(st, "max_restarts"));
+    if (min > 0) fprintf(out, "; nodes %ld:%ld", min, max);
+    fprintf(out, "\n");
+    const char *why = str(j, "waiting_for");
+    fprintf(out, "waiting for: %s\n", why[0] ? why : "nothing");
+    print_nodes(out, json_object_get(j, "nodes"));
+    print_workers(out, json_object_get(j, "nodes"));
+    print_failures(out, json_object_get(j, "failures"));
+}
+
+/* Splits status' own flags from the rendezvous flags. */
+static int own_flags(int argc, char **argv, int *json, double *watch, char **rest, int *nrest) {
+    *nrest = 0;
+    rest[(*nrest)++] = "ddprun";
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            *json = 1;
+        } else if (strcmp(a, "--watch") == 0 || strncmp(a, "--watch=", 8) == 0) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc && argv[i + 1][0] != '-') ? argv[++i] : "2";
+            char *end;
+            *watch = strtod(v, &end);
+            if (*end || !(*watch > 0) || *watch > 86400) {
+                fprintf(stderr, "ddprun status: --watch takes a number of seconds (> 0), not '%s'\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, stdout);
+            return 1;
+        } else {
+            rest[(*nrest)++] = argv[i];
+        }
+    }
+    rest[(*nrest)++] = "--no-python";
+    rest[(*nrest)++] = "true"; /* the program config_parse wants; nothing runs */
+    rest[*nrest] = NULL;
+    return 0;
+}
+
+int status_main(int argc, char **argv, char **environ_) {
+    int json = 0;
+    double watch = 0;
+    char **rest = calloc((size_t)argc + 4, sizeof *rest);
+    int nrest = 0;
+    if (!rest) return 1;
+    int rc = own_flags(argc, argv, &json, &watch, rest, &nrest);
+    if (rc) {
+        free(rest);
+        return rc == 1 ? 0 : 2;
+    }
+    agent_config cfg;
+    char err[1024];
+    rc = config_parse(nrest, rest, environ_, &cfg, err, sizeof err);
+    free(rest);
+    if (rc) {
+        if (rc != 1) fprintf(stderr, "ddprun status: %s\n", err);
+        return rc == 1 ? 0 : 2;
+    }
+    int etcd = strcmp(cfg.rdzv_backend, "etcd-v3") == 0;
+    const char *host = cfg.rdzv_host;
+    int port = cfg.rdzv_port;
+    if (strcmp(cfg.rdzv_backend, "static") == 0 && cfg.master_addr) {
+        host = cfg.master_addr;
+        port = cfg.master_port > 0 ? cfg.master_port : 29500;
+    }
+    if (!host || (!etcd && port <= 0)) {
+        fprintf(stderr, "ddprun status: which job? give --rdzv-endpoint HOST:PORT (the store, "
+                        "or etcd's members) and --rdzv-id\n");
+        config_free(&cfg);
+        return 2;
+    }
+    rdzv_etcd_opts eo = {.endpoints = cfg.rdzv_endpoints, .cacert = cfg.rdzv.cacert,
+                         .cert = cfg.rdzv.cert, .key = cfg.rdzv.key, .user = cfg.rdzv.user,
+                         .password = cfg.rdzv.password, .timeout_ms = 3000};
+    rdzv_inspect_opts io = {.host = host, .port = port, .etcd = etcd ? &eo : NULL,
+                            .key_prefix = cfg.rdzv.key_prefix, .run_id = cfg.rdzv_id,
+                            .timeout_ms = 3000};
+    signal(SIGINT, on_stop);
+    signal(SIGTERM, on_stop);
+    int tty = isatty(STDOUT_FILENO), code = 0;
+    do {
+        json_t *j = NULL;
+        rc = rdzv_inspect(&io, &j, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "ddprun status: %s\n", err);
+            code = 1;
+        } else if (!json_is_true(json_object_get(j, "found"))) {
+            fprintf(stderr, "ddprun status: no job '%s' at %s (is --rdzv-id right?)\n",
+                    cfg.rdzv_id, str(j, "where"));
+            code = 1;
+        } else {
+            code = 0;
+            if (json) {
+                json_dumpf(j, stdout, JSON_COMPACT);
+                fputc('\n', stdout);
+            } else {
+                if (watch > 0 && tty) fputs("\033[H\033[2J", stdout);
+                else if (watch > 0) fputs("----\n", stdout);
+                print_text(stdout, j);
+            }
+            fflush(stdout);
+        }
+        json_decref(j);
+        for (double t = 0; watch > 0 && !stop && t < watch; t += 0.1) {
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    } while (watch > 0 && !stop);
+    config_free(&cfg);
+    return code;
+}
