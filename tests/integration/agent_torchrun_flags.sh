@@ -52,7 +52,8 @@ assert_grep "$TMP/s.out" "^rank 0 got SIGUSR1" "rank 0 got SIGUSR1"
 assert_grep "$TMP/s.out" "^rank 1 got SIGUSR1" "rank 1 got SIGUSR1"
 assert_grep "$TMP/s.err" "SIGUSR1 received: forwarding it to the workers" "the agent's line"
 
-# --event-log-handler console: one event per worker's end, as torchrun's.
+# --event-log-handler console: one event per worker's end, as torchrun's
+# (and the agent's own events, source AGENT, as in the event log file).
 W_FAIL_RANK=1 W_FAIL_CODE=3 W_HOLD=true start_ddprun ev --standalone --nproc-per-node=2 \
     --event-log-handler console --no-python "$WORKERS/worker.sh"
 wait_exit 15 "$PID_ev"
@@ -61,10 +62,12 @@ got=$(grep '^{' "$TMP/ev.err" | python3 -c '
 import json, sys
 for line in sys.stdin:
     e = json.loads(line); m = e["metadata"]
+    if e["source"] != "WORKER": continue
     print(e["name"], e["source"], m["global_rank"], m["state"], m["raw_error"],
           json.loads(m["metadata"])["exit_code"], m["role"])' | sort)
 assert_eq "$got" "torchelastic.worker.status.FAILED WORKER 1 FAILED exited with code 3 3 default
 torchelastic.worker.status.TERMINATED WORKER 0 TERMINATED None -15 default" "the events"
+assert_grep "$TMP/ev.err" '^\{"name":"ddprun.agent.shutdown","source":"AGENT"' "the agent's last event on the console"
 
 # --print-completion bash: options and the choices of --numa-binding.
 ddprun --print-completion bash > "$TMP/complete.bash" || die "--print-completion bash failed"
