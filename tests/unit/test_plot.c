@@ -61,6 +61,10 @@ TEST(plot_parse_test_points_carry_their_step) {
     CHECK(s.test[0].loss == 2.0 && s.test[0].acc == 0.25);
     CHECK_EQ(s.test[1].step, 4);
     CHECK(s.test[1].loss == 1.25 && s.test[1].acc == 0.75);
+    /* Its own step, not the last training line's (a file that lost lines). */
+    CHECK_EQ(parse(TRAIN(1, 3, 2.0) "{\"epoch\":1,\"global_step\":5,\"test_loss\":1.0,"
+                   "\"test_acc\":0.5}\n", &s, err), 0);
+    CHECK_EQ(s.test[0].step, 5);
     /* A file from before test lines had their step: the last step's. */
     const char *old = TRAIN(1, 7, 2.0) "{\"epoch\":1,\"test_loss\":2.0,\"test_acc\":0.25}\n";
     CHECK_EQ(parse(old, &s, err), 0);
