@@ -76,13 +76,15 @@ TEST(plot_parse_test_points_carry_their_step) {
 TEST(plot_parse_restart_inferred_without_start_lines) {
     metrics_series s = {0};
     char err[512] = "";
-    const char *old = TRAIN(1, 1, 2.5) TRAIN(1, 2, 2.4) TRAIN(1, 3, 2.3) TRAIN(1, 2, 2.4)
-        TRAIN(1, 3, 2.2);
+    const char *old = TRAIN(1, 1, 2.5) TRAIN(1, 2, 2.4) TRAIN(1, 3, 2.3) TRAIN(1, 3, 2.4)
+        TRAIN(1, 4, 2.2) TRAIN(1, 2, 2.4);
     CHECK_EQ(parse(old, &s, err), 0);
-    CHECK_EQ(s.nrestarts, 1);
-    CHECK_EQ(s.restarts[0].step, 1); /* it trained step 2 again: resumed from 1 */
+    CHECK_EQ(s.nrestarts, 2);
+    CHECK_EQ(s.restarts[0].step, 2); /* it trained step 3 again: resumed from 2 */
     CHECK_EQ(s.restarts[0].inferred, 1);
     CHECK_EQ(s.restarts[0].line, 4);
+    CHECK_EQ(s.restarts[1].step, 1);
+    CHECK_EQ(s.train[5].segment, 2);
     CHECK_EQ(s.done, 0);
     metrics_series_free(&s);
 }
