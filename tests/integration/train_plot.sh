@@ -104,6 +104,7 @@ sleep 0.5
 kill -0 "$term" || { echo "the watcher of an unfinished job stopped"; cat "$SCRATCH/term.err"; exit 1; }
 kill -TERM "$term"
 for _ in $(seq 50); do kill -0 "$term" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$term" 2>/dev/null; then echo "--refresh still running 5 s after SIGTERM"; exit 1; fi
 wait "$term" || { echo "the watcher exited $? on SIGTERM"; cat "$SCRATCH/term.err"; exit 1; }
 grep -q 'stopping on SIGTERM' "$SCRATCH/term.err" || { cat "$SCRATCH/term.err"; exit 1; }
 check_png "$SCRATCH/term.png" 1200 800
