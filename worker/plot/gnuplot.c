@@ -140,28 +140,27 @@ static void restart_marks(const metrics_series *s, FILE *out, int labels) {
 
 /* One panel's plot command: column is 2 (loss) or 3 (accuracy, in %). */
 static void panel_plot(const metrics_series *s, size_t window, int column, FILE *out) {
-    const char *what = column == 2 ? "loss" : "accuracy";
     fputs("plot ", out);
     if (window > 1)
         fprintf(out,
                 "$TRAIN using 1:%d with points pt 7 ps 0.45 lc rgb '" C_TRAIN_DOT
-                "' title 'train %s, each step', \\\n"
+                "' title 'train, each step', \\\n"
                 "     $SMOOTH using 1:%d with lines lw 2 lc rgb '" C_TRAIN
-                "' title 'train %s, mean of %zu steps'",
-                column, what, column, what, window);
+                "' title 'train, mean of %zu steps'",
+                column, column, window);
     else
         fprintf(out,
                 "$TRAIN using 1:%d with linespoints pt 7 ps 0.5 lw 1.5 lc rgb '" C_TRAIN
-                "' title 'train %s'",
-                column, what);
+                "' title 'train'",
+                column);
     if (s->ntest > 0)
         fprintf(out,
                 ", \\\n     $TEST using 1:%d with linespoints pt 7 ps 1.2 lw 2 lc rgb '" C_TEST
-                "' title 'test %s'",
-                column, what);
+                "' title 'test'",
+                column);
     if (s->nrestarts > 0)
         fputs(", \\\n     keyentry with lines dt 2 lw 1.5 lc rgb '" C_RESTART
-              "' title 'restart (resumed from a checkpoint)'",
+              "' title 'restart (from a checkpoint)'",
               out);
     fputc('\n', out);
 }
@@ -176,17 +175,18 @@ static void subtitle(const metrics_series *s, FILE *out) {
         if (s->train[i].step > top) top = s->train[i].step;
         last = s->train[i].step;
     }
-    fprintf(out, "%zu steps logged, to global step %lld", s->ntrain, last);
-    if (redone) fprintf(out, " (%zu trained again after restarts)", redone);
+    fprintf(out, "%zu steps to step %lld", s->ntrain, last);
+    if (redone) fprintf(out, " (%zu trained again)", redone);
     fprintf(out, ", %zu evaluation%s, %zu restart%s", s->ntest, s->ntest == 1 ? "" : "s",
             s->nrestarts, s->nrestarts == 1 ? "" : "s");
-    if (s->world > 0) fprintf(out, ", world size %d", s->world);
+    if (s->world > 0) fprintf(out, ", %d rank%s", s->world, s->world == 1 ? "" : "s");
     fputs(s->done ? ", done" : s->stopped ? ", stopped on a signal" : "", out);
 }
 
 int plot_write_script(const metrics_series *s, const plot_opts *o, FILE *out) {
     size_t window = metrics_series_window(s->ntrain);
-    int font = o->height / 70 > 8 ? o->height / 70 : 8;
+    int scale = o->height / 70 < o->width / 100 ? o->height / 70 : o->width / 100;
+    int font = scale > 8 ? scale : 8;
     fprintf(out, "set terminal pngcairo size %d,%d noenhanced font 'sans,%d'\n", o->width,
             o->height, font);
     fputs("set output\nset datafile missing '?'\n", out);
@@ -366,7 +366,7 @@ static int run_gnuplot(const plot_opts *o, const char *script, size_t len, int o
     if (rc) return rc;
     rc = talk(&c, script, len);
     if (rc) { /* stop it: it is ours, and its picture is not wanted now */
-        kill(c.pid, SIGKILL);
+        kill(-c.pid, SIGKILL); /* its process group (spawn made one): all of it */
         snprintf(err, errlen, "interrupted: nothing written");
     }
     if (c.in >= 0) close(c.in);
