@@ -139,6 +139,10 @@ bad 2 "--refresh: '0' is not a number of seconds from 0.1 to 86400" "$SCRATCH/b4
 bad 2 "which metrics file\\?" "$SCRATCH/b4.png" -o "$SCRATCH/b4.png"
 bad 1 "cannot write $SCRATCH/nodir/b5.png: cannot create a file in $SCRATCH/nodir: No such file" \
     "$SCRATCH/nodir/b5.png" "$M" -o "$SCRATCH/nodir/b5.png"
+cp "$M" "$SCRATCH/same.jsonl"
+bad 2 "-o $SCRATCH/./same.jsonl is the metrics file itself" "$SCRATCH/b4.png" "$SCRATCH/same.jsonl" \
+    -o "$SCRATCH/./same.jsonl"
+cmp -s "$M" "$SCRATCH/same.jsonl" || { echo "the metrics file was overwritten"; exit 1; }
 bad 1 "cannot write $SCRATCH/ckpt: it is a directory" "$SCRATCH/ckpt/.none" "$M" -o "$SCRATCH/ckpt"
 PLOT_PATH=/nonexistent bad 1 "gnuplot is not installed \\(not found on PATH\\): install gnuplot" \
     "$SCRATCH/b6.png" "$M" -o "$SCRATCH/b6.png"

@@ -131,6 +131,14 @@ static int parse(int argc, char **argv, plot_args *p) {
         fprintf(stderr, "ddp-train plot: %s\n", err);
         return 2;
     }
+    struct stat a, b;
+    if (strcmp(p->output, p->metrics) == 0 ||
+        (stat(p->output, &a) == 0 && stat(p->metrics, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino)) {
+        fprintf(stderr, "ddp-train plot: -o %s is the metrics file itself; name the PNG\n",
+                p->output);
+        return 2;
+    }
     if (!p->title) p->title = p->metrics;
     return 0;
 }
