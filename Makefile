@@ -39,7 +39,7 @@ NOCUDA_SRC := $(wildcard worker/backend/nocuda/*.c worker/comm/nonccl/*.c)
 # ddp-train's runtime (everything but its main) is a second library, one
 # folder a layer (see docs/architecture.md).
 WORKER_BASE := $(wildcard $(addsuffix /*.c,worker/backend worker/backend/cpu worker/data \
-	worker/comm worker/model worker/train))
+	worker/comm worker/model worker/train worker/plot))
 WORKER_CPU_LIBS := -ldnnl -fopenmp
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)

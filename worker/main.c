@@ -3,6 +3,7 @@
  *
  *   ddp-train [options]            train (see --help)
  *   ddp-train inspect PATH         print a checkpoint's header as JSON
+ *   ddp-train plot METRICS         draw a --metrics file's training curve
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/opts.h"
+#include "worker/plot/plot.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/train.h"
 
@@ -22,6 +24,7 @@ _Static_assert(sizeof(lr_schedule) == sizeof(int), "lr_schedule is not an int");
 static const char usage_head[] =
     "usage: ddp-train [options]\n"
     "       ddp-train inspect CHECKPOINT|DIRECTORY\n"
+    "       ddp-train plot METRICS [-o FILE] [--size WxH] [--title TEXT] [--refresh S]\n"
     "\n"
     "Data-parallel ResNet training. Run one process per rank under ddprun, torchrun,\n"
     "mpirun or srun (ranks come from their environment), or alone. Options are\n"
@@ -220,6 +223,7 @@ static int inspect(int argc, char **argv) {
 int main(int argc, char **argv) {
     log_init("ddp-train");
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0) return inspect(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "plot") == 0) return plot_main(argc - 1, argv + 1);
     train_config c;
     int rc = parse(argc, argv, &c);
     if (rc == 1) return 0;

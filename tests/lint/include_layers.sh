@@ -16,7 +16,7 @@ import glob, re, sys
 FOLDERS = {"common": 0, "proto": 1, "rendezvous": 2, "agent": 3, "launcher": 4}
 WORKER_MAY_USE = {"common/", "rendezvous/store_client.h", "rendezvous/store_thread.h",
                   "rendezvous/store_server.h"}
-WORKER_LAYERS = {"backend": 0, "data": 0, "comm": 1, "model": 2, "train": 3, "": 4}
+WORKER_LAYERS = {"backend": 0, "data": 0, "comm": 1, "model": 2, "train": 3, "plot": 3, "": 4}
 TRANSPORTS = re.compile(r"worker/comm/comm_(shm|ring|bootstrap|call)\.[ch]$")
 FRONTS = {"worker/comm/comm.h", "worker/comm/comm_internal.h", "worker/comm/devcomm.h"}
 

@@ -2,6 +2,7 @@
 #include "worker/train/progress.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,20 @@ int progress_start(trainer *t) {
     const char *path = t->cfg->metrics;
     if (path[0] && t->env.rank == 0 && !(p->metrics = fopen(path, "a")))
         return trainer_fail(t, -errno, "cannot open --metrics %s: %s", path, strerror(errno));
+    if (p->metrics) {
+        /* Whole lines only, each as soon as it is complete: `ddp-train plot
+         * --refresh` reads the file while it grows, and a rank killed with
+         * SIGKILL must not leave half a line for its restarted group to
+         * append to. */
+        setvbuf(p->metrics, NULL, _IOLBF, 0);
+        /* Where this (re)start of training begins: the plot marks restarts
+         * with it, at the step the group resumed from. */
+        fprintf(p->metrics,
+                "{\"event\":\"start\",\"global_step\":%lld,\"epoch\":%d,\"restart\":%d,"
+                "\"world_size\":%d,\"global_batch\":%d,\"unix_time\":%.3f}\n",
+                (long long)t->at.global_step, t->at.epoch + 1, t->env.restart_count,
+                t->env.world, t->at.global_batch, clock_wall_s());
+    }
     p->tty = isatty(STDOUT_FILENO);
     p->t_start = p->t_measure = clock_now_s();
     p->measure_from_step = t->at.global_step + t->cfg->warmup_steps;
@@ -58,16 +73,25 @@ static double eta_s(const trainer *t, int64_t step_in_epoch, double ips) {
     return ips > 0 ? left_steps * t->at.global_batch / ips : 0;
 }
 
+/* A number for a metrics line: printf's "nan" or "inf" is not JSON (a
+ * diverged run would make its file unreadable), so those are null. */
+static const char *json_num(char buf[32], double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 32, "%.6f", v);
+    return buf;
+}
+
 void progress_step(trainer *t, double loss, double acc, double lr, int64_t step_in_epoch) {
     train_progress *p = &t->progress;
     double now = clock_now_s(), elapsed = now - p->t_measure;
     double ips = elapsed > 0 && p->measured_images > 0 ? p->measured_images / elapsed : 0;
+    char lb[32], ab[32];
     if (p->metrics)
         fprintf(p->metrics,
-                "{\"epoch\":%d,\"step\":%lld,\"global_step\":%lld,\"loss\":%.6f,\"acc\":%.6f,"
+                "{\"epoch\":%d,\"step\":%lld,\"global_step\":%lld,\"loss\":%s,\"acc\":%s,"
                 "\"lr\":%.6g,\"img_per_s\":%.1f,\"time\":%.3f}\n",
-                t->at.epoch + 1, (long long)step_in_epoch, (long long)t->at.global_step, loss,
-                acc, lr, ips, now - p->t_start);
+                t->at.epoch + 1, (long long)step_in_epoch, (long long)t->at.global_step,
+                json_num(lb, loss), json_num(ab, acc), lr, ips, now - p->t_start);
     double eta = eta_s(t, step_in_epoch, ips);
     int every = t->cfg->log_every > 0 ? t->cfg->log_every : 50;
     if (t->at.global_step % every != 0 && step_in_epoch != t->steps_per_epoch) {
@@ -82,13 +106,16 @@ void progress_step(trainer *t, double loss, double acc, double lr, int64_t step_
 }
 
 void progress_test(trainer *t, double loss, double acc, int64_t images) {
+    char lb[32], ab[32];
     progress_bar_clear(&t->progress);
     printf("epoch %d test: loss %.4f accuracy %.2f%% (%lld images)\n", t->at.epoch + 1, loss,
            100.0 * acc, (long long)images);
     fflush(stdout);
     if (t->progress.metrics)
-        fprintf(t->progress.metrics, "{\"epoch\":%d,\"test_loss\":%.6f,\"test_acc\":%.6f}\n",
-                t->at.epoch + 1, loss, acc);
+        fprintf(t->progress.metrics,
+                "{\"epoch\":%d,\"global_step\":%lld,\"test_loss\":%s,\"test_acc\":%s}\n",
+                t->at.epoch + 1, (long long)t->at.global_step, json_num(lb, loss),
+                json_num(ab, acc));
 }
 
 void progress_done(trainer *t) {
@@ -101,4 +128,15 @@ void progress_done(trainer *t) {
         ips = p->images / (now - p->t_start);
     printf("done: %lld steps, img/s=%.1f\n", (long long)t->at.global_step, ips);
     fflush(stdout);
+    if (p->metrics) {
+        /* "done" only when the job's training is over (its epochs, or
+         * --max-steps); a stop on a signal is "stop", since a preempted job
+         * is usually resumed and appends to the same file. */
+        const train_config *c = t->cfg;
+        int over = t->at.epoch >= c->epochs ||
+                   (c->max_steps > 0 && t->at.global_step >= c->max_steps);
+        fprintf(p->metrics, "{\"event\":\"%s\",\"global_step\":%lld,\"img_per_s\":%.1f,"
+                "\"unix_time\":%.3f}\n",
+                over ? "done" : "stop", (long long)t->at.global_step, ips, clock_wall_s());
+    }
 }
