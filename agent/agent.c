@@ -13,6 +13,7 @@
  * starts the next round while the main thread is still stopping workers. */
 #include "agent/agent.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <ifaddrs.h>
@@ -31,6 +32,8 @@
 #include "agent/failure.h"
 #include "agent/file_timer.h"
 #include "agent/node_status.h"
+#include "agent/metrics.h"
+#include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
@@ -96,6 +99,10 @@ typedef struct {
     char (*last_exit)[128]; /* per local rank: how its last worker ended */
     int store_lost;        /* the rendezvous is gone: publish nothing more */
     int prev_group_size;   /* the last round's node count (0: none yet) */
+    agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
+    metrics_http *http[2];   /* /metrics; /health on a port of its own */
+    uv_check_t publish;      /* after every event: the state into metrics */
+    char metrics_dir[480];   /* DDPRUN_METRICS_DIR: where the ranks write theirs ("": none) */
 } agent;
 
 
@@ -133,7 +140,10 @@ static void *rdzv_thread(void *arg) {
         rdzv_result res;
         char err[512] = "";
         memset(&res, 0, sizeof res);
+        double t0 = clock_now_s();
         int rc = rdzv_next(a->rd, &res, err, sizeof err);
+        if (rc == 0) metrics_round(a->metrics, clock_now_s() - t0);
+        if (rc == 0) metrics_heartbeat(a->metrics, clock_now_s());
         post(a, EV_ROUND, rc, RDZV_EV_NONE, &res, err);
         if (rc) return NULL;
         for (;;) {
@@ -147,6 +157,7 @@ static void *rdzv_thread(void *arg) {
             }
             rdzv_event ev;
             rc = rdzv_watch(a->rd, 1000, &ev);
+            if (rc == 0) metrics_heartbeat(a->metrics, clock_now_s()); /* renewed if due */
             if (rc) {
                 if (is_etcd(a->cfg))
                     snprintf(err, sizeof err,
@@ -247,6 +258,7 @@ static int worker_vars(agent *a, int local_rank, const char *error_file, char va
     if (!getenv("NCCL_ASYNC_ERROR_HANDLING")) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
     VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
     if (a->watchdog) VAR("TORCHELASTIC_TIMER_FILE=%s", a->watchdog_path);
+    if (a->metrics_dir[0]) VAR("DDPRUN_METRICS_DIR=%s", a->metrics_dir);
     if (a->numa.n > local_rank && a->numa.this_system)
         VAR(NUMA_CPUS_VAR "=%s", a->numa.cpus[local_rank]);
     if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
@@ -307,10 +319,26 @@ static void clear_own_store(agent *a) {
     kv_close(kv);
 }
 
+/* The ranks of an earlier group wrote their metrics under their old
+ * ranks: gone before the new group writes its own. */
+static void clear_rank_metrics(agent *a) {
+    if (!a->metrics_dir[0]) return;
+    DIR *d = opendir(a->metrics_dir);
+    struct dirent *e;
+    char path[2600];
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, "rank_", 5) == 0) {
+            snprintf(path, sizeof path, "%s/%s", a->metrics_dir, e->d_name);
+            unlink(path);
+        }
+    if (d) closedir(d);
+}
+
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
     clear_own_store(a);
+    clear_rank_metrics(a);
     char dir[3072];
     /* Per rank: the worker group opens these files when it spawns. */
     char(*out_file)[3200] = calloc((size_t)n, sizeof *out_file);
@@ -365,6 +393,8 @@ static int start_workers(agent *a) {
     if (rc == 0) {
         a->state = ST_RUNNING;
         a->nfails = 0;
+        metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
+                              a->cur.group_world_size, a->cur.restart_count);
         log_info("started %d worker%s on %s: node rank %d of %d, global ranks %d-%d of %d, "
                  "restart %d of %d (round %d)",
                  n, n == 1 ? "" : "s", a->hostname, a->cur.group_rank, a->cur.group_world_size,
@@ -605,6 +635,10 @@ static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
     note_exit(a, w);
+    metrics_worker_exited(a->metrics, w->local_rank,
+                          a->state != ST_RUNNING ? METRICS_W_TERMINATED
+                          : failed               ? METRICS_W_FAILED
+                                                 : METRICS_W_SUCCEEDED);
     if (!failed || a->state != ST_RUNNING) {
         record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
         tell(a, a->told ? a->told : "running");
@@ -614,7 +648,9 @@ static void on_worker_exit(worker_group *g, worker *w) {
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
     char scope[256];
-    if (file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid) {
+    int reaped = file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid;
+    metrics_worker_failed(a->metrics, f->exitcode, reaped);
+    if (reaped) {
         char *why = NULL;
         if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
                      f->message, scope) > 0) {
@@ -969,6 +1005,68 @@ static int start_watchdog(agent *a) {
     return 0;
 }
 
+/* After every event of the loop: what the agent does now, for
+ * ddprun_agent_state and the health check. */
+static void publish_state(uv_check_t *h) {
+    agent *a = h->data;
+    static const metrics_state as_metrics[] = {
+        [ST_RDZV] = METRICS_RENDEZVOUS, [ST_RUNNING] = METRICS_RUNNING,
+        [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
+        [ST_SHUTDOWN] = METRICS_SHUTDOWN};
+    metrics_set_state(a->metrics, as_metrics[a->state]);
+}
+
+/* --metrics-port and the health check port (--health-check-port or
+ * torchrun's TORCHELASTIC_HEALTH_CHECK_PORT): the registry, the ranks'
+ * directory, and one server, or two when the ports differ. */
+static int start_metrics(agent *a) {
+    const agent_config *c = a->cfg;
+    if (c->metrics_port < 0 && c->health_port < 0) return 0;
+    if (c->metrics_port >= 0) {
+        if (snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s/metrics", a->log_root) >=
+            (int)sizeof a->metrics_dir) {
+            log_error("--metrics-port: the metrics directory under %s would be longer than %zu "
+                      "characters; choose a shorter --log-dir", a->log_root,
+                      sizeof a->metrics_dir - 1);
+            return -ENAMETOOLONG;
+        }
+        int rc = fs_mkdir_p(a->metrics_dir);
+        if (rc) {
+            log_error("cannot create the metrics directory %s: %s", a->metrics_dir,
+                      strerror(-rc));
+            return rc;
+        }
+    }
+    metrics_opts mo = {.run_id = c->rdzv_id, .role = c->role, .node = a->hostname,
+                       .rank_dir = a->metrics_dir[0] ? a->metrics_dir : NULL,
+                       .heartbeat_interval = c->rdzv.keep_alive_interval,
+                       .max_restarts = c->max_restarts};
+    if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
+    uv_check_init(a->loop, &a->publish);
+    a->publish.data = a;
+    uv_check_start(&a->publish, publish_state);
+    int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
+    metrics_http_opts o[2] = {
+        {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
+         .host = c->metrics_host, .port = c->metrics_port, .metrics = 1, .health = shared},
+        {.setting = getenv("TORCHELASTIC_HEALTH_CHECK_PORT") ? "TORCHELASTIC_HEALTH_CHECK_PORT"
+                                                             : "--health-check-port",
+         .host = c->health_host, .port = c->health_port, .health = 1}};
+    for (int i = 0; i < 2; i++) {
+        if (o[i].port < 0 || (i == 1 && shared)) continue;
+        char err[512];
+        int port = 0, rc = metrics_http_start(&o[i], a->metrics, &a->http[i], &port, err,
+                                              sizeof err);
+        if (rc) {
+            log_error("%s", err);
+            return rc;
+        }
+        log_info("%s: serving http://%s:%d/%s", o[i].setting, o[i].host ? o[i].host : a->hostname,
+                 port, i == 0 ? "metrics" : "health");
+    }
+    return 0;
+}
+
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
     if (!a) return 1;
@@ -991,8 +1089,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
     int code = 1;
-    if (make_log_root(a) || open_event_log(a) || plan_numa_binding(a) || start_watchdog(a) || setup_store(a) ||
-        open_rendezvous(a))
+    if (make_log_root(a) || open_event_log(a) || start_metrics(a) || plan_numa_binding(a) ||
+        start_watchdog(a) || setup_store(a) || open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
@@ -1005,6 +1103,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     if (code < 128) wait_for_others(a); /* not when a signal asked us to stop */
 out:
     fflush(stdout);
+    metrics_http_stop(a->http[0]);
+    metrics_http_stop(a->http[1]);
     remove_tmp_root(a);
     event_log_close(a->events);
     free(a->last_exit);

@@ -424,6 +424,36 @@ static int apply_master_addr(const opts_arg *a) {
 
 static int apply_local_addr(const opts_arg *a) { return set_opt_str(a, &cfg_of(a)->local_addr); }
 
+/* --metrics-port and --health-check-port: [HOST:]PORT ([::1]:PORT for
+ * IPv6), where HOST is the address to listen on (default: every
+ * interface) and PORT 0 asks for a free one; empty: off. */
+static int apply_listen(const opts_arg *a, char **host, int *port) {
+    const char *val = a->val, *colon = strrchr(val, ':');
+    free(*host);
+    *host = NULL;
+    *port = -1;
+    if (!*val) return 0;
+    const char *p = colon ? colon + 1 : val;
+    if (opts_parse_int(p, 0, 65535, port)) {
+        *port = -1;
+        return opts_bad(a, "PORT or HOST:PORT, with a port from 0 to 65535 (0: a free one)");
+    }
+    if (!colon) return 0;
+    size_t n = (size_t)(colon - val);
+    if (n >= 2 && val[0] == '[' && val[n - 1] == ']') val++, n -= 2;
+    if (n == 0) return 0;
+    if (!(*host = strndup(val, n))) return fail_nomem(a);
+    return 0;
+}
+
+static int apply_metrics_port(const opts_arg *a) {
+    return apply_listen(a, &cfg_of(a)->metrics_host, &cfg_of(a)->metrics_port);
+}
+
+static int apply_health_port(const opts_arg *a) {
+    return apply_listen(a, &cfg_of(a)->health_host, &cfg_of(a)->health_port);
+}
+
 /* ---- the log line prefix, duplicated lines, signals ---- */
 
 static int apply_prefix_template(const opts_arg *a) {
@@ -685,6 +715,9 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"numa-binding", 0, OPTS_CHOICE, .target = &c->numa_binding, .choices = numa_modes},
         {"event-log-handler", 0, OPTS_CHOICE, .target = &c->event_log_console,
          .choices = event_handlers},
+        {"metrics-port", 0, OPTS_CALL, .apply = apply_metrics_port},
+        {"health-check-port", 0, OPTS_CALL, .apply = apply_health_port,
+         .env_also = "TORCHELASTIC_HEALTH_CHECK_PORT"},
         {"print-completion", 0, OPTS_CALL, .apply = apply_print_completion,
          .choices = completion_shells},
         {"help", 'h', .type = OPTS_HELP},
@@ -724,6 +757,7 @@ static int set_defaults(agent_config *cfg) {
                             .read_timeout = 60, .is_host = -1};
     cfg->monitor_interval = 0.1;
     cfg->master_port = -1;
+    cfg->metrics_port = cfg->health_port = -1;
     cfg->shutdown_timeout = 30;
     static const int default_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
     memcpy(cfg->signals, default_signals, sizeof default_signals);
@@ -868,6 +902,8 @@ void config_free(agent_config *cfg) {
     free(cfg->local_ranks_filter);
     free(cfg->master_addr);
     free(cfg->local_addr);
+    free(cfg->metrics_host), free(cfg->health_host);
+    cfg->metrics_host = cfg->health_host = NULL;
     free(cfg->log_line_prefix_template);
     cfg->log_line_prefix_template = NULL;
     free(cfg->rdzv_endpoints);
@@ -987,6 +1023,14 @@ static const char usage_text[] =
     "                            the same for stderr, into filtered_stderr.log\n"
     "  --event-log-handler H     null, dynamic_rendezvous, or console: worker events as\n"
     "                            JSON lines on stderr (default null)\n"
+    "  --metrics-port [HOST:]PORT\n"
+    "                            serve the agent's and the workers' metrics in\n"
+    "                            Prometheus' format at http://HOST:PORT/metrics; 0: a\n"
+    "                            free port, logged (default off; PET_METRICS_PORT)\n"
+    "  --health-check-port [HOST:]PORT\n"
+    "                            GET /health: 200 while the workers run and the\n"
+    "                            heartbeat is fresh, else 503 and why (default off, or\n"
+    "                            TORCHELASTIC_HEALTH_CHECK_PORT; PET_HEALTH_CHECK_PORT)\n"
     "\n"
     "The program:\n"
     "  -m, --module              run PROGRAM as a Python module: python3 -u -m PROGRAM\n"

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
+
 #define DEFAULT_FIRST_BUCKET (1u << 20)
 #define DEFAULT_BUCKET (25u << 20)
 
@@ -28,6 +30,7 @@ struct ddp {
     float *own_grad;   /* the model's gradient buffer while the shared one stands in */
     const char *grad_where; /* for logs */
     char grad_why[256];     /* why they are not in shared memory, where it exists */
+    int64_t wait_ns, waits; /* ddp_finish's waits for the buckets, for ddp_stats */
 };
 
 /* Bucket boundaries fall between parameter tensors, walking from the last
@@ -156,11 +159,14 @@ int ddp_finish(ddp *d) {
     int world = d->c->world, rc = 0;
     if (world == 1) return 0;
     while (rc == 0 && d->next < d->nb) rc = launch(d, &d->b[d->next++]);
+    int64_t t0 = clock_now_ns();
     for (int i = 0; i < d->nb; i++)
         if (d->b[i].req) {
             int w = devcomm_wait(d->c, d->b[i].req);
             if (rc == 0) rc = w;
         }
+    d->wait_ns += clock_now_ns() - t0;
+    d->waits++;
     if (rc) return rc;
     backend *be = d->m->be;
     return be->ops->scale(be, d->m->nparam, 1.0f / (float)world, d->m->grad);
@@ -168,6 +174,11 @@ int ddp_finish(ddp *d) {
 
 const char *ddp_grad_memory(const ddp *d) { return d->grad_where; }
 const char *ddp_grad_why(const ddp *d) { return d->grad_why; }
+
+void ddp_stats(const ddp *d, int64_t *wait_ns, int64_t *waits) {
+    *wait_ns = d ? d->wait_ns : 0;
+    *waits = d ? d->waits : 0;
+}
 
 int ddp_buckets(const ddp *d, size_t *largest_bytes) {
     size_t big = 0;

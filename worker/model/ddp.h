@@ -8,6 +8,7 @@
 #define DDPRUN_WORKER_MODEL_DDP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "worker/comm/devcomm.h"
 #include "worker/model/model.h"
@@ -34,6 +35,11 @@ int ddp_finish(ddp *d);
  * communicator without such memory). */
 const char *ddp_grad_memory(const ddp *d);
 const char *ddp_grad_why(const ddp *d);
+/* The time ddp_finish waited for the all-reduce of the buckets (after
+ * backward, which hides the rest), summed, and how many waits: host
+ * time, so a step replayed as a CUDA graph, which never calls
+ * ddp_finish, adds nothing. */
+void ddp_stats(const ddp *d, int64_t *wait_ns, int64_t *waits);
 /* Number of buckets and the size of the largest, for logs. */
 int ddp_buckets(const ddp *d, size_t *largest_bytes);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/progress.h"
@@ -79,6 +80,7 @@ static int write_file(trainer *t, const char *header, float *host) {
 
 int snapshot_save(trainer *t) {
     if (!t->cfg->ckpt_dir[0] || t->env.rank != 0) return 0;
+    int64_t t0 = clock_now_ns();
     model *m = t->m;
     size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
     char *header = header_text(t);
@@ -94,6 +96,7 @@ int snapshot_save(trainer *t) {
     if (rc == 0) rc = write_file(t, header, host);
     free(header);
     free(host);
+    if (rc == 0) rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
     return rc;
 }
 

@@ -45,8 +45,8 @@ static void on_sigterm(int sig) {
 /* The watchdog's scope: a step, an evaluation, a checkpoint, the set-up. */
 #define WATCHED "ddp-train step"
 
-static void time_step(int64_t t0) {
-    int64_t grace = (clock_now_ns() - t0) * 3 / 2;
+static void time_step(int64_t t0, int64_t t1) {
+    int64_t grace = (t1 - t0) * 3 / 2;
     atomic_store(&stop_grace_ns, grace > STOP_GRACE_MIN_NS ? grace : STOP_GRACE_MIN_NS);
 }
 
@@ -59,6 +59,15 @@ static int64_t advance(trainer *t) {
     progress_count(t);
     if (at->pos > t->n) return t->steps_per_epoch;
     return (at->pos + at->global_batch - 1) / at->global_batch;
+}
+
+/* The step for this rank's metrics (rank_metrics.h). */
+static void count_step(trainer *t, rank_step *s, int64_t now_ns, int64_t step_ns) {
+    s->global_step = t->at.global_step;
+    s->epoch = t->at.epoch;
+    ddp_stats(t->ddp, &s->allreduce_ns, &s->allreduce_waits);
+    s->allreduce_bytes = t->env.world > 1 ? t->m->nparam * sizeof(float) : 0;
+    rank_metrics_step(&t->rm, now_ns, step_ns, s);
 }
 
 /* A checkpoint with the position at the next epoch's start, where the
@@ -103,11 +112,15 @@ static int run_epoch(trainer *t) {
         watchdog_arm(&t->wd, WATCHED);
         int rc = step_train(t, stats);
         if (rc) return rc;
+        rank_step mine = {.images = t->batch, .loss = stats[0] / stats[2],
+                          .acc = stats[1] / stats[2]}; /* before the sum over ranks */
         if ((rc = step_allreduce_small(t, stats, 4)))
             return trainer_fail(t, rc, "all-reduce of the step's loss failed: %s",
                                 trainer_why(comm_error(t->comm), rc));
-        time_step(t0);
+        int64_t t1 = clock_now_ns();
+        time_step(t0, t1);
         int64_t step_in_epoch = advance(t);
+        count_step(t, &mine, t1, t1 - t0);
         if (t->env.rank == 0)
             progress_step(t, stats[0] / stats[2], stats[1] / stats[2], step_lr(t), step_in_epoch);
         if (stats[3] > 0) { /* a stop signal somewhere: every rank stops here */
@@ -145,6 +158,7 @@ static int start(trainer *t) {
                           trainer_why(devcomm_error(t->dcomm), rc));
     if (rc == 0) rc = trainer_setup_batch(t);
     if (rc == 0) rc = progress_start(t);
+    if (rc == 0) rank_metrics_init(&t->rm, t->env.rank, t->env.local_rank);
     if (rc == 0 && t->env.rank == 0) {
         const train_config *c = t->cfg;
         size_t big;
@@ -171,6 +185,7 @@ int train_run(const train_config *c) {
     if (rc == 0) rc = run_epochs(&t);
     if (t.env.rank == 0) progress_bar_clear(&t.progress);
     if (rc == 0 && t.env.rank == 0) progress_done(&t);
+    rank_metrics_flush(&t.rm, clock_now_ns()); /* the last step, whatever the second */
     /* The convention (trainer.h) says the failure was reported; if a path
      * forgot, the agent still gets a reason rather than a bare exit 1. */
     if (rc && !t.err[0]) trainer_fail(&t, rc, "training failed: %s", strerror(-rc));

@@ -26,6 +26,7 @@
 #include "worker/model/ddp.h"
 #include "worker/model/model.h"
 #include "worker/train/dist_env.h"
+#include "worker/train/rank_metrics.h"
 #include "worker/train/watchdog.h"
 #include "worker/train/train.h"
 
@@ -83,6 +84,7 @@ typedef struct {
     train_batch buf;
     train_recording rec;
     train_progress progress;
+    rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
