@@ -727,3 +727,33 @@ TEST(config_python_only_flags) {
     check_argv(&c, (char *[]){"python3", "-u", "/abs/train.py", "--lr", "1", NULL});
     config_free(&c);
 }
+
+/* --metrics-port and --health-check-port: [HOST:]PORT, off by default;
+ * torchrun's TORCHELASTIC_HEALTH_CHECK_PORT gives the health port. */
+TEST(config_metrics_and_health_ports) {
+    agent_config c;
+    CHECK_EQ(parse(ARGS("x.py"), &c), 0);
+    CHECK_EQ(c.metrics_port, -1);
+    CHECK_EQ(c.health_port, -1);
+    config_free(&c);
+    char *env[] = {"TORCHELASTIC_HEALTH_CHECK_PORT=9401", "PET_METRICS_PORT=[::1]:0", NULL};
+    CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
+    CHECK_EQ(c.health_port, 9401);
+    CHECK(c.health_host == NULL);
+    CHECK_EQ(c.metrics_port, 0);
+    CHECK_STR(c.metrics_host, "::1");
+    config_free(&c);
+    CHECK_EQ(parse_in(env, ARGS("--metrics-port", "127.0.0.1:9400", "--health-check-port", "",
+                                "x.py"), &c), 0);
+    CHECK_EQ(c.metrics_port, 9400);
+    CHECK_STR(c.metrics_host, "127.0.0.1");
+    CHECK_EQ(c.health_port, -1);
+    config_free(&c);
+    check_fails(no_env, ARGS("--metrics-port", "70000", "x.py"),
+                "--metrics-port: '70000' is not PORT or HOST:PORT, with a port from 0 to 65535 "
+                "(0: a free one)");
+    char *bad[] = {"TORCHELASTIC_HEALTH_CHECK_PORT=yes", NULL};
+    check_fails(bad, ARGS("x.py"),
+                "TORCHELASTIC_HEALTH_CHECK_PORT: 'yes' is not PORT or HOST:PORT, with a port "
+                "from 0 to 65535 (0: a free one)");
+}

@@ -148,6 +148,26 @@ TEST(metrics_render_merges_rank_files) {
     metrics_free(m);
 }
 
+/* More families than the merge first makes room for. */
+TEST(metrics_render_merges_many_families) {
+    const char *dir = test_tmpdir();
+    char text[8192] = "", line[256];
+    for (int i = 0; i < 40; i++) {
+        snprintf(line, sizeof line, "# HELP f%d h\n# TYPE f%d gauge\nf%d{rank=\"0\"} %d\n", i, i,
+                 i, i);
+        strcat(text, line);
+    }
+    write_file(dir, "rank_0.prom", text);
+    write_file(dir, "rank_1.prom", text);
+    agent_metrics *m = make(dir);
+    char *t = render(m, 1);
+    CHECK_LINE(t, "f0{" L ",rank=\"0\"} 0");
+    CHECK_LINE(t, "f39{" L ",rank=\"0\"} 39");
+    CHECK(strstr(t, "f39{" L ",rank=\"0\"} 39\nf39{" L ",rank=\"0\"} 39\n") != NULL);
+    free(t);
+    metrics_free(m);
+}
+
 TEST(metrics_health_says_why) {
     agent_metrics *m = make(NULL);
     char body[512];
