@@ -564,7 +564,7 @@ TEST(config_help_prints_usage_and_returns_1) {
     close(fd);
     CHECK_EQ(rc1, 1);
     CHECK_EQ(rc2, 1);
-    char text[16384] = {0};
+    static char text[65536]; /* twice the help text, with room */
     FILE *f = fopen(path, "r");
     CHECK(f != NULL);
     size_t n = fread(text, 1, sizeof text - 1, f);

@@ -84,10 +84,17 @@ static int write_series(FILE *f, const rank_metrics *rm) {
 
 void rank_metrics_flush(rank_metrics *rm, int64_t now_ns) {
     if (!rm->path[0]) return;
+    /* The rate over the last interval; a write soon after the last (the
+     * run's end) keeps the rate it had. */
     double dt = rm->last_write_ns ? (double)(now_ns - rm->last_write_ns) * 1e-9 : 0;
-    if (dt > 0) rm->images_per_s = (double)(rm->images - rm->images_at_write) / dt;
-    rm->images_at_write = rm->images;
-    rm->last_write_ns = now_ns;
+    if (dt >= 0.25) {
+        rm->images_per_s = (double)(rm->images - rm->images_at_write) / dt;
+        rm->images_at_write = rm->images;
+        rm->last_write_ns = now_ns;
+    } else if (!rm->last_write_ns) { /* the first: the rate starts here */
+        rm->images_at_write = rm->images;
+        rm->last_write_ns = now_ns;
+    }
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", rm->path);
     FILE *f = fopen(tmp, "w");
