@@ -143,7 +143,6 @@ static void *rdzv_thread(void *arg) {
         double t0 = clock_now_s();
         int rc = rdzv_next(a->rd, &res, err, sizeof err);
         if (rc == 0) metrics_round(a->metrics, clock_now_s() - t0);
-        if (rc == 0) metrics_heartbeat(a->metrics, clock_now_s());
         post(a, EV_ROUND, rc, RDZV_EV_NONE, &res, err);
         if (rc) return NULL;
         for (;;) {
@@ -157,7 +156,6 @@ static void *rdzv_thread(void *arg) {
             }
             rdzv_event ev;
             rc = rdzv_watch(a->rd, 1000, &ev);
-            if (rc == 0) metrics_heartbeat(a->metrics, clock_now_s()); /* renewed if due */
             if (rc) {
                 if (is_etcd(a->cfg))
                     snprintf(err, sizeof err,
@@ -908,6 +906,11 @@ static int open_event_log(agent *a) {
     return a->last_exit ? 0 : -ENOMEM;
 }
 
+/* The rendezvous renewed the heartbeat (on its thread). */
+static void on_beat(void *ctx, int64_t now_ms) {
+    metrics_heartbeat(((agent *)ctx)->metrics, (double)now_ms / 1000);
+}
+
 static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
@@ -930,7 +933,8 @@ static int open_rendezvous(agent *a) {
                    .nproc = c->nproc_per_node, .hostname = a->hostname,
                    .join_timeout = c->rdzv.join_timeout,
                    .last_call_timeout = c->rdzv.last_call_timeout,
-                   .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts};
+                   .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
+                   .on_beat = on_beat, .beat_ctx = a};
     char err[512];
     int rc = rdzv_open(&o, &a->rd, err, sizeof err);
     if (rc) log_error("%s", err);

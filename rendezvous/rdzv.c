@@ -84,6 +84,7 @@ static int get_int(rdzv_kv *c, const char *k, long dflt, long *out) {
 static int beat_time(rdzv *r) {
     char k[KEY_MAX], v[32];
     r->last_renew_ms = clock_now_ms();
+    if (r->o.on_beat) r->o.on_beat(r->o.beat_ctx, r->last_renew_ms);
     snprintf(v, sizeof v, "%.3f", clock_wall_s());
     return set_str(r->c, key(r, k, "beat/%s", r->agent_id), v);
 }

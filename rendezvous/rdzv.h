@@ -30,6 +30,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rendezvous/rdzv_kv.h"
 
@@ -53,6 +54,10 @@ typedef struct {
     double last_call_timeout; /* s */
     double heartbeat;         /* s */
     int max_restarts;
+    /* Called on the rendezvous' thread after each renewal of the heartbeat
+     * (now: the monotonic clock, ms), for the agent's metrics; may be NULL. */
+    void (*on_beat)(void *ctx, int64_t now_ms);
+    void *beat_ctx;
 } rdzv_opts;
 
 typedef struct {
