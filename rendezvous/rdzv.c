@@ -34,6 +34,7 @@ struct rdzv {
      * and the agent's main thread reads (rdzv_end_round, rdzv_poke). */
     pthread_mutex_t mu;
     rdzv_opts o;
+    int on_etcd; /* the etcd-v3 backend */
     char *run_id, *hostname, *store_host;
     char prefix[256];
     char agent_id[96];
@@ -150,6 +151,8 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     /* The caller's options may live on its stack: keep a copy of the
      * store address that every later round's description carries. */
     r->o.store_addr = o->store_addr ? strdup(o->store_addr) : NULL;
+    r->o.etcd = NULL; /* likewise: only whether it is etcd is kept (on_etcd) */
+    r->on_etcd = o->etcd != NULL;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
     r->store_host = strdup(o->host ? o->host : "etcd");
@@ -400,7 +403,7 @@ static int fill_result(rdzv *r, int round, rdzv_result *res) {
         }
         res->world_size += r->nodes[i].nproc;
     }
-    if (r->o.etcd && r->nnodes > 0)
+    if (r->on_etcd && r->nnodes > 0)
         snprintf(res->master_store, sizeof res->master_store, "%s", r->nodes[0].store);
     return res->group_rank >= 0 ? 0 : -EPROTO;
 }
@@ -500,7 +503,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (res->group_rank == 0) {
         /* The workers' store is the rendezvous' own only without etcd; with
          * it, node rank 0's agent hosts theirs and clears it itself. */
-        rc = r->o.etcd ? 0 : rdzv_clear_worker_keys(r->c, r->restart_count);
+        rc = r->on_etcd ? 0 : rdzv_clear_worker_keys(r->c, r->restart_count);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         size_t i;
