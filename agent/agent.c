@@ -98,6 +98,7 @@ typedef struct {
     const char *told;      /* the state last published */
     char (*last_exit)[128]; /* per local rank: how its last worker ended */
     int store_lost;        /* the rendezvous is gone: publish nothing more */
+    uv_timer_t status_timer; /* publishes a burst of changes once (tell) */
     int prev_group_size;   /* the last round's node count (0: none yet) */
     agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
     metrics_http *http[2];   /* /metrics; /health on a port of its own */
@@ -410,15 +411,14 @@ static int start_workers(agent *a) {
 
 /* ---- what the agent tells: `ddprun status` and the event log ----------------- */
 
-/* Publishes this agent's status (state: see node_status.h). */
-static void tell(agent *a, const char *state) {
-    if (!a->rd || a->store_lost) return;
-    if (!a->told || strcmp(a->told, state) != 0) a->state_since = clock_wall_s();
-    a->told = state;
+/* Publishes this agent's status now (its state: the last one told). */
+static void publish_status(agent *a) {
+    uv_timer_stop(&a->status_timer);
+    if (!a->rd || a->store_lost || !a->told) return;
     const agent_config *c = a->cfg;
     int member = a->cur.group_world_size > 0 && a->state != ST_RDZV;
     node_status st = {.agent_id = rdzv_agent_id(a->rd), .host = a->hostname, .role = c->role,
-                      .state = state, .pid = (int)getpid(),
+                      .state = a->told, .pid = (int)getpid(),
                       .node_rank = member ? a->cur.group_rank : -1, .round = a->cur.round,
                       .group_world_size = member ? a->cur.group_world_size : 0,
                       .world_size = member ? a->cur.world_size : 0,
@@ -430,6 +430,20 @@ static void tell(agent *a, const char *state) {
     int rc = json ? rdzv_publish_status(a->rd, 0, json) : -ENOMEM;
     if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
     free(json);
+}
+
+static void on_status_timer(uv_timer_t *t) { publish_status(t->data); }
+
+/* Notes this agent's state for `ddprun status` (see node_status.h). What
+ * changes in a burst (the group starting, its workers exiting one after
+ * another) goes out once, STATUS_COALESCE_MS after the first change: on
+ * etcd each write is a raft commit. */
+#define STATUS_COALESCE_MS 200
+static void tell(agent *a, const char *state) {
+    if (!a->told || strcmp(a->told, state) != 0) a->state_since = clock_wall_s();
+    a->told = state;
+    if (!uv_is_active((uv_handle_t *)&a->status_timer))
+        uv_timer_start(&a->status_timer, on_status_timer, STATUS_COALESCE_MS, 0);
 }
 
 /* An agent event: torchrun's rendezvous event fields, plus `extra`'s
@@ -462,6 +476,7 @@ static void joining(agent *a) {
 static void finish(agent *a, int code) {
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
     tell(a, how);
+    publish_status(a); /* the last word, at once */
     record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
                 json_pack("{s:i, s:s}", "exit_code", code, "outcome", how));
     a->exit_code = code;
@@ -1092,6 +1107,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     }
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
+    uv_timer_init(a->loop, &a->status_timer);
+    a->status_timer.data = a;
     int code = 1;
     if (make_log_root(a) || open_event_log(a) || start_metrics(a) || plan_numa_binding(a) ||
         start_watchdog(a) || setup_store(a) || open_rendezvous(a))
