@@ -137,6 +137,9 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     rdzv *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     r->o = *o;
+    /* The caller's options may live on its stack: keep a copy of the
+     * store address that every later round's description carries. */
+    r->o.store_addr = o->store_addr ? strdup(o->store_addr) : NULL;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
     r->store_host = strdup(o->host ? o->host : "etcd");
@@ -196,6 +199,7 @@ void rdzv_close(rdzv *r) {
     free(r->run_id);
     free(r->hostname);
     free(r->store_host);
+    free((char *)r->o.store_addr);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
