@@ -209,6 +209,15 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
             rc = fail(c, -ETIMEDOUT, "no change within %d ms", stream_ms);
             break;
         }
+        if (stream_ms > 0 && stream_ms < c->timeout_ms && e == CURLE_OPERATION_TIMEDOUT) {
+            /* The wait's own budget ran out before the member answered: too
+             * short to blame it (a busy machine, a fresh connection). A
+             * member that is really gone is passed over by the next plain
+             * request, which has the whole timeout. */
+            buf_free(&r.body);
+            rc = fail(c, -ETIMEDOUT, "no answer within the wait's %d ms", stream_ms);
+            break;
+        }
         if (e != CURLE_OK) {
             size_t len = strlen(tried);
             snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
