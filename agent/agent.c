@@ -438,7 +438,7 @@ static void on_status_timer(uv_timer_t *t) { publish_status(t->data); }
  * changes in a burst (the group starting, its workers exiting one after
  * another) goes out once, STATUS_COALESCE_MS after the first change: on
  * etcd each write is a raft commit. */
-#define STATUS_COALESCE_MS 200
+#define STATUS_COALESCE_MS 500
 static void tell(agent *a, const char *state) {
     if (!a->told || strcmp(a->told, state) != 0) a->state_since = clock_wall_s();
     a->told = state;

@@ -95,7 +95,10 @@ static int beat_again(rdzv *r) {
     char k[KEY_MAX];
     int rc = kv_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
     if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
-    if (rc == 0) rc = beat_time(r);
+    if (rc == 0) { /* beat/ comes with the first renewal: one write fewer per agent */
+        r->last_renew_ms = clock_now_ms();
+        if (r->o.on_beat) r->o.on_beat(r->o.beat_ctx, r->last_renew_ms);
+    }
     return rc;
 }
 
