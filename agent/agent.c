@@ -102,9 +102,19 @@ typedef struct {
     int prev_group_size;   /* the last round's node count (0: none yet) */
     agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
     metrics_http *http[2];   /* /metrics; /health on a port of its own */
-    uv_check_t publish;      /* after every event: the state into metrics */
     char metrics_dir[480];   /* DDPRUN_METRICS_DIR: where the ranks write theirs ("": none) */
 } agent;
+
+/* Every change of the agent's state goes through here: the metrics'
+ * ddprun_agent_state and the health check follow it. */
+static void set_state(agent *a, agent_state st) {
+    static const metrics_state as_metrics[] = {
+        [ST_RDZV] = METRICS_RENDEZVOUS, [ST_RUNNING] = METRICS_RUNNING,
+        [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
+        [ST_SHUTDOWN] = METRICS_SHUTDOWN};
+    a->state = st;
+    metrics_set_state(a->metrics, as_metrics[st]);
+}
 
 
 /* ---- the rendezvous thread ---------------------------------------------- */
@@ -390,7 +400,7 @@ static int start_workers(agent *a) {
     free(err_file);
     free(prefix);
     if (rc == 0) {
-        a->state = ST_RUNNING;
+        set_state(a, ST_RUNNING);
         a->nfails = 0;
         metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
                               a->cur.group_world_size, a->cur.restart_count);
@@ -539,7 +549,7 @@ static void on_round(agent *a, const agent_event *e) {
     if (e->rc == -ECANCELED) {
         report_exhausted(a, e->res.restart_count);
         /* the workers still stopping get their grace period, then the agent ends */
-        a->state = ST_SHUTDOWN;
+        set_state(a, ST_SHUTDOWN);
         a->shutdown_signal = 0;
         a->exit_code = 1;
         if (!a->wg || a->wg->idle) finish(a, 1);
@@ -547,14 +557,14 @@ static void on_round(agent *a, const agent_event *e) {
     }
     if (e->rc == RDZV_NOT_NEEDED) { /* a spare whose job is done: nothing failed */
         log_info("%s", e->err);
-        a->state = ST_SHUTDOWN;
+        set_state(a, ST_SHUTDOWN);
         finish(a, 0);
         return;
     }
     if (e->rc) {
         log_error("%s", e->err);
         stop_workers(a, SIGTERM);
-        a->state = ST_SHUTDOWN;
+        set_state(a, ST_SHUTDOWN);
         a->shutdown_signal = 0;
         a->exit_code = 1;
         if (!a->wg || a->wg->idle) finish(a, 1);
@@ -575,7 +585,7 @@ static void on_restart(agent *a, rdzv_event why) {
     log_info("%s; stopping the local workers and re-forming the group",
              why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                     : "the group's membership changed");
-    a->state = ST_STOPPING;
+    set_state(a, ST_STOPPING);
     record_event(a, "ddprun.agent.restart", "RUNNING",
                 json_pack("{s:s}", "why", why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                                                  : "the membership changed"));
@@ -611,7 +621,7 @@ static void on_wake(uv_async_t *h) {
         case EV_LOST:
             log_error("%s", evs[i].err);
             a->store_lost = 1;
-            a->state = ST_SHUTDOWN;
+            set_state(a, ST_SHUTDOWN);
             a->exit_code = 1;
             stop_workers(a, SIGTERM);
             if (!a->wg || a->wg->idle) finish(a, 1);
@@ -674,7 +684,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
     record_worker_event(a, w, "FAILED", f->message);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
               w->global_rank, w->pid, f->message);
-    a->state = ST_STOPPING;
+    set_state(a, ST_STOPPING);
     stop_workers(a, SIGTERM);
     record_event(a, "ddprun.agent.restart", "FAILED",
                 json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", w->global_rank,
@@ -696,7 +706,7 @@ static void on_group_idle(worker_group *g) {
     if (a->state == ST_RUNNING) { /* every worker exited 0 */
         if (a->cur.group_world_size > 1)
             log_info("all %d local workers finished; waiting for the other nodes", g->n);
-        a->state = ST_BARRIER;
+        set_state(a, ST_BARRIER);
         tell(a, "finishing");
         pthread_mutex_lock(&a->mu);
         a->cmd_barrier = 1;
@@ -707,7 +717,7 @@ static void on_group_idle(worker_group *g) {
     if (a->state != ST_STOPPING) return;
     worker_group_free(a->wg);
     a->wg = NULL;
-    a->state = ST_RDZV;
+    set_state(a, ST_RDZV);
     joining(a);
     if (a->have_pending) {
         a->have_pending = 0;
@@ -726,7 +736,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     log_info("SIG%s received: forwarding it to the workers (SIGKILL after %g s)",
              sigabbrev_np(signum), a->cfg->shutdown_timeout);
-    a->state = ST_SHUTDOWN;
+    set_state(a, ST_SHUTDOWN);
     a->shutdown_signal = signum;
     if (!a->wg || a->wg->idle) {
         finish(a, 128 + signum);
@@ -1024,16 +1034,6 @@ static int start_watchdog(agent *a) {
     return 0;
 }
 
-/* After every event of the loop: what the agent does now, for
- * ddprun_agent_state and the health check. */
-static void publish_state(uv_check_t *h) {
-    agent *a = h->data;
-    static const metrics_state as_metrics[] = {
-        [ST_RDZV] = METRICS_RENDEZVOUS, [ST_RUNNING] = METRICS_RUNNING,
-        [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
-        [ST_SHUTDOWN] = METRICS_SHUTDOWN};
-    metrics_set_state(a->metrics, as_metrics[a->state]);
-}
 
 /* --metrics-port and the health check port (--health-check-port or
  * torchrun's TORCHELASTIC_HEALTH_CHECK_PORT): the registry, the ranks'
@@ -1061,9 +1061,6 @@ static int start_metrics(agent *a) {
                        .heartbeat_interval = c->rdzv.keep_alive_interval,
                        .max_restarts = c->max_restarts};
     if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
-    uv_check_init(a->loop, &a->publish);
-    a->publish.data = a;
-    uv_check_start(&a->publish, publish_state);
     int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
     metrics_http_opts o[2] = {
         {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
@@ -1115,7 +1112,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         goto out;
     if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
-    a->state = ST_RDZV;
+    set_state(a, ST_RDZV);
     joining(a);
     pthread_create(&a->rthread, NULL, rdzv_thread, a);
     a->rthread_started = 1;
