@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +25,7 @@
 #include "common/log.h"
 #include "rendezvous/rdzv_kv.h"
 
-#define KEY_MAX 512
+#define KEY_MAX RDZV_KEY_MAX
 #define NSIDE 2
 
 struct rdzv {
@@ -49,36 +48,13 @@ struct rdzv {
     rdzv_node nodes[RDZV_MAX_NODES];
 };
 
-/* prefix + formatted suffix */
-static const char *key(const rdzv *r, char *buf, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static const char *key(const rdzv *r, char *buf, const char *fmt, ...) {
-    int n = snprintf(buf, KEY_MAX, "%s", r->prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, KEY_MAX - (size_t)n, fmt, ap);
-    va_end(ap);
-    return buf;
-}
+/* The job's key: prefix + formatted suffix. */
+#define key(r, buf, ...) rdzv_key(buf, (r)->prefix, __VA_ARGS__)
 
 static int set_str(rdzv_kv *c, const char *k, const char *v) {
     return kv_set(c, k, v, strlen(v));
 }
 
-/* An integer stored as text; `dflt` when the key is missing. */
-static int get_int(rdzv_kv *c, const char *k, long dflt, long *out) {
-    uint8_t *v = NULL;
-    size_t n;
-    int rc = kv_try_get(c, k, &v, &n);
-    if (rc == -ENOENT) {
-        *out = dflt;
-        return 0;
-    }
-    if (rc) return rc;
-    *out = strtol((char *)v, NULL, 10);
-    free(v);
-    return 0;
-}
 
 /* Notes a renewal: when (for the agent's watch slices) and, for
  * `ddprun status`, beat/<agent> the wall-clock time of it. */
@@ -260,12 +236,12 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
     key(r, kstate, "r%d/state", round);
     key(r, kjoin, "r%d/njoined", round);
     long expect;
-    int rc = get_int(r->c, key(r, k, "r%d/expect", round), r->o.max_nodes, &expect);
+    int rc = kv_get_long(r->c, key(r, k, "r%d/expect", round), r->o.max_nodes, &expect);
     int64_t last_call = 0;
     while (rc == 0) {
         int64_t n;
         long st;
-        if ((rc = kv_add(r->c, kjoin, 0, &n)) || (rc = get_int(r->c, kstate, -1, &st))) break;
+        if ((rc = kv_add(r->c, kjoin, 0, &n)) || (rc = kv_get_long(r->c, kstate, -1, &st))) break;
         if (st >= 0) {
             *closed = st;
             return 0;
@@ -463,9 +439,9 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     int64_t cur;
     long restarts, st, closed_job;
     int rc = kv_add(r->c, key(r, k, "round"), 0, &cur);
-    if (rc == 0) rc = get_int(r->c, key(r, k, "closed"), 0, &closed_job);
-    if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/restarts", (long long)cur), 0, &restarts);
-    if (rc == 0) rc = get_int(r->c, key(r, k, "r%lld/state", (long long)cur), -1, &st);
+    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "closed"), 0, &closed_job);
+    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "r%lld/restarts", (long long)cur), 0, &restarts);
+    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "r%lld/state", (long long)cur), -1, &st);
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
         return rc;

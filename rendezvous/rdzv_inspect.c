@@ -2,7 +2,6 @@
 #include "rendezvous/rdzv_inspect.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,23 +9,14 @@
 #include "common/clock.h"
 #include "rendezvous/rdzv.h"
 
-#define KEY_MAX 512
+#define KEY_MAX RDZV_KEY_MAX
 
 typedef struct {
     rdzv_kv *kv;
     char prefix[256];
 } job;
 
-static const char *key(const job *j, char *buf, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static const char *key(const job *j, char *buf, const char *fmt, ...) {
-    int n = snprintf(buf, KEY_MAX, "%s", j->prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, KEY_MAX - (size_t)n, fmt, ap);
-    va_end(ap);
-    return buf;
-}
+#define key(j, buf, ...) rdzv_key(buf, (j)->prefix, __VA_ARGS__)
 
 /* The value of a key as a string (malloc'd), or NULL when it is missing. */
 static int get(const job *j, const char *k, char **out) {
@@ -37,13 +27,6 @@ static int get(const job *j, const char *k, char **out) {
     return rc == -ENOENT ? 0 : rc;
 }
 
-static int get_long(const job *j, const char *k, long dflt, long *out) {
-    char *v;
-    int rc = get(j, k, &v);
-    *out = v ? strtol(v, NULL, 10) : dflt;
-    free(v);
-    return rc;
-}
 
 /* The agents named under a prefix ("status/"), without it. */
 static int agents_under(const job *j, const char *what, char ***ids, size_t *n) {
@@ -248,11 +231,11 @@ static int inspect(const job *j, const rdzv_inspect_opts *o, json_t *res) {
     int rc = kv_list(j->kv, j->prefix, &any, &nany);
     rdzv_kv_free_keys(any, nany);
     if (rc == 0) rc = kv_add(j->kv, key(j, k, "round"), 0, &round);
-    if (rc == 0) rc = get_long(j, key(j, k, "closed"), 0, &finished);
-    if (rc == 0) rc = get_long(j, key(j, k, "r%lld/restarts", (long long)round), 0, &restarts);
-    if (rc == 0) rc = get_long(j, key(j, k, "r%lld/state", (long long)round), -1, &state);
-    if (rc == 0) rc = get_long(j, key(j, k, "r%lld/expect", (long long)round), -1, &expect);
-    if (rc == 0) rc = get_long(j, key(j, k, "r%lld/ready", (long long)round), 0, &ready);
+    if (rc == 0) rc = kv_get_long(j->kv, key(j, k, "closed"), 0, &finished);
+    if (rc == 0) rc = kv_get_long(j->kv, key(j, k, "r%lld/restarts", (long long)round), 0, &restarts);
+    if (rc == 0) rc = kv_get_long(j->kv, key(j, k, "r%lld/state", (long long)round), -1, &state);
+    if (rc == 0) rc = kv_get_long(j->kv, key(j, k, "r%lld/expect", (long long)round), -1, &expect);
+    if (rc == 0) rc = kv_get_long(j->kv, key(j, k, "r%lld/ready", (long long)round), 0, &ready);
     if (rc == 0) rc = kv_add(j->kv, key(j, k, "r%lld/njoined", (long long)round), 0, &joined);
     if (rc == 0) rc = kv_add(j->kv, key(j, k, "r%lld/nwaiting", (long long)round), 0, &waiting);
     if (rc == 0) rc = get(j, key(j, k, "r%lld/outcome", (long long)round), &outcome);

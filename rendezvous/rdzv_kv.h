@@ -57,6 +57,15 @@ struct rdzv_kv {
 
 void rdzv_kv_free_keys(char **keys, size_t n);
 
+/* Helpers over the interface (rdzv_kv.c), for the rendezvous and for
+ * those that read its keys back. */
+#define RDZV_KEY_MAX 512
+/* buf (RDZV_KEY_MAX bytes) := prefix followed by the formatted rest. */
+const char *rdzv_key(char *buf, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An integer stored as text; dflt when the key is missing. */
+int kv_get_long(rdzv_kv *kv, const char *key, long dflt, long *out);
+
 static inline int kv_set(rdzv_kv *kv, const char *k, const void *v, size_t n) {
     return kv->ops->set(kv, k, v, n);
 }

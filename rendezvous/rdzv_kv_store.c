@@ -92,7 +92,3 @@ int rdzv_kv_store_open(const char *host, int port, int connect_timeout_ms, rdzv_
     return 0;
 }
 
-void rdzv_kv_free_keys(char **keys, size_t n) {
-    for (size_t i = 0; keys && i < n; i++) free(keys[i]);
-    free(keys);
-}
