@@ -316,18 +316,6 @@ static void on_group_idle(worker_group *g);
 static void tell(agent *a, const char *state);
 static void record_event(agent *a, const char *name, const char *node_state, json_t *extra);
 
-/* etcd-v3: node rank 0's own store serves the workers; what workers of an
- * earlier round with the same restart count left there goes first (the
- * rendezvous does this for the c10d store). */
-static void clear_own_store(agent *a) {
-    rdzv_kv *kv = NULL;
-    if (!is_etcd(a->cfg) || a->cur.group_rank != 0 || !a->host) return;
-    int rc = rdzv_kv_store_open("127.0.0.1", a->store_port, 2000, &kv);
-    if (rc == 0) rc = rdzv_clear_worker_keys(kv, a->cur.restart_count);
-    if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
-    kv_close(kv);
-}
-
 /* The ranks of an earlier group wrote their metrics under their old
  * ranks: gone before the new group writes its own. */
 static void clear_rank_metrics(agent *a) {
@@ -346,7 +334,6 @@ static void clear_rank_metrics(agent *a) {
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
-    clear_own_store(a);
     clear_rank_metrics(a);
     char dir[3072];
     /* Per rank: the worker group opens these files when it spawns. */
@@ -936,6 +923,20 @@ static void on_beat(void *ctx, int64_t now_ms) {
     metrics_heartbeat(((agent *)ctx)->metrics, (double)now_ms / 1000);
 }
 
+/* etcd-v3: node rank 0's own store serves the workers; what workers of an
+ * earlier round with the same restart count left there goes before the
+ * rendezvous lets the other nodes start theirs (on its thread; the c10d
+ * rendezvous does this for its store itself). */
+static int clear_own_store(void *ctx, int restart_count) {
+    agent *a = ctx;
+    rdzv_kv *kv = NULL;
+    int rc = rdzv_kv_store_open("127.0.0.1", a->store_port, 2000, &kv);
+    if (rc == 0) rc = rdzv_clear_worker_keys(kv, restart_count);
+    if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
+    kv_close(kv);
+    return 0; /* the round goes on: a fresh store has nothing to clear */
+}
+
 static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
@@ -959,7 +960,8 @@ static int open_rendezvous(agent *a) {
                    .join_timeout = c->rdzv.join_timeout,
                    .last_call_timeout = c->rdzv.last_call_timeout,
                    .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
-                   .on_beat = on_beat, .beat_ctx = a};
+                   .on_beat = on_beat,
+                   .clear_own_store = is_etcd(c) && a->host ? clear_own_store : NULL, .ctx = a};
     char err[512];
     int rc = rdzv_open(&o, &a->rd, err, sizeof err);
     if (rc) log_error("%s", err);

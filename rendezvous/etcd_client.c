@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 
 struct etcd_client {
     CURL *curl;
+    CURLM *multi;         /* runs the streams (watches), which etcd_interrupt can end */
+    atomic_int interrupt; /* etcd_interrupt was called; the next stream ends */
     char member[MAX_MEMBERS][256]; /* "host:port" */
     int nmembers, cur;
     char scheme[8];               /* "http" or "https" */
@@ -49,14 +52,15 @@ const char *etcd_member(const etcd_client *c) { return c->member[c->cur]; }
 
 /* --- one request --------------------------------------------------------- */
 
-/* What a streamed request (a watch) waits for: an event on one of keys
- * (any event when nkeys is 0), for at most ms. Events on other keys under
- * the watched prefix are passed over inside the stream, so a waiter is not
- * woken by every write of a busy prefix. */
+/* What a streamed request (a watch) waits for: one of want (any event
+ * when nwant is 0), for at most ms. Other events in the watched range are
+ * passed over inside the stream, so a waiter is not woken by every write
+ * of a busy range. */
 typedef struct {
     int ms;
-    const char *const *keys;
-    size_t nkeys;
+    const etcd_want *want;
+    size_t nwant;
+    size_t which; /* the one seen */
 } stream_want;
 
 /* A reply being received: whole, or for a stream, up to the first object
@@ -65,27 +69,31 @@ typedef struct {
     buf_t body;
     const stream_want *want; /* NULL: not a stream */
     json_t *event;           /* the object that held the wanted event */
+    size_t which;            /* the wanted event it held */
     int canceled;            /* etcd cancelled the watch (its revision was compacted) */
 } reply_buf;
 
-/* Whether one of events touches a wanted key. */
-static int wanted(const stream_want *w, json_t *events) {
-    if (w->nkeys == 0) return json_array_size(events) > 0;
+/* The first of events that w wants: its index in w->want, or -1. */
+static long wanted(const stream_want *w, json_t *events) {
+    if (w->nwant == 0) return json_array_size(events) > 0 ? 0 : -1;
     size_t i;
     json_t *ev;
     json_array_foreach(events, i, ev) {
         const char *k64 = json_string_value(json_object_get(json_object_get(ev, "kv"), "key"));
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        int deleted = type && strcmp(type, "DELETE") == 0; /* a put has no type: 0 is left out */
         size_t klen = 0;
         char *k = k64 ? (char *)base64_decode(k64, &klen) : NULL;
-        for (size_t j = 0; k && j < w->nkeys; j++) {
-            if (strlen(w->keys[j]) == klen && memcmp(w->keys[j], k, klen) == 0) {
+        for (size_t j = 0; k && j < w->nwant; j++) {
+            const etcd_want *x = &w->want[j];
+            if (x->deleted == deleted && strlen(x->key) == klen && memcmp(x->key, k, klen) == 0) {
                 free(k);
-                return 1;
+                return (long)j;
             }
         }
         free(k);
     }
-    return 0;
+    return -1;
 }
 
 static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
@@ -106,13 +114,49 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
             json_decref(o);
             return 0; /* ends the transfer: nothing more will come */
         }
-        if (res && wanted(r->want, json_object_get(res, "events"))) {
+        long which = res ? wanted(r->want, json_object_get(res, "events")) : -1;
+        if (which >= 0) {
+            r->which = (size_t)which;
             r->event = json_incref(res);
             json_decref(o);
             return 0; /* ends the transfer: what we waited for came */
         }
         json_decref(o);
     }
+}
+
+/* Runs the transfer set up on c->curl. A stream runs under c->multi so
+ * that etcd_interrupt, from another thread, can wake and end it
+ * (*interrupted := 1); a plain request runs to its end. */
+static CURLcode perform(etcd_client *c, int stream, int *interrupted) {
+    *interrupted = 0;
+    if (!stream) return curl_easy_perform(c->curl);
+    CURLcode res = CURLE_OK;
+    if (curl_multi_add_handle(c->multi, c->curl) != CURLM_OK) return CURLE_OUT_OF_MEMORY;
+    for (;;) {
+        if (atomic_exchange(&c->interrupt, 0)) {
+            *interrupted = 1;
+            break;
+        }
+        int running = 0, queued;
+        if (curl_multi_perform(c->multi, &running) != CURLM_OK) {
+            res = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        CURLMsg *m = curl_multi_info_read(c->multi, &queued);
+        if (m && m->msg == CURLMSG_DONE) {
+            res = m->data.result;
+            break;
+        }
+        curl_multi_poll(c->multi, NULL, 0, 1000, NULL);
+    }
+    curl_multi_remove_handle(c->multi, c->curl);
+    return res;
+}
+
+void etcd_interrupt(etcd_client *c) {
+    atomic_store(&c->interrupt, 1);
+    curl_multi_wakeup(c->multi);
 }
 
 static int is_member_trouble(CURLcode e) {
@@ -151,7 +195,7 @@ static int error_code(etcd_client *c, long status, json_t *reply, const char *pa
  * given in *reply; want->ms without one is -ETIMEDOUT, not a member's
  * failure. */
 static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
-                const stream_want *want) {
+                stream_want *want) {
     int stream_ms = want ? want->ms : 0;
     *reply = NULL;
     char *text = json_dumps(body, JSON_COMPACT);
@@ -185,13 +229,20 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
         curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &r);
         curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)(stream_ms > 0 ? stream_ms : c->timeout_ms));
         curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
-        CURLcode e = curl_easy_perform(c->curl);
+        int interrupted;
+        CURLcode e = perform(c, want != NULL, &interrupted);
         curl_slist_free_all(hdr);
+        if (interrupted) {
+            buf_free(&r.body);
+            rc = fail(c, -EINTR, "the wait was interrupted");
+            break;
+        }
         long status = 0;
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
         if (r.event) { /* a watch saw its event (the transfer was cut on purpose) */
             c->cur = m;
             *reply = r.event;
+            want->which = r.which;
             buf_free(&r.body);
             rc = 0;
             break;
@@ -299,6 +350,12 @@ static json_t *prefix_end(const char *prefix) {
 }
 
 /* The gateway writes 64-bit numbers as strings. */
+/* The end of the range from first: past every key starting with it (last
+ * NULL), or just past last. */
+static json_t *range_end(const char *first, const char *last) {
+    return last ? b64(last, strlen(last) + 1) : prefix_end(first);
+}
+
 static int64_t num(json_t *o, const char *field) {
     json_t *v = json_object_get(o, field);
     if (json_is_integer(v)) return json_integer_value(v);
@@ -407,16 +464,44 @@ int etcd_get(etcd_client *c, const char *key, etcd_kv *kv) {
     return 0;
 }
 
-int etcd_get_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
-                    int64_t *revision) {
-    return range(c, json_pack("{s:o, s:o}", "key", b64s(prefix), "range_end", prefix_end(prefix)),
+int etcd_get_many(etcd_client *c, size_t n, const char *const *keys, etcd_kv *kvs,
+                  int64_t *revision) {
+    memset(kvs, 0, n * sizeof *kvs);
+    json_t *reads = json_array(), *r;
+    for (size_t i = 0; reads && i < n; i++)
+        if (json_array_append_new(reads, json_pack("{s:{s:o}}", "request_range", "key", b64s(keys[i]))))
+            json_decref(reads), reads = NULL;
+    json_t *body = reads ? json_pack("{s:o}", "success", reads) : NULL;
+    int rc = body ? post(c, "/v3/kv/txn", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    json_decref(body);
+    if (rc) return rc;
+    json_t *resps = json_object_get(r, "responses");
+    if (json_array_size(resps) != n)
+        rc = fail(c, -EPROTO, "etcd at %s answered %zu reads with %zu", c->member[c->cur], n,
+                  json_array_size(resps));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_t *resp = json_object_get(json_array_get(resps, i), "response_range");
+        json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
+        if (kv && read_kv(kv, &kvs[i]))
+            rc = fail(c, -EPROTO, "etcd at %s sent a key it cannot read", c->member[c->cur]);
+    }
+    if (rc == 0 && revision) *revision = num(json_object_get(r, "header"), "revision");
+    json_decref(r);
+    if (rc)
+        for (size_t i = 0; i < n; i++) etcd_kv_free(&kvs[i]);
+    return rc;
+}
+
+int etcd_get_in(etcd_client *c, const char *first, const char *last, etcd_kv **kvs, size_t *n,
+                int64_t *revision) {
+    return range(c, json_pack("{s:o, s:o}", "key", b64s(first), "range_end", range_end(first, last)),
                  kvs, n, revision);
 }
 
-int etcd_keys_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
-                     int64_t *revision) {
-    return range(c, json_pack("{s:o, s:o, s:b}", "key", b64s(prefix), "range_end",
-                              prefix_end(prefix), "keys_only", 1),
+int etcd_keys_in(etcd_client *c, const char *first, const char *last, etcd_kv **kvs, size_t *n,
+                 int64_t *revision) {
+    return range(c, json_pack("{s:o, s:o, s:b}", "key", b64s(first), "range_end",
+                              range_end(first, last), "keys_only", 1),
                  kvs, n, revision);
 }
 
@@ -494,15 +579,17 @@ int etcd_lease_revoke(etcd_client *c, int64_t id) {
     return rc == -ENOENT ? 0 : rc;
 }
 
-int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
-                      const char *const *keys, size_t nkeys, int64_t *revision) {
-    json_t *req = json_pack("{s:o, s:o}", "key", b64s(prefix), "range_end", prefix_end(prefix));
+int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t after,
+               int timeout_ms, const etcd_want *want, size_t nwant, size_t *which,
+               int64_t *revision) {
+    json_t *req = json_pack("{s:o, s:o}", "key", b64s(first), "range_end", range_end(first, last));
     if (req && after > 0) json_object_set_new(req, "start_revision", json_integer(after + 1));
     json_t *body = json_pack("{s:o}", "create_request", req), *r;
-    stream_want want = {timeout_ms > 0 ? timeout_ms : 1, keys, nkeys};
-    int rc = body ? post(c, "/v3/watch", body, &r, &want) : fail(c, -ENOMEM, "out of memory");
+    stream_want w = {timeout_ms > 0 ? timeout_ms : 1, want, nwant, 0};
+    int rc = body ? post(c, "/v3/watch", body, &r, &w) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
+    if (which) *which = w.which;
     if (revision) {
         json_t *events = json_object_get(r, "events");
         json_t *kv = json_object_get(json_array_get(events, json_array_size(events) - 1), "kv");
@@ -555,7 +642,8 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
     *out = NULL;
     pthread_once(&curl_once, curl_init_once);
     etcd_client *c = calloc(1, sizeof *c);
-    if (!c || !(c->curl = curl_easy_init())) {
+    if (!c || !(c->curl = curl_easy_init()) || !(c->multi = curl_multi_init())) {
+        if (c && c->curl) curl_easy_cleanup(c->curl);
         free(c);
         snprintf(err, errlen, "out of memory for the etcd client");
         return -ENOMEM;
@@ -595,6 +683,7 @@ out:
 void etcd_close(etcd_client *c) {
     if (!c) return;
     if (c->curl) curl_easy_cleanup(c->curl);
+    if (c->multi) curl_multi_cleanup(c->multi);
     free(c->user);
     free(c->password);
     free(c);

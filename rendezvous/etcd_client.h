@@ -11,7 +11,7 @@
  * the loss of one member goes unnoticed. Only a request that no member
  * answers fails, with -EHOSTUNREACH and a message naming them all.
  *
- * One client serves one thread at a time. */
+ * One client serves one thread at a time (etcd_interrupt excepted). */
 #ifndef DDPRUN_RENDEZVOUS_ETCD_CLIENT_H
 #define DDPRUN_RENDEZVOUS_ETCD_CLIENT_H
 
@@ -63,13 +63,19 @@ int etcd_put(etcd_client *c, const char *key, const void *val, size_t len, int64
 int etcd_bump(etcd_client *c, const char *key, int64_t *version);
 /* The value of key: -ENOENT when it has none. */
 int etcd_get(etcd_client *c, const char *key, etcd_kv *kv);
-/* Every key starting with prefix, in key order, and the store's revision. */
-int etcd_get_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
-                    int64_t *revision);
-/* The same, keys only (values empty): less to send where only presence
+/* Several keys at once, in one transaction: kvs[i] is keys[i]'s (key
+ * NULL, revisions 0 when it has none). *revision (may be NULL): the
+ * store's. At most 128 keys (etcd's --max-txn-ops). */
+int etcd_get_many(etcd_client *c, size_t n, const char *const *keys, etcd_kv *kvs,
+                  int64_t *revision);
+/* The keys from first to last (both included; last NULL: every key
+ * starting with first), in key order, and the store's revision. */
+int etcd_get_in(etcd_client *c, const char *first, const char *last, etcd_kv **kvs, size_t *n,
+                int64_t *revision);
+/* The same without the values (empty): less to send where only presence
  * counts. */
-int etcd_keys_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, size_t *n,
-                     int64_t *revision);
+int etcd_keys_in(etcd_client *c, const char *first, const char *last, etcd_kv **kvs, size_t *n,
+                 int64_t *revision);
 /* key := value only if key's mod_revision is expect (0: only if the key
  * does not exist). -ESTALE when it is not, with the key's present state in
  * *now (when not NULL; now->mod_revision 0 if it has none). */
@@ -88,14 +94,26 @@ int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id);
 int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s);
 int etcd_lease_revoke(etcd_client *c, int64_t id);
 
-/* Waits until a key starting with prefix changes after revision after
- * (0: from now on), or timeout_ms passes (-ETIMEDOUT). With nkeys > 0,
- * only a change to one of keys counts; changes to the prefix's other keys
+/* An event a watch waits for: key written, or (deleted) removed, by a
+ * delete or its lease's end. */
+typedef struct {
+    const char *key;
+    int deleted;
+} etcd_want;
+/* Waits for a change to a key from first to last (both included; last
+ * NULL: every key starting with first) after revision after (0: from now
+ * on), for at most timeout_ms (-ETIMEDOUT). With nwant > 0 only the
+ * events in want count (*which: the one seen); the range's other changes
  * are passed over in the stream. Sets *revision (may be NULL) to the
- * revision of the change seen. -ESTALE: etcd no longer has revision
- * after (compacted); read the keys again. */
-int etcd_watch_prefix(etcd_client *c, const char *prefix, int64_t after, int timeout_ms,
-                      const char *const *keys, size_t nkeys, int64_t *revision);
+ * revision of the change seen. -ESTALE: etcd no longer has revision after
+ * (compacted); read the keys again. -EINTR: etcd_interrupt. */
+int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t after,
+               int timeout_ms, const etcd_want *want, size_t nwant, size_t *which,
+               int64_t *revision);
+
+/* From any thread: ends the watch the client is in now, or else its next
+ * one, with -EINTR (once). Plain requests are not interrupted. */
+void etcd_interrupt(etcd_client *c);
 
 void etcd_kv_free(etcd_kv *kv);
 void etcd_kvs_free(etcd_kv *kvs, size_t n);

@@ -43,6 +43,7 @@ struct rdzv {
     int64_t last_renew_ms;
     int round;                  /* the round last joined or seen */
     int member_round;           /* the round this agent is a member of; -1 none */
+    int poked_round;            /* rdzv_poke for this round, not yet seen; -1 none */
     int restart_count;
     int nnodes;
     rdzv_node nodes[RDZV_MAX_NODES];
@@ -61,7 +62,7 @@ static int set_str(rdzv_kv *c, const char *k, const char *v) {
 static int beat_time(rdzv *r) {
     char k[KEY_MAX], v[32];
     r->last_renew_ms = clock_now_ms();
-    if (r->o.on_beat) r->o.on_beat(r->o.beat_ctx, r->last_renew_ms);
+    if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
     snprintf(v, sizeof v, "%.3f", clock_wall_s());
     return set_str(r->c, key(r, k, "beat/%s", r->agent_id), v);
 }
@@ -73,7 +74,7 @@ static int beat_again(rdzv *r) {
     if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
     if (rc == 0) { /* beat/ comes with the first renewal: one write fewer per agent */
         r->last_renew_ms = clock_now_ms();
-        if (r->o.on_beat) r->o.on_beat(r->o.beat_ctx, r->last_renew_ms);
+        if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
     }
     return rc;
 }
@@ -95,9 +96,20 @@ static int renew(rdzv *r) {
     return rc;
 }
 
-/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive. */
+/* Takes a poke for this agent's round, if one came. */
+static int take_poke(rdzv *r) {
+    pthread_mutex_lock(&r->mu);
+    int poked = r->poked_round >= 0 && r->poked_round == r->member_round;
+    if (poked) r->poked_round = -1;
+    pthread_mutex_unlock(&r->mu);
+    return poked;
+}
+
+/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive.
+ * -EINTR: rdzv_poke, where the store's handle is interrupted rather than
+ * woken by a key, and only when `pokeable`; other waits go on. */
 static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *const *keys,
-                          int64_t deadline_ms, size_t *idx) {
+                          int64_t deadline_ms, int pokeable, size_t *idx) {
     int slice = (int)(r->o.heartbeat * 1000 / 3);
     if (slice < 10) slice = 10;
     for (;;) {
@@ -106,7 +118,8 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
         int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
         rc = kv_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
-        if (rc != -ETIMEDOUT) return rc;
+        if (rc == -EINTR && pokeable && take_poke(r)) return rc;
+        if (rc != -ETIMEDOUT && rc != -EINTR) return rc;
     }
 }
 
@@ -136,6 +149,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     r->hostname = strdup(o->hostname);
     r->store_host = strdup(o->host ? o->host : "etcd");
     r->member_round = -1;
+    r->poked_round = -1;
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->prefix, sizeof r->prefix, "%s%s/", o->key_prefix ? o->key_prefix : "/ddprun/",
              o->run_id);
@@ -229,19 +243,23 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
     }
 }
 
-/* Waits until round `round` is closed and returns its node count. */
-static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, char *err,
-                       size_t errlen) {
-    char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX], k[KEY_MAX];
+/* Waits until round `round` is closed and returns its node count. The
+ * caller has just joined as the n-th node and read `expect`; the round was
+ * open when it looked. */
+static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_deadline,
+                       long *closed, char *err, size_t errlen) {
+    char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX];
     key(r, kstate, "r%d/state", round);
     key(r, kjoin, "r%d/njoined", round);
-    long expect;
-    int rc = kv_get_long(r->c, key(r, k, "r%d/expect", round), r->o.max_nodes, &expect);
+    long st = -1;
+    int rc = 0;
     int64_t last_call = 0;
-    while (rc == 0) {
-        int64_t n;
-        long st;
-        if ((rc = kv_add(r->c, kjoin, 0, &n)) || (rc = kv_get_long(r->c, kstate, -1, &st))) break;
+    for (int again = 0; rc == 0; again = 1) {
+        if (again) { /* both in one request where the backend can */
+            kv_long q[] = {{kjoin, 1, 0, 0}, {kstate, 0, -1, 0}};
+            if ((rc = kv_get_longs(r->c, 2, q))) break;
+            n = q[0].val, st = q[1].val;
+        }
         if (st >= 0) {
             *closed = st;
             return 0;
@@ -267,7 +285,7 @@ static int wait_closed(rdzv *r, int round, int64_t join_deadline, long *closed, 
         const char *keys[] = {kstate, key(r, knext, "r%d/node/%ld", round, target)};
         const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
         size_t idx;
-        rc = wait_any_until(r, 2, conds, keys, deadline, &idx);
+        rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
         if (rc == -ETIMEDOUT && last_call) {
             expect = n; /* last call is over: close with whoever is here */
             rc = 0;
@@ -394,8 +412,13 @@ static int wait_next_round(rdzv *r, int round, int64_t deadline, char *err, size
     const char *keys[] = {key(r, k, "r%d/open", round + 1), key(r, kclosed, "closed")};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
-    int rc = wait_any_until(r, 2, conds, keys, deadline, &idx);
+    int rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
     if (rc == 0 && idx == 1) rc = -EPIPE;
+    if (rc == 0) { /* the next attempt guesses this round first */
+        pthread_mutex_lock(&r->mu);
+        r->round = round + 1;
+        pthread_mutex_unlock(&r->mu);
+    }
     if (rc == -ETIMEDOUT)
         snprintf(err, errlen,
                  "rendezvous '%s' timed out after %.0f s waiting for round %d to end and admit "
@@ -433,15 +456,36 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
     return rc;
 }
 
+/* What an attempt at the current round reads first, in one request where
+ * the backend can: the round's number, whether the job is closed, and the
+ * round's restart count, state and expected node count. The round is
+ * guessed (the last one seen) and read again if it moved on. */
+static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long *st,
+                      long *expect) {
+    long guess = r->round;
+    for (;;) {
+        char k[5][KEY_MAX];
+        kv_long q[] = {{key(r, k[0], "round"), 1, 0, 0},
+                       {key(r, k[1], "closed"), 0, 0, 0},
+                       {key(r, k[2], "r%ld/restarts", guess), 0, 0, 0},
+                       {key(r, k[3], "r%ld/state", guess), 0, -1, 0},
+                       {key(r, k[4], "r%ld/expect", guess), 0, r->o.max_nodes, 0}};
+        int rc = kv_get_longs(r->c, 5, q);
+        if (rc) return rc;
+        if (q[0].val == guess) {
+            *cur = guess, *closed_job = q[1].val, *restarts = q[2].val, *st = q[3].val;
+            *expect = q[4].val;
+            return 0;
+        }
+        guess = q[0].val;
+    }
+}
+
 /* One attempt at the current round; 1 means "go round again". */
 static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, size_t errlen) {
     char k[KEY_MAX];
-    int64_t cur;
-    long restarts, st, closed_job;
-    int rc = kv_add(r->c, key(r, k, "round"), 0, &cur);
-    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "closed"), 0, &closed_job);
-    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "r%lld/restarts", (long long)cur), 0, &restarts);
-    if (rc == 0) rc = kv_get_long(r->c, key(r, k, "r%lld/state", (long long)cur), -1, &st);
+    long cur, restarts, st, closed_job, expect;
+    int rc = read_round(r, &cur, &closed_job, &restarts, &st, &expect);
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
         return rc;
@@ -467,7 +511,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     rc = kv_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
     if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
     long n = 0;
-    if (rc == 0) rc = wait_closed(r, round, deadline, &n, err, errlen);
+    if (rc == 0) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
     if (rc) return rc;
     if (idx > n) { /* the round closed just before our index was counted */
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
@@ -481,13 +525,14 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     const char *ready = key(r, k, "r%d/ready", round);
     if (res->group_rank == 0) {
         /* The workers' store is the rendezvous' own only without etcd; with
-         * it, node rank 0's agent hosts theirs and clears it itself. */
-        rc = r->on_etcd ? 0 : rdzv_clear_worker_keys(r->c, r->restart_count);
+         * it, node rank 0's agent hosts theirs. */
+        if (!r->on_etcd) rc = rdzv_clear_worker_keys(r->c, r->restart_count);
+        else if (r->o.clear_own_store) rc = r->o.clear_own_store(r->o.ctx, r->restart_count);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         size_t i;
         const uint8_t cond = STORE_COND_EXISTS;
-        rc = wait_any_until(r, 1, &cond, &ready, deadline, &i);
+        rc = wait_any_until(r, 1, &cond, &ready, deadline, 0, &i);
     }
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': round %d did not become ready: %s", r->run_id,
@@ -530,9 +575,18 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
         keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
     }
     size_t idx = 0;
-    rc = wait_any_until(r, (size_t)nk, conds, keys, clock_now_ms() + timeout_ms, &idx);
+    if (take_poke(r)) {
+        *ev = RDZV_EV_POKED;
+        goto out;
+    }
+    rc = wait_any_until(r, (size_t)nk, conds, keys, clock_now_ms() + timeout_ms, 1, &idx);
     if (rc == -ETIMEDOUT) {
         rc = 0;
+        goto out;
+    }
+    if (rc == -EINTR) {
+        rc = 0;
+        *ev = RDZV_EV_POKED;
         goto out;
     }
     if (rc) goto out;
@@ -649,7 +703,14 @@ int rdzv_poke(rdzv *r, int side) {
     char k[KEY_MAX];
     pthread_mutex_lock(&r->mu);
     int round = r->member_round;
+    if (r->c->ops->interrupt) r->poked_round = round;
     pthread_mutex_unlock(&r->mu);
+    /* Where the handle can be interrupted (etcd), the poke stays inside
+     * this process: a key would be a write that every agent's watch sees. */
+    if (r->c->ops->interrupt) {
+        r->c->ops->interrupt(r->c);
+        return 0;
+    }
     return set_str(client_for(r, side), key(r, k, "r%d/poke/%s", round, r->agent_id), "1");
 }
 
@@ -667,7 +728,8 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
-    rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), &idx);
+    rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), 0,
+                        &idx);
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }
 

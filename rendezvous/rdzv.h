@@ -54,10 +54,15 @@ typedef struct {
     double last_call_timeout; /* s */
     double heartbeat;         /* s */
     int max_restarts;
-    /* Called on the rendezvous' thread after each renewal of the heartbeat
-     * (now: the monotonic clock, ms), for the agent's metrics; may be NULL. */
+    /* Called on the rendezvous' thread, with ctx; each may be NULL. */
+    /* After each renewal of the heartbeat (now: the monotonic clock, ms),
+     * for the agent's metrics. */
     void (*on_beat)(void *ctx, int64_t now_ms);
-    void *beat_ctx;
+    /* etcd-v3, on node rank 0 of a round before the others' workers may
+     * start: clears what workers with this restart count left in this
+     * agent's own store in an earlier round (0 or a negative errno). */
+    int (*clear_own_store)(void *ctx, int restart_count);
+    void *ctx;
 } rdzv_opts;
 
 typedef struct {

@@ -34,3 +34,18 @@ int kv_get_long(rdzv_kv *kv, const char *key, long dflt, long *out) {
     free(v);
     return 0;
 }
+
+int kv_get_longs(rdzv_kv *kv, size_t n, kv_long *q) {
+    if (kv->ops->get_longs) return kv->ops->get_longs(kv, n, q);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!q[i].counter) {
+            rc = kv_get_long(kv, q[i].key, q[i].dflt, &q[i].val);
+            continue;
+        }
+        int64_t v = 0;
+        rc = kv_add(kv, q[i].key, 0, &v);
+        q[i].val = v ? (long)v : q[i].dflt; /* a counter never written reads 0 */
+    }
+    return rc;
+}

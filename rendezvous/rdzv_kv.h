@@ -14,6 +14,15 @@
 
 typedef struct rdzv_kv rdzv_kv;
 
+/* An integer for kv_get_longs: a counter (as add(key, 0) reads it) or a
+ * number stored as text; dflt when the key is missing. */
+typedef struct {
+    const char *key;
+    int counter;
+    long dflt;
+    long val; /* the answer */
+} kv_long;
+
 typedef struct {
     int (*set)(rdzv_kv *kv, const char *key, const void *val, size_t len);
     /* -ENOENT when the key is missing. */
@@ -33,6 +42,13 @@ typedef struct {
     /* Until any conds[i] holds for keys[i] (*idx: which), or -ETIMEDOUT. */
     int (*wait_any)(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
                     int timeout_ms, size_t *idx);
+    /* From another thread: ends the handle's wait_any now, or else its
+     * next one, with -EINTR (once). NULL where the backend is woken only
+     * by writing a key. */
+    void (*interrupt)(rdzv_kv *kv);
+    /* Several integers in one round trip (at most 64). NULL where the
+     * backend reads them one by one (kv_get_longs does). */
+    int (*get_longs)(rdzv_kv *kv, size_t n, kv_long *q);
     /* Every value (missing: empty), each malloc'd. */
     int (*multi_get)(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
                      size_t *lens);
@@ -65,6 +81,8 @@ const char *rdzv_key(char *buf, const char *prefix, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* An integer stored as text; dflt when the key is missing. */
 int kv_get_long(rdzv_kv *kv, const char *key, long dflt, long *out);
+/* Each q[i].val: at once where the backend can, else one by one. */
+int kv_get_longs(rdzv_kv *kv, size_t n, kv_long *q);
 
 static inline int kv_set(rdzv_kv *kv, const char *k, const void *v, size_t n) {
     return kv->ops->set(kv, k, v, n);

@@ -8,12 +8,15 @@
  *                              mod_revision, retried when another agent
  *                              wrote in between
  *   wait_any                   read the keys and the store's revision at
- *                              once (one range over their common prefix),
- *                              then watch that prefix from the revision,
- *                              woken only by the keys waited for: no
- *                              change can slip between the two; the same
- *                              wait again watches on from where the last
- *                              one stopped, without reading again
+ *                              once (one range from the first key to the
+ *                              last), then watch that range from the
+ *                              revision, woken only by the event waited
+ *                              for (a put, or a delete for "absent"),
+ *                              which is the answer: no change can slip
+ *                              between the two; the same wait again
+ *                              watches on from where the last one stopped,
+ *                              without reading again
+ *   interrupt                  ends the watch at once (another thread)
  *   a key owned by the handle  bound to the handle's newest lease, the
  *                              heartbeat's (etcd has no connections that
  *                              own keys): it goes when the agent stops
@@ -203,26 +206,26 @@ static int e_append(rdzv_kv *kv, const char *k, const void *v, size_t n) {
 static int e_del(rdzv_kv *kv, const char *k) { return seen(E(kv), etcd_delete(E(kv)->c, k)); }
 
 static int e_check(rdzv_kv *kv, size_t n, const char *const *keys, int *all) {
+    etcd_kv *kvs = calloc(n ? n : 1, sizeof *kvs);
+    if (!kvs) return -ENOMEM;
+    int rc = seen(E(kv), etcd_get_many(E(kv)->c, n, keys, kvs, NULL));
     *all = 1;
-    for (size_t i = 0; i < n && *all; i++) {
-        etcd_kv x;
-        int rc = etcd_get(E(kv)->c, keys[i], &x);
-        if (rc == -ENOENT) *all = 0;
-        else if (rc) return seen(E(kv), rc);
-        else etcd_kv_free(&x);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (!kvs[i].key) *all = 0;
+        etcd_kv_free(&kvs[i]);
     }
-    return 0;
+    free(kvs);
+    return rc;
 }
 
-/* The longest prefix every key shares. */
-static size_t common_prefix(size_t n, const char *const *keys) {
-    size_t len = strlen(keys[0]);
+/* The first and the last of keys in key order: one range read or watched
+ * instead of a request per key. */
+static void span(size_t n, const char *const *keys, const char **lo, const char **hi) {
+    *lo = *hi = keys[0];
     for (size_t i = 1; i < n; i++) {
-        size_t k = 0;
-        while (k < len && keys[i][k] == keys[0][k]) k++;
-        len = k;
+        if (strcmp(keys[i], *lo) < 0) *lo = keys[i];
+        if (strcmp(keys[i], *hi) > 0) *hi = keys[i];
     }
-    return len;
 }
 
 static int present(const etcd_kv *kvs, size_t n, const char *key) {
@@ -242,8 +245,11 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
                       int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
     if (n == 0) return -EINVAL;
-    char *prefix = strndup(keys[0], common_prefix(n, keys));
-    if (!prefix) return -ENOMEM;
+    const char *lo, *hi;
+    span(n, keys, &lo, &hi);
+    etcd_want *want = malloc(n * sizeof *want);
+    if (!want) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) want[i].key = keys[i], want[i].deleted = conds[i] == STORE_COND_ABSENT;
     int64_t deadline = clock_now_ms() + timeout_ms;
     /* The same wait again (the caller waits in slices, or in a loop): none
      * of its keys changed up to the revision the last one watched from, so
@@ -256,10 +262,10 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
         if (rev == 0) {
             etcd_kv *kvs;
             size_t m;
-            if ((rc = seen(e, etcd_keys_prefix(e->c, prefix, &kvs, &m, &rev)))) break;
+            if ((rc = seen(e, etcd_keys_in(e->c, lo, hi, &kvs, &m, &rev)))) break;
             int hit = -1;
             for (size_t i = 0; i < n && hit < 0; i++)
-                if (present(kvs, m, keys[i]) == (conds[i] == STORE_COND_EXISTS)) hit = (int)i;
+                if (present(kvs, m, keys[i]) == !want[i].deleted) hit = (int)i;
             etcd_kvs_free(kvs, m);
             if (hit >= 0) {
                 *idx = (size_t)hit;
@@ -272,30 +278,30 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
             rc = -ETIMEDOUT;
             break;
         }
-        rc = etcd_watch_prefix(e->c, prefix, rev, (int)left, keys, n, NULL);
+        /* Woken only by a put of a key waited for to exist, or the
+         * deletion of one waited for to go: that event is the answer. */
+        rc = etcd_watch(e->c, lo, hi, rev, (int)left, want, n, idx, NULL);
         if (rc == -ETIMEDOUT) continue; /* the deadline is checked above */
-        if (rc && rc != -ESTALE) {
-            seen(e, rc);
-            break;
-        }
-        rev = 0; /* a key changed (or the revision is gone): read them again */
+        if (rc != -ESTALE) break;
+        rev = 0; /* etcd no longer has the revision (compacted): read them again */
     }
-    if (rc == -ETIMEDOUT) e->wait_id = id, e->wait_rev = rev;
-    free(prefix);
+    if (rc == -ETIMEDOUT || rc == -EINTR) e->wait_id = id, e->wait_rev = rev;
+    else if (rc) seen(e, rc);
+    free(want);
     return rc;
 }
 
-/* One range over the keys' common prefix, not a request per key: the
+/* One range from the first key to the last, not a request per key: the
  * members' descriptions of a round are read by every agent. */
 static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
                        size_t *lens) {
     kv_etcd *e = E(kv);
     if (n == 0) return 0;
-    char *prefix = strndup(keys[0], common_prefix(n, keys));
+    const char *lo, *hi;
+    span(n, keys, &lo, &hi);
     etcd_kv *kvs = NULL;
     size_t m = 0;
-    int rc = prefix ? seen(e, etcd_get_prefix(e->c, prefix, &kvs, &m, NULL)) : -ENOMEM;
-    free(prefix);
+    int rc = seen(e, etcd_get_in(e->c, lo, hi, &kvs, &m, NULL));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         vals[i] = NULL, lens[i] = 0;
         for (size_t j = 0; j < m && !vals[i]; j++) {
@@ -309,9 +315,25 @@ static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t *
     return rc;
 }
 
+/* One transaction of reads. */
+static int e_get_longs(rdzv_kv *kv, size_t n, kv_long *q) {
+    kv_etcd *e = E(kv);
+    const char *keys[64] = {0};
+    etcd_kv kvs[64];
+    if (n > 64) return -E2BIG;
+    for (size_t i = 0; i < n; i++) keys[i] = q[i].key;
+    int rc = seen(e, etcd_get_many(e->c, n, keys, kvs, NULL));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (!kvs[i].key) q[i].val = q[i].dflt;
+        else q[i].val = q[i].counter ? (long)kvs[i].version : strtol((char *)kvs[i].value, NULL, 10);
+        etcd_kv_free(&kvs[i]);
+    }
+    return rc;
+}
+
 static int e_list(rdzv_kv *kv, const char *prefix, char ***keys, size_t *n) {
     etcd_kv *kvs;
-    int rc = seen(E(kv), etcd_get_prefix(E(kv)->c, prefix, &kvs, n, NULL));
+    int rc = seen(E(kv), etcd_get_in(E(kv)->c, prefix, NULL, &kvs, n, NULL));
     if (rc) return rc;
     *keys = calloc(*n ? *n : 1, sizeof **keys);
     for (size_t i = 0; *keys && i < *n; i++) {
@@ -360,6 +382,8 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
     return seen(e, etcd_put(e->c, k, v, n, (int64_t)lease, NULL));
 }
 
+static void e_interrupt(rdzv_kv *kv) { etcd_interrupt(E(kv)->c); }
+
 static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
 static void e_close(rdzv_kv *kv) {
@@ -372,9 +396,9 @@ static void e_close(rdzv_kv *kv) {
 static const rdzv_kv_ops etcd_ops = {
     .set = e_set, .try_get = e_try_get, .add = e_add, .compare_set = e_compare_set,
     .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
-    .multi_get = e_multi_get, .list = e_list, .lease_grant = e_lease_grant,
-    .lease_renew = e_lease_renew, .set_owned = e_set_owned, .broken = e_broken,
-    .close = e_close,
+    .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
+    .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
+    .set_owned = e_set_owned, .broken = e_broken, .close = e_close,
 };
 
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {

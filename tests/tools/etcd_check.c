@@ -8,6 +8,7 @@
  *   --cacert F --cert F --key F          TLS (https), with a client certificate */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,18 @@ static void ok(const char *what) { printf("ok   %s\n", what); }
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
     nanosleep(&ts, NULL);
+}
+
+static void *interrupt_later(void *arg) {
+    sleep_ms(200);
+    etcd_interrupt(arg);
+    return NULL;
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void check_value(const char *key, const char *want) {
@@ -97,7 +110,7 @@ int main(int argc, char **argv) {
     CHECK(etcd_get(c, "/t/missing", &kv) == -ENOENT, "a missing key");
     etcd_kv *kvs;
     size_t n;
-    CHECK(etcd_get_prefix(c, "/t/", &kvs, &n, NULL) == 0 && n == 2, "prefix: %zu keys", n);
+    CHECK(etcd_get_in(c, "/t/", NULL, &kvs, &n, NULL) == 0 && n == 2, "prefix: %zu keys", n);
     CHECK(strcmp(kvs[0].key, "/t/a") == 0 && strcmp(kvs[1].key, "/t/new") == 0, "key order");
     etcd_kvs_free(kvs, n);
     unsigned char bin[256];
@@ -134,14 +147,14 @@ int main(int argc, char **argv) {
         _exit(0);
     }
     int64_t seen = 0;
-    rc = etcd_watch_prefix(c, "/w/", rev, 5000, NULL, 0, &seen);
+    rc = etcd_watch(c, "/w/", NULL, rev, 5000, NULL, 0, NULL, &seen);
     int status;
     waitpid(child, &status, 0);
     CHECK(rc == 0 && seen > rev, "watch: rc %d, revision %" PRId64 " after %" PRId64, rc, seen, rev);
     int64_t again = 0;
-    rc = etcd_watch_prefix(c, "/w/", rev, 5000, NULL, 0, &again);
+    rc = etcd_watch(c, "/w/", NULL, rev, 5000, NULL, 0, NULL, &again);
     CHECK(rc == 0 && again == seen, "a watch from an older revision sees the change at once");
-    rc = etcd_watch_prefix(c, "/w/", seen, 300, NULL, 0, NULL);
+    rc = etcd_watch(c, "/w/", NULL, seen, 300, NULL, 0, NULL, NULL);
     CHECK(rc == -ETIMEDOUT, "a watch with no change gave %d", rc);
     ok("watches: a change, one already past, none within the time");
 
@@ -157,19 +170,50 @@ int main(int argc, char **argv) {
         if (etcd_put(c2, "/w/want", "1", 1, 0, NULL)) _exit(1);
         _exit(0);
     }
-    const char *want[] = {"/w/want"};
+    const etcd_want want[] = {{"/w/gone", 1}, {"/w/want", 0}};
+    size_t which = 9;
     seen = 0;
-    rc = etcd_watch_prefix(c, "/w/", rev, 5000, want, 1, &seen);
+    rc = etcd_watch(c, "/w/", NULL, rev, 5000, want, 2, &which, &seen);
     waitpid(child, &status, 0);
-    CHECK(rc == 0, "filtered watch gave %d", rc);
+    CHECK(rc == 0 && which == 1, "filtered watch gave %d (event %zu)", rc, which);
     CHECK(etcd_get(c, "/w/want", &kv) == 0, "get /w/want");
     CHECK(seen == kv.mod_revision, "the filtered watch woke at revision %" PRId64
           ", not at /w/want's %" PRId64, seen, kv.mod_revision);
     etcd_kv_free(&kv);
     CHECK(etcd_put(c, "/w/other", "2", 1, 0, &rev) == 0, "another write");
-    rc = etcd_watch_prefix(c, "/w/", rev - 1, 300, want, 1, NULL);
+    rc = etcd_watch(c, "/w/", NULL, rev - 1, 300, want, 2, NULL, NULL);
     CHECK(rc == -ETIMEDOUT, "a filtered watch woke on another key: %d", rc);
-    ok("watches for chosen keys: woken by them only");
+    /* /w/gone is waited for to go: its put passes, its delete wakes. */
+    CHECK(etcd_put(c, "/w/gone", "1", 1, 0, &rev) == 0, "put /w/gone");
+    rc = etcd_watch(c, "/w/", NULL, rev - 1, 300, want, 2, NULL, NULL);
+    CHECK(rc == -ETIMEDOUT, "a watch for a deletion woke on a put: %d", rc);
+    CHECK(etcd_delete(c, "/w/gone") == 0, "delete /w/gone");
+    rc = etcd_watch(c, "/w/", NULL, rev, 300, want, 2, &which, NULL);
+    CHECK(rc == 0 && which == 0, "a watch for a deletion gave %d (event %zu)", rc, which);
+    /* A watch from one key to another sees nothing beyond them. */
+    CHECK(etcd_put(c, "/w/zz", "1", 1, 0, &rev) == 0, "put /w/zz");
+    rc = etcd_watch(c, "/w/a", "/w/want", rev - 1, 300, NULL, 0, NULL, NULL);
+    CHECK(rc == -ETIMEDOUT, "a watch up to /w/want woke on /w/zz: %d", rc);
+    rc = etcd_watch(c, "/w/a", "/w/zz", rev - 1, 300, NULL, 0, NULL, NULL);
+    CHECK(rc == 0, "a watch up to /w/zz (included) gave %d", rc);
+    ok("watches for chosen events: woken by them only; ranges bounded by their last key");
+
+    /* etcd_interrupt from another thread ends the watch at once; one
+     * before the watch ends the next one; plain requests go through. */
+    pthread_t th;
+    int64_t t0 = now_ms();
+    CHECK(pthread_create(&th, NULL, interrupt_later, c) == 0, "a thread");
+    rc = etcd_watch(c, "/w/", NULL, 0, 5000, NULL, 0, NULL, NULL);
+    pthread_join(th, NULL);
+    CHECK(rc == -EINTR && now_ms() - t0 < 2000, "an interrupted watch gave %d after %lld ms", rc,
+          (long long)(now_ms() - t0));
+    etcd_interrupt(c);
+    CHECK(etcd_put(c, "/w/after", "1", 1, 0, NULL) == 0, "a put after an interrupt");
+    rc = etcd_watch(c, "/w/", NULL, 0, 5000, NULL, 0, NULL, NULL);
+    CHECK(rc == -EINTR, "the watch after an interrupt gave %d", rc);
+    rc = etcd_watch(c, "/w/", NULL, 0, 300, NULL, 0, NULL, NULL);
+    CHECK(rc == -ETIMEDOUT, "an interrupt ended two watches: %d", rc);
+    ok("interrupt: ends the watch in progress, or the next one, once");
 
     /* Counters: concurrent bumps each get their own number, 1..N. */
     enum { NBUMP = 6 };
@@ -195,7 +239,7 @@ int main(int argc, char **argv) {
 
     CHECK(etcd_delete(c, "/t/a") == 0 && etcd_get(c, "/t/a", &kv) == -ENOENT, "delete");
     CHECK(etcd_delete_prefix(c, "/t/") == 0 && etcd_delete_prefix(c, "/w/") == 0, "delete prefix");
-    CHECK(etcd_get_prefix(c, "/t/", &kvs, &n, NULL) == 0 && n == 0, "nothing left");
+    CHECK(etcd_get_in(c, "/t/", NULL, &kvs, &n, NULL) == 0 && n == 0, "nothing left");
     free(kvs);
     ok("delete, delete prefix");
     printf("talked to %s\n", etcd_member(c));
