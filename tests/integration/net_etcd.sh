@@ -43,7 +43,7 @@ args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 2
 job() {
     local name=$1 steps=$2 h
     for h in 1 2 3; do
-        netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" REC="$TMP/rec.$name" HOLD="${HOLD:-}" ddprun --nnodes=2:3 \
+        netbed_exec "$h" env DDPRUN_TEST_TAG="$TAG" REC="$TMP/rec.$name" HOLD="${HOLD:-}" ddprun --nnodes=2:3 \
             --nproc-per-node=1 --max-restarts=3 --rdzv-backend=etcd-v3 --rdzv-endpoint="$EP" \
             --rdzv-id="$name" --no-python "$TMP/train.sh" "${args[@]}" --max-steps "$steps" \
             --ckpt-dir "$TMP/ckpt/$name" > "$TMP/$name.h$h.out" 2> "$TMP/$name.h$h.err" &

@@ -16,7 +16,7 @@ common=(--model resnet20 --data synthetic --input-shape 3x16x16 --threads 1 --no
         --log-every 1000 --max-steps 2 --seed 3)
 port=29611
 for h in 1 2 3; do
-    netbed_run "$h" ddprun --nnodes=3 --nproc-per-node=2 --rdzv-backend=c10d \
+    netbed_exec "$h" ddprun --nnodes=3 --nproc-per-node=2 --rdzv-backend=c10d \
         --rdzv-endpoint="$(netbed_addr 1):$port" --rdzv-id=net3 --no-python \
         ddp-train "${common[@]}" --batch-size 8 --ckpt-dir "$NETBED_DIR/h$h/ck" \
         > "$NETBED_DIR/h$h/run.log" 2>&1 &

@@ -55,7 +55,7 @@ etcd_bed_cluster() {
     done
     for i in "$@"; do
         addr=$(netbed_addr "$i")
-        netbed_run "$i" etcd --name "m$i" --data-dir "$NETBED_DIR/h$i/etcd-$port" \
+        netbed_exec "$i" etcd --name "m$i" --data-dir "$NETBED_DIR/h$i/etcd-$port" \
             --listen-client-urls "http://$addr:$port" --advertise-client-urls "http://$addr:$port" \
             --listen-peer-urls "http://$addr:$((port + 1))" \
             --initial-advertise-peer-urls "http://$addr:$((port + 1))" \

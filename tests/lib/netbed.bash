@@ -5,7 +5,8 @@
 #
 #   source tests/lib/netbed.bash      (after agent.bash or train.bash)
 #   netbed_up 3                       hosts 1..3 at 10.77.0.1 .. 10.77.0.3
-#   netbed_run 2 ddprun ... &         runs a command on host 2
+#   netbed_exec 2 ddprun ... &        runs a command on host 2 ($!: its PID)
+#   netbed_run 2 cmd                  runs one there and waits for it
 #   netbed_link 2 down|up             its link to the bridge
 #   netbed_netem 2 delay 50ms loss 1% (tc netem on host 2's interface)
 #
@@ -124,15 +125,22 @@ import socket; socket.create_connection(('$(netbed_addr "$j")', $port), 1)" 2> /
     return $rc
 }
 
-# netbed_run I COMMAND...: runs COMMAND on host I (its network, host name
-# hI, working directory NETBED_DIR/hI). Exec's COMMAND, so `netbed_run I
-# cmd &` gives the command's own PID in $!.
-netbed_run() (
-    i=$1
+# netbed_exec I COMMAND...: replaces the calling shell with COMMAND on host
+# I (its network, host name hI, working directory NETBED_DIR/hI). For a
+# command started in the background, `netbed_exec I cmd &`: the background
+# shell becomes the command, so $! is the command's own PID, the one a
+# scenario kills, waits for and cleans up. (A function whose body is a
+# subshell would fork once more: $! would be a shell whose death leaves the
+# command running.)
+netbed_exec() {
+    local i=$1
     shift
     cd "$NETBED_DIR/h$i" && exec ip netns exec "$(netbed_ns "$i")" \
         unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "h$i" "$@"
-)
+}
+
+# netbed_run I COMMAND...: runs COMMAND on host I and waits for it.
+netbed_run() (netbed_exec "$@")
 
 # netbed_elastic NAME PORT ARGS...: the elastic ddp-train job most
 # scenarios run, one agent on every host: --nnodes=2:N, two workers each,
@@ -144,7 +152,7 @@ netbed_elastic() {
     local name=$1 port=$2 h
     shift 2
     for ((h = 1; h <= NETBED_N; h++)); do
-        netbed_run "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes="2:$NETBED_N" \
+        netbed_exec "$h" env DDPRUN_TEST_TAG="$TAG" ddprun --nnodes="2:$NETBED_N" \
             --nproc-per-node=2 --max-restarts=3 --rdzv-backend=c10d \
             --rdzv-endpoint="$(netbed_addr 1):$port" --rdzv-id="$name" --no-python \
             ddp-train "$@" --ckpt-dir "$NETBED_DIR/h$h/$name" \
