@@ -19,9 +19,9 @@
  *   ndone, alldone exit barrier
  * plus, for the whole job, "round" (the current round), "closed" (the job
  * finished), "failures" (one JSON line per worker failure) and for each
- * agent "alive/<agent>" (owned by its watch connection: gone the moment the
- * agent dies), "hb/<agent>" (owned by a lease the agent renews: gone
- * within one heartbeat interval if the agent hangs or is cut off),
+ * agent "alive/<agent>" (store backends: owned by its connection, gone the
+ * moment the agent dies), "hb/<agent>" (owned by a lease the agent renews:
+ * gone within one heartbeat interval if the agent hangs or is cut off),
  * "beat/<agent>" (the wall-clock time of its last renewal) and
  * "status/<agent>" (what the agent says it does, JSON, for
  * `ddprun status`; both stay after the agent is gone). */

@@ -43,6 +43,7 @@ typedef struct {
      * up to wait_rev. */
     uint64_t wait_id;
     int64_t wait_rev;
+    int64_t read_rev; /* the revision of the last get_longs or multi_get */
     /* The keys owned by the handle, bound to its newest lease: a new lease
      * (the old one lapsed) takes them over. */
     struct {
@@ -242,7 +243,7 @@ static uint64_t wait_id(size_t n, const uint8_t *conds, const char *const *keys)
 }
 
 static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
-                      int timeout_ms, size_t *idx) {
+                      uint64_t after, int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
     if (n == 0) return -EINVAL;
     const char *lo, *hi;
@@ -253,9 +254,10 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
     int64_t deadline = clock_now_ms() + timeout_ms;
     /* The same wait again (the caller waits in slices, or in a loop): none
      * of its keys changed up to the revision the last one watched from, so
-     * watching on from there is enough, without reading them again. */
+     * watching on from there is enough, without reading them again; as
+     * it is from `after`, where the caller read them itself. */
     uint64_t id = wait_id(n, conds, keys);
-    int64_t rev = e->wait_id == id ? e->wait_rev : 0;
+    int64_t rev = after ? (int64_t)after : e->wait_id == id ? e->wait_rev : 0;
     e->wait_id = 0;
     int rc;
     for (;;) {
@@ -301,7 +303,7 @@ static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t *
     span(n, keys, &lo, &hi);
     etcd_kv *kvs = NULL;
     size_t m = 0;
-    int rc = seen(e, etcd_get_in(e->c, lo, hi, &kvs, &m, NULL));
+    int rc = seen(e, etcd_get_in(e->c, lo, hi, &kvs, &m, &e->read_rev));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         vals[i] = NULL, lens[i] = 0;
         for (size_t j = 0; j < m && !vals[i]; j++) {
@@ -322,7 +324,7 @@ static int e_get_longs(rdzv_kv *kv, size_t n, kv_long *q) {
     etcd_kv kvs[64];
     if (n > 64) return -E2BIG;
     for (size_t i = 0; i < n; i++) keys[i] = q[i].key;
-    int rc = seen(e, etcd_get_many(e->c, n, keys, kvs, NULL));
+    int rc = seen(e, etcd_get_many(e->c, n, keys, kvs, &e->read_rev));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!kvs[i].key) q[i].val = q[i].dflt;
         else q[i].val = q[i].counter ? (long)kvs[i].version : strtol((char *)kvs[i].value, NULL, 10);
@@ -384,6 +386,8 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
 
 static void e_interrupt(rdzv_kv *kv) { etcd_interrupt(E(kv)->c); }
 
+static uint64_t e_revision(const rdzv_kv *kv) { return (uint64_t)((const kv_etcd *)kv)->read_rev; }
+
 static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
 static void e_close(rdzv_kv *kv) {
@@ -396,9 +400,10 @@ static void e_close(rdzv_kv *kv) {
 static const rdzv_kv_ops etcd_ops = {
     .set = e_set, .try_get = e_try_get, .add = e_add, .compare_set = e_compare_set,
     .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
-    .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
-    .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
-    .set_owned = e_set_owned, .broken = e_broken, .close = e_close,
+    .interrupt = e_interrupt, .get_longs = e_get_longs, .revision = e_revision,
+    .multi_get = e_multi_get, .list = e_list, .lease_grant = e_lease_grant,
+    .lease_renew = e_lease_renew, .set_owned = e_set_owned, .broken = e_broken,
+    .close = e_close,
 };
 
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {
