@@ -21,10 +21,32 @@
 #define MAX_MEMBERS 16
 #define DEFAULT_TIMEOUT_MS 5000
 
+/* The client's watch: a stream of its own (c->stream, run by c->multi)
+ * beside the plain requests, so that a waiter can read the keys once etcd
+ * has the watch, and wait on across several calls. */
+typedef struct {
+    etcd_client *c;
+    int active;            /* the stream is in c->multi */
+    int member;            /* the member it comes from */
+    struct curl_slist *hdr;
+    char *body;            /* the create request */
+    buf_t in;              /* what came and is not yet a whole line */
+    const etcd_want *want; /* the caller's, for as long as the watch lasts */
+    size_t nwant;
+    int64_t created;       /* the store's revision when etcd had the watch; 0: not yet */
+    int64_t event_rev;     /* a wanted event's revision; 0: none yet */
+    size_t which;          /* which one */
+    int canceled;          /* etcd cancelled the watch (its start revision was compacted) */
+    int refused;           /* etcd answered with an error (a negative errno) */
+    int done;              /* the transfer ended */
+} watch_state;
+
 struct etcd_client {
     CURL *curl;
-    CURLM *multi;         /* runs the streams (watches), which etcd_interrupt can end */
-    atomic_int interrupt; /* etcd_interrupt was called; the next stream ends */
+    CURL *stream;         /* the watch's transfer (its options copied from curl) */
+    CURLM *multi;         /* runs the watch, which etcd_interrupt can wake and end */
+    watch_state w;
+    atomic_int interrupt; /* etcd_interrupt was called; the next wait for an event ends */
     char member[MAX_MEMBERS][256]; /* "host:port" */
     int nmembers, cur;
     char scheme[8];               /* "http" or "https" */
@@ -52,106 +74,14 @@ const char *etcd_member(const etcd_client *c) { return c->member[c->cur]; }
 
 /* --- one request --------------------------------------------------------- */
 
-/* What a streamed request (a watch) waits for: one of want (any event
- * when nwant is 0), for at most ms. Other events in the watched range are
- * passed over inside the stream, so a waiter is not woken by every write
- * of a busy range. */
-typedef struct {
-    int ms;
-    const etcd_want *want;
-    size_t nwant;
-    size_t which; /* the one seen */
-} stream_want;
-
-/* A reply being received: whole, or for a stream, up to the first object
- * holding a wanted event (or the end of the transfer). */
+/* A reply being received. */
 typedef struct {
     buf_t body;
-    const stream_want *want; /* NULL: not a stream */
-    json_t *event;           /* the object that held the wanted event */
-    size_t which;            /* the wanted event it held */
-    int canceled;            /* etcd cancelled the watch (its revision was compacted) */
 } reply_buf;
-
-/* The first of events that w wants: its index in w->want, or -1. */
-static long wanted(const stream_want *w, json_t *events) {
-    if (w->nwant == 0) return json_array_size(events) > 0 ? 0 : -1;
-    size_t i;
-    json_t *ev;
-    json_array_foreach(events, i, ev) {
-        const char *k64 = json_string_value(json_object_get(json_object_get(ev, "kv"), "key"));
-        const char *type = json_string_value(json_object_get(ev, "type"));
-        int deleted = type && strcmp(type, "DELETE") == 0; /* a put has no type: 0 is left out */
-        size_t klen = 0;
-        char *k = k64 ? (char *)base64_decode(k64, &klen) : NULL;
-        for (size_t j = 0; k && j < w->nwant; j++) {
-            const etcd_want *x = &w->want[j];
-            if (x->deleted == deleted && strlen(x->key) == klen && memcmp(x->key, k, klen) == 0) {
-                free(k);
-                return (long)j;
-            }
-        }
-        free(k);
-    }
-    return -1;
-}
 
 static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
     reply_buf *r = ctx;
-    if (buf_append(&r->body, p, size * n)) return 0;
-    if (!r->want) return size * n;
-    /* The gateway streams one JSON object per chunk, newline-separated. */
-    for (;;) {
-        char *start = (char *)r->body.data, *nl = memchr(start, '\n', r->body.len);
-        if (!nl) return size * n;
-        json_t *o = json_loadb(start, (size_t)(nl - start), 0, NULL);
-        size_t rest = r->body.len - (size_t)(nl + 1 - start);
-        memmove(start, nl + 1, rest);
-        r->body.len = rest;
-        json_t *res = o ? json_object_get(o, "result") : NULL;
-        if (res && json_is_true(json_object_get(res, "canceled"))) {
-            r->canceled = 1;
-            json_decref(o);
-            return 0; /* ends the transfer: nothing more will come */
-        }
-        long which = res ? wanted(r->want, json_object_get(res, "events")) : -1;
-        if (which >= 0) {
-            r->which = (size_t)which;
-            r->event = json_incref(res);
-            json_decref(o);
-            return 0; /* ends the transfer: what we waited for came */
-        }
-        json_decref(o);
-    }
-}
-
-/* Runs the transfer set up on c->curl. A stream runs under c->multi so
- * that etcd_interrupt, from another thread, can wake and end it
- * (*interrupted := 1); a plain request runs to its end. */
-static CURLcode perform(etcd_client *c, int stream, int *interrupted) {
-    *interrupted = 0;
-    if (!stream) return curl_easy_perform(c->curl);
-    CURLcode res = CURLE_OK;
-    if (curl_multi_add_handle(c->multi, c->curl) != CURLM_OK) return CURLE_OUT_OF_MEMORY;
-    for (;;) {
-        if (atomic_exchange(&c->interrupt, 0)) {
-            *interrupted = 1;
-            break;
-        }
-        int running = 0, queued;
-        if (curl_multi_perform(c->multi, &running) != CURLM_OK) {
-            res = CURLE_OUT_OF_MEMORY;
-            break;
-        }
-        CURLMsg *m = curl_multi_info_read(c->multi, &queued);
-        if (m && m->msg == CURLMSG_DONE) {
-            res = m->data.result;
-            break;
-        }
-        curl_multi_poll(c->multi, NULL, 0, 1000, NULL);
-    }
-    curl_multi_remove_handle(c->multi, c->curl);
-    return res;
+    return buf_append(&r->body, p, size * n) ? 0 : size * n;
 }
 
 void etcd_interrupt(etcd_client *c) {
@@ -190,13 +120,19 @@ static int error_code(etcd_client *c, long status, json_t *reply, const char *pa
                 msg ? msg : "no message");
 }
 
-/* POSTs body to path on the current member, failing over to the others.
- * A stream (a watch: want not NULL) stops at the first event it wants,
- * given in *reply; want->ms without one is -ETIMEDOUT, not a member's
- * failure. */
-static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
-                stream_want *want) {
-    int stream_ms = want ? want->ms : 0;
+/* A request's headers: JSON, and the auth token when there is one. */
+static struct curl_slist *headers(const etcd_client *c) {
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    if (c->token[0]) {
+        char auth[600];
+        snprintf(auth, sizeof auth, "Authorization: %s", c->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    return hdr;
+}
+
+/* POSTs body to path on the current member, failing over to the others. */
+static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) {
     *reply = NULL;
     char *text = json_dumps(body, JSON_COMPACT);
     if (!text) return fail(c, -ENOMEM, "out of memory for an etcd request");
@@ -215,60 +151,19 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply,
         int m = (c->cur + k) % c->nmembers;
         char url[512];
         snprintf(url, sizeof url, "%s://%s%s", c->scheme, c->member[m], path);
-        reply_buf r = {.want = want};
-        struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-        char auth[600];
-        if (c->token[0]) {
-            snprintf(auth, sizeof auth, "Authorization: %s", c->token);
-            hdr = curl_slist_append(hdr, auth);
-        }
+        reply_buf r = {0};
+        struct curl_slist *hdr = headers(c);
         curl_easy_setopt(c->curl, CURLOPT_URL, url);
         curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, text);
         curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &r);
-        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)(stream_ms > 0 ? stream_ms : c->timeout_ms));
+        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
         curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
-        int interrupted;
-        CURLcode e = perform(c, want != NULL, &interrupted);
+        CURLcode e = curl_easy_perform(c->curl);
         curl_slist_free_all(hdr);
-        if (interrupted) {
-            buf_free(&r.body);
-            rc = fail(c, -EINTR, "the wait was interrupted");
-            break;
-        }
         long status = 0;
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
-        if (r.event) { /* a watch saw its event (the transfer was cut on purpose) */
-            c->cur = m;
-            *reply = r.event;
-            want->which = r.which;
-            buf_free(&r.body);
-            rc = 0;
-            break;
-        }
-        if (r.canceled) {
-            c->cur = m;
-            buf_free(&r.body);
-            rc = fail(c, -ESTALE, "etcd at %s cancelled the watch (its start revision was "
-                      "compacted?)", c->member[m]);
-            break;
-        }
-        if (stream_ms > 0 && e == CURLE_OPERATION_TIMEDOUT && status == 200) {
-            c->cur = m;
-            buf_free(&r.body);
-            rc = fail(c, -ETIMEDOUT, "no change within %d ms", stream_ms);
-            break;
-        }
-        if (stream_ms > 0 && stream_ms < c->timeout_ms && e == CURLE_OPERATION_TIMEDOUT) {
-            /* The wait's own budget ran out before the member answered: too
-             * short to blame it (a busy machine, a fresh connection). A
-             * member that is really gone is passed over by the next plain
-             * request, which has the whole timeout. */
-            buf_free(&r.body);
-            rc = fail(c, -ETIMEDOUT, "no answer within the wait's %d ms", stream_ms);
-            break;
-        }
         if (e != CURLE_OK) {
             size_t len = strlen(tried);
             snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
@@ -401,7 +296,7 @@ int etcd_put(etcd_client *c, const char *key, const void *val, size_t len, int64
              int64_t *revision) {
     json_t *body = json_pack("{s:o, s:o}", "key", b64s(key), "value", b64(val, len)), *r;
     if (body && lease) json_object_set_new(body, "lease", json_integer(lease));
-    int rc = body ? post(c, "/v3/kv/put", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/put", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc == 0 && revision) *revision = num(json_object_get(r, "header"), "revision");
     if (rc == 0) json_decref(r);
@@ -412,7 +307,7 @@ int etcd_bump(etcd_client *c, const char *key, int64_t *version) {
     json_t *body = json_pack("{s:o, s:o, s:b}", "key", b64s(key), "value", b64s("+"), "prev_kv",
                              1),
            *r;
-    int rc = body ? post(c, "/v3/kv/put", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/put", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
     json_t *prev = json_object_get(r, "prev_kv");
@@ -425,7 +320,7 @@ static int range(etcd_client *c, json_t *body, etcd_kv **kvs, size_t *n, int64_t
     json_t *r;
     *kvs = NULL;
     *n = 0;
-    int rc = body ? post(c, "/v3/kv/range", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/range", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
     json_t *arr = json_object_get(r, "kvs");
@@ -472,7 +367,7 @@ int etcd_get_many(etcd_client *c, size_t n, const char *const *keys, etcd_kv *kv
         if (json_array_append_new(reads, json_pack("{s:{s:o}}", "request_range", "key", b64s(keys[i]))))
             json_decref(reads), reads = NULL;
     json_t *body = reads ? json_pack("{s:o}", "success", reads) : NULL;
-    int rc = body ? post(c, "/v3/kv/txn", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/txn", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc) return rc;
     json_t *resps = json_object_get(r, "responses");
@@ -516,7 +411,7 @@ int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, s
                              want, "success", "request_put", put, "failure", "request_range",
                              "key", b64s(key)),
            *r;
-    int rc = body ? post(c, "/v3/kv/txn", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/txn", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (now) memset(now, 0, sizeof *now);
     if (rc) return rc;
@@ -534,7 +429,7 @@ int etcd_cas(etcd_client *c, const char *key, int64_t expect, const void *val, s
 
 static int delete_range(etcd_client *c, json_t *body) {
     json_t *r;
-    int rc = body ? post(c, "/v3/kv/deleterange", body, &r, NULL) : fail(c, -ENOMEM, "out of memory");
+    int rc = body ? post(c, "/v3/kv/deleterange", body, &r) : fail(c, -ENOMEM, "out of memory");
     json_decref(body);
     if (rc == 0) json_decref(r);
     return rc;
@@ -551,7 +446,7 @@ int etcd_delete_prefix(etcd_client *c, const char *prefix) {
 
 int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id) {
     json_t *body = json_pack("{s:i}", "TTL", ttl_s), *r;
-    int rc = post(c, "/v3/lease/grant", body, &r, NULL);
+    int rc = post(c, "/v3/lease/grant", body, &r);
     json_decref(body);
     if (rc) return rc;
     *id = num(r, "ID");
@@ -561,7 +456,7 @@ int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id) {
 
 int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s) {
     json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
-    int rc = post(c, "/v3/lease/keepalive", body, &r, NULL);
+    int rc = post(c, "/v3/lease/keepalive", body, &r);
     json_decref(body);
     if (rc) return rc;
     json_t *res = json_object_get(r, "result");
@@ -573,30 +468,182 @@ int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s) {
 
 int etcd_lease_revoke(etcd_client *c, int64_t id) {
     json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
-    int rc = post(c, "/v3/lease/revoke", body, &r, NULL);
+    int rc = post(c, "/v3/lease/revoke", body, &r);
     json_decref(body);
     if (rc == 0) json_decref(r);
     return rc == -ENOENT ? 0 : rc;
 }
 
+/* --- watches ------------------------------------------------------------- */
+
+/* The first of events that w wants (any event when it names none): its
+ * index in w->want and, in *rev, its revision; -1 if none. */
+static long wanted(const watch_state *w, json_t *events, int64_t *rev) {
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev) {
+        json_t *kv = json_object_get(ev, "kv");
+        *rev = num(kv, "mod_revision");
+        if (w->nwant == 0) return 0;
+        const char *k64 = json_string_value(json_object_get(kv, "key"));
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        int deleted = type && strcmp(type, "DELETE") == 0; /* a put has no type: 0 is left out */
+        size_t klen = 0;
+        char *k = k64 ? (char *)base64_decode(k64, &klen) : NULL;
+        for (size_t j = 0; k && j < w->nwant; j++) {
+            const etcd_want *x = &w->want[j];
+            if (x->deleted == deleted && strlen(x->key) == klen && memcmp(x->key, k, klen) == 0) {
+                free(k);
+                return (long)j;
+            }
+        }
+        free(k);
+    }
+    return -1;
+}
+
+/* The watch's stream: one JSON object a line, the first saying the watch
+ * is created; events not wanted are passed over here, so a waiter is not
+ * woken by every write of a busy range. Returning 0 ends the transfer. */
+static size_t on_stream(char *p, size_t size, size_t n, void *ctx) {
+    watch_state *w = ctx;
+    if (buf_append(&w->in, p, size * n)) return 0;
+    for (;;) {
+        char *start = (char *)w->in.data, *nl = memchr(start, '\n', w->in.len);
+        if (!nl) return size * n;
+        json_t *o = json_loadb(start, (size_t)(nl - start), 0, NULL);
+        size_t rest = w->in.len - (size_t)(nl + 1 - start);
+        memmove(start, nl + 1, rest);
+        w->in.len = rest;
+        json_t *res = o ? json_object_get(o, "result") : NULL;
+        int64_t rev = 0;
+        long which = -1;
+        if (!res) { /* {"error": {...}}: what etcd says instead of a watch */
+            json_t *e = json_object_get(o, "error");
+            w->refused = o ? error_code(w->c, 0, json_is_object(e) ? e : o, "/v3/watch")
+                           : fail(w->c, -EPROTO, "etcd sent a watch line that is not JSON");
+        } else if (json_is_true(json_object_get(res, "canceled"))) {
+            w->canceled = 1;
+        } else {
+            if (json_is_true(json_object_get(res, "created")))
+                w->created = num(json_object_get(res, "header"), "revision");
+            which = wanted(w, json_object_get(res, "events"), &rev);
+            if (which >= 0) w->which = (size_t)which, w->event_rev = rev;
+        }
+        json_decref(o);
+        if (w->refused || w->canceled || which >= 0) return 0; /* nothing more is needed */
+    }
+}
+
+/* Runs the watch until an event it wants, (with until_created) until
+ * etcd has it, the deadline, or an interrupt. */
+static int drive(etcd_client *c, int64_t deadline, int until_created) {
+    watch_state *w = &c->w;
+    for (;;) {
+        if (w->event_rev) return 0;
+        if (until_created && w->created) return 0;
+        if (w->refused) return w->refused;
+        if (w->canceled)
+            return fail(c, -ESTALE, "etcd at %s cancelled the watch (its start revision was "
+                        "compacted?)", c->member[c->cur]);
+        if (w->done) return fail(c, -EPIPE, "the watch's stream from %s ended", c->member[c->cur]);
+        if (atomic_exchange(&c->interrupt, 0)) return fail(c, -EINTR, "the wait was interrupted");
+        int64_t left = deadline - clock_now_ms();
+        if (left <= 0) return fail(c, -ETIMEDOUT, "no change within the wait");
+        int running, queued;
+        if (curl_multi_perform(c->multi, &running) != CURLM_OK)
+            return fail(c, -ENOMEM, "the watch's transfer failed");
+        CURLMsg *m;
+        while ((m = curl_multi_info_read(c->multi, &queued)))
+            if (m->msg == CURLMSG_DONE) w->done = 1;
+        if (!w->done && !w->event_rev && !w->refused && !w->canceled &&
+            !(until_created && w->created))
+            curl_multi_poll(c->multi, NULL, 0, (int)(left < 1000 ? left : 1000), NULL);
+    }
+}
+
+void etcd_watch_stop(etcd_client *c) {
+    watch_state *w = &c->w;
+    if (w->active) curl_multi_remove_handle(c->multi, c->stream);
+    curl_slist_free_all(w->hdr);
+    free(w->body);
+    buf_free(&w->in);
+    memset(w, 0, sizeof *w);
+}
+
+/* A stream from a member that went away silently (a pulled cable) just
+ * stays quiet; the client's next plain request fails over from it, and
+ * from then on the watch no longer counts. */
+int etcd_watch_active(const etcd_client *c) { return c->w.active && c->w.member == c->cur; }
+
+int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_t after,
+                     const etcd_want *want, size_t nwant, int64_t *created) {
+    etcd_watch_stop(c);
+    json_t *req = json_pack("{s:o, s:o}", "key", b64s(first), "range_end", range_end(first, last));
+    if (req && after > 0) json_object_set_new(req, "start_revision", json_integer(after + 1));
+    json_t *body = json_pack("{s:o}", "create_request", req);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) return fail(c, -ENOMEM, "out of memory for a watch");
+    char tried[1024] = "";
+    int rc = -EHOSTUNREACH;
+    for (int k = 0; k < c->nmembers; k++) {
+        int m = (c->cur + k) % c->nmembers;
+        watch_state *w = &c->w;
+        char url[512];
+        snprintf(url, sizeof url, "%s://%s/v3/watch", c->scheme, c->member[m]);
+        w->c = c, w->want = want, w->nwant = nwant, w->body = strdup(text), w->hdr = headers(c);
+        curl_easy_setopt(c->stream, CURLOPT_URL, url);
+        curl_easy_setopt(c->stream, CURLOPT_HTTPHEADER, w->hdr);
+        curl_easy_setopt(c->stream, CURLOPT_POSTFIELDS, w->body);
+        curl_easy_setopt(c->stream, CURLOPT_WRITEFUNCTION, on_stream);
+        curl_easy_setopt(c->stream, CURLOPT_WRITEDATA, w);
+        curl_easy_setopt(c->stream, CURLOPT_TIMEOUT_MS, 0L); /* a stream: the waits time it */
+        curl_easy_setopt(c->stream, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
+        if (!w->body || curl_multi_add_handle(c->multi, c->stream) != CURLM_OK) {
+            rc = fail(c, -ENOMEM, "out of memory for a watch");
+            break;
+        }
+        w->active = 1;
+        w->member = c->cur = m;
+        /* Up to the member's whole timeout to say it has the watch. */
+        rc = drive(c, clock_now_ms() + c->timeout_ms, 1);
+        if (rc == 0) {
+            if (created) *created = w->created;
+            break;
+        }
+        etcd_watch_stop(c);
+        if (rc != -ETIMEDOUT && rc != -EPIPE) break; /* refused, interrupted: not the member's fault */
+        size_t len = strlen(tried);
+        snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
+                 rc == -EPIPE ? "no stream" : "no answer");
+        log_debug("etcd: %s/v3/watch: %s; trying the next member", c->member[m], c->err);
+        rc = -EHOSTUNREACH;
+    }
+    if (rc == -EHOSTUNREACH) fail(c, rc, "no etcd member answered /v3/watch: %s", tried);
+    free(text);
+    return rc;
+}
+
+int etcd_watch_wait(etcd_client *c, int timeout_ms, size_t *which, int64_t *revision) {
+    if (!c->w.active) return fail(c, -EINVAL, "no watch to wait on");
+    int rc = drive(c, clock_now_ms() + timeout_ms, 0);
+    if (rc == -ETIMEDOUT || rc == -EINTR) return rc; /* the watch goes on */
+    if (rc == 0) {
+        if (which) *which = c->w.which;
+        if (revision) *revision = c->w.event_rev;
+    }
+    etcd_watch_stop(c);
+    return rc;
+}
+
 int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t after,
                int timeout_ms, const etcd_want *want, size_t nwant, size_t *which,
                int64_t *revision) {
-    json_t *req = json_pack("{s:o, s:o}", "key", b64s(first), "range_end", range_end(first, last));
-    if (req && after > 0) json_object_set_new(req, "start_revision", json_integer(after + 1));
-    json_t *body = json_pack("{s:o}", "create_request", req), *r;
-    stream_want w = {timeout_ms > 0 ? timeout_ms : 1, want, nwant, 0};
-    int rc = body ? post(c, "/v3/watch", body, &r, &w) : fail(c, -ENOMEM, "out of memory");
-    json_decref(body);
-    if (rc) return rc;
-    if (which) *which = w.which;
-    if (revision) {
-        json_t *events = json_object_get(r, "events");
-        json_t *kv = json_object_get(json_array_get(events, json_array_size(events) - 1), "kv");
-        *revision = kv ? num(kv, "mod_revision") : num(json_object_get(r, "header"), "revision");
-    }
-    json_decref(r);
-    return 0;
+    int rc = etcd_watch_start(c, first, last, after, want, nwant, NULL);
+    if (rc == 0) rc = etcd_watch_wait(c, timeout_ms > 0 ? timeout_ms : 1, which, revision);
+    etcd_watch_stop(c);
+    return rc;
 }
 
 /* --- connecting --------------------------------------------------------- */
@@ -606,7 +653,7 @@ static int authenticate(etcd_client *c) {
                              c->password ? c->password : ""),
            *r;
     c->token[0] = '\0';
-    int rc = post(c, "/v3/auth/authenticate", body, &r, NULL);
+    int rc = post(c, "/v3/auth/authenticate", body, &r);
     json_decref(body);
     if (rc == -EACCES || rc == -EPROTO)
         return fail(c, -EACCES, "etcd refused user '%s' (wrong user or password?): %s", c->user,
@@ -663,10 +710,11 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
     if (o->cert) curl_easy_setopt(c->curl, CURLOPT_SSLCERT, o->cert);
     c->has_cert = o->cert != NULL;
     if (o->key) curl_easy_setopt(c->curl, CURLOPT_SSLKEY, o->key);
+    if (!(c->stream = curl_easy_duphandle(c->curl))) rc = -ENOMEM; /* the same TLS options */
     if (o->user && !(c->user = strdup(o->user))) rc = -ENOMEM;
     if (o->password && !(c->password = strdup(o->password))) rc = -ENOMEM;
     json_t *body = json_object(), *r = NULL;
-    if (rc == 0 && !o->no_probe) rc = post(c, "/v3/maintenance/status", body, &r, NULL);
+    if (rc == 0 && !o->no_probe) rc = post(c, "/v3/maintenance/status", body, &r);
     json_decref(body);
     json_decref(r);
     if (rc == 0 && c->user) rc = authenticate(c);
@@ -682,6 +730,8 @@ out:
 
 void etcd_close(etcd_client *c) {
     if (!c) return;
+    etcd_watch_stop(c);
+    if (c->stream) curl_easy_cleanup(c->stream);
     if (c->curl) curl_easy_cleanup(c->curl);
     if (c->multi) curl_multi_cleanup(c->multi);
     free(c->user);

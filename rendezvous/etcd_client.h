@@ -100,19 +100,36 @@ typedef struct {
     const char *key;
     int deleted;
 } etcd_want;
-/* Waits for a change to a key from first to last (both included; last
- * NULL: every key starting with first) after revision after (0: from now
- * on), for at most timeout_ms (-ETIMEDOUT). With nwant > 0 only the
- * events in want count (*which: the one seen); the range's other changes
- * are passed over in the stream. Sets *revision (may be NULL) to the
- * revision of the change seen. -ESTALE: etcd no longer has revision after
- * (compacted); read the keys again. -EINTR: etcd_interrupt. */
+/* A watch of the keys from first to last (both included; last NULL:
+ * every key starting with first), one per client, on a stream of its own
+ * beside the client's other requests. etcd_watch_start returns once etcd
+ * has it: *created (may be NULL) is the store's revision then, and the
+ * watch sees every change after it (with after > 0: after that revision
+ * instead, which etcd replays, though only every 100 ms or so). Only the
+ * events in want count (any event when nwant is 0); the range's other
+ * changes are passed over in the stream. want must last as long as the
+ * watch. */
+int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_t after,
+                     const etcd_want *want, size_t nwant, int64_t *created);
+/* Waits up to timeout_ms for a wanted event: 0 (*which: the one seen,
+ * *revision: its revision; either may be NULL) and the watch is over.
+ * -ETIMEDOUT, or -EINTR (etcd_interrupt): the watch goes on, and a later
+ * wait sees what came meanwhile. Otherwise the watch is over: -ESTALE etcd
+ * no longer has its start revision (compacted), -EPIPE the member's stream
+ * ended. */
+int etcd_watch_wait(etcd_client *c, int timeout_ms, size_t *which, int64_t *revision);
+/* Whether a watch is on, from the member the client talks to now (a
+ * plain request that failed over from the watch's member found it gone). */
+int etcd_watch_active(const etcd_client *c);
+void etcd_watch_stop(etcd_client *c);
+/* The three at once: one wait for a change after revision after. */
 int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t after,
                int timeout_ms, const etcd_want *want, size_t nwant, size_t *which,
                int64_t *revision);
 
-/* From any thread: ends the watch the client is in now, or else its next
- * one, with -EINTR (once). Plain requests are not interrupted. */
+/* From any thread: ends the client's wait for a watch's event now, or
+ * else its next one, with -EINTR (once). Plain requests are not
+ * interrupted. */
 void etcd_interrupt(etcd_client *c);
 
 void etcd_kv_free(etcd_kv *kv);

@@ -7,15 +7,13 @@
  *   append, compare_set        read, then a compare-and-swap on the key's
  *                              mod_revision, retried when another agent
  *                              wrote in between
- *   wait_any                   read the keys and the store's revision at
- *                              once (one range from the first key to the
- *                              last), then watch that range from the
- *                              revision, woken only by the event waited
- *                              for (a put, or a delete for "absent"),
- *                              which is the answer: no change can slip
- *                              between the two; the same wait again
- *                              watches on from where the last one stopped,
- *                              without reading again
+ *   wait_any                   watch the keys' range (from the first key
+ *                              to the last) from now, then read them: no
+ *                              change can slip between the two; woken only
+ *                              by the event waited for (a put, or a delete
+ *                              for "absent"), which is the answer; the
+ *                              same wait again (the caller's next slice)
+ *                              waits on with the same watch
  *   interrupt                  ends the watch at once (another thread)
  *   a key owned by the handle  bound to the handle's newest lease, the
  *                              heartbeat's (etcd has no connections that
@@ -39,10 +37,11 @@ typedef struct {
     etcd_client *c;
     int64_t session_lease; /* the newest lease granted through this handle */
     int broken;            /* -EHOSTUNREACH once no member answered */
-    /* The last wait that timed out: none of its keys met their condition
-     * up to wait_rev. */
+    /* The wait whose watch is still on (it timed out, or was
+     * interrupted): the same wait again waits on with it. */
     uint64_t wait_id;
-    int64_t wait_rev;
+    etcd_want *want; /* its events, the keys copied */
+    size_t nwant;
     int64_t read_rev; /* the revision of the last get_longs or multi_get */
     /* The keys owned by the handle, bound to its newest lease: a new lease
      * (the old one lapsed) takes them over. */
@@ -242,55 +241,67 @@ static uint64_t wait_id(size_t n, const uint8_t *conds, const char *const *keys)
     return h;
 }
 
+static void forget_wait(kv_etcd *e) {
+    etcd_watch_stop(e->c);
+    for (size_t i = 0; i < e->nwant; i++) free((char *)e->want[i].key);
+    free(e->want);
+    e->want = NULL, e->nwant = 0, e->wait_id = 0;
+}
+
+/* The events that meet the conditions: a put of a key waited for to exist,
+ * the deletion of one waited for to go. */
+static int new_wait(kv_etcd *e, size_t n, const uint8_t *conds, const char *const *keys) {
+    forget_wait(e);
+    if (!(e->want = calloc(n, sizeof *e->want))) return -ENOMEM;
+    for (; e->nwant < n; e->nwant++) {
+        e->want[e->nwant].deleted = conds[e->nwant] == STORE_COND_ABSENT;
+        if (!(e->want[e->nwant].key = strdup(keys[e->nwant]))) return -ENOMEM;
+    }
+    return 0;
+}
+
 static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
                       uint64_t after, int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
     if (n == 0) return -EINVAL;
-    const char *lo, *hi;
-    span(n, keys, &lo, &hi);
-    etcd_want *want = malloc(n * sizeof *want);
-    if (!want) return -ENOMEM;
-    for (size_t i = 0; i < n; i++) want[i].key = keys[i], want[i].deleted = conds[i] == STORE_COND_ABSENT;
     int64_t deadline = clock_now_ms() + timeout_ms;
-    /* The same wait again (the caller waits in slices, or in a loop): none
-     * of its keys changed up to the revision the last one watched from, so
-     * watching on from there is enough, without reading them again; as
-     * it is from `after`, where the caller read them itself. */
     uint64_t id = wait_id(n, conds, keys);
-    int64_t rev = after ? (int64_t)after : e->wait_id == id ? e->wait_rev : 0;
-    e->wait_id = 0;
     int rc;
-    for (;;) {
-        if (rev == 0) {
-            etcd_kv *kvs;
-            size_t m;
-            if ((rc = seen(e, etcd_keys_in(e->c, lo, hi, &kvs, &m, &rev)))) break;
-            int hit = -1;
-            for (size_t i = 0; i < n && hit < 0; i++)
-                if (present(kvs, m, keys[i]) == !want[i].deleted) hit = (int)i;
-            etcd_kvs_free(kvs, m);
-            if (hit >= 0) {
-                *idx = (size_t)hit;
-                rc = 0;
-                break;
+    if (e->wait_id == id && etcd_watch_active(e->c)) {
+        /* The same wait again (the caller waits in slices): its watch is
+         * still on and has kept what came meanwhile. */
+        rc = etcd_watch_wait(e->c, (int)(deadline - clock_now_ms()), idx, NULL);
+    } else if ((rc = new_wait(e, n, conds, keys)) == 0) {
+        const char *lo, *hi;
+        span(n, keys, &lo, &hi);
+        for (;;) {
+            /* The watch first, from now (a watch from the past is served
+             * late: etcd catches such watches up every 100 ms), then the
+             * keys, unless the store has not changed since the caller's
+             * own read (after). */
+            int64_t created = 0;
+            if ((rc = etcd_watch_start(e->c, lo, hi, 0, e->want, n, &created))) break;
+            if (!after || (int64_t)after != created) {
+                etcd_kv *kvs;
+                size_t m;
+                if ((rc = etcd_keys_in(e->c, lo, hi, &kvs, &m, NULL))) break;
+                int hit = -1;
+                for (size_t i = 0; i < n && hit < 0; i++)
+                    if (present(kvs, m, keys[i]) == !e->want[i].deleted) hit = (int)i;
+                etcd_kvs_free(kvs, m);
+                if (hit >= 0) {
+                    *idx = (size_t)hit;
+                    break;
+                }
             }
+            rc = etcd_watch_wait(e->c, (int)(deadline - clock_now_ms()), idx, NULL);
+            if (rc != -ESTALE && rc != -EPIPE) break;
+            after = 0; /* the stream broke: another member, and the keys read again */
         }
-        int64_t left = deadline - clock_now_ms();
-        if (left <= 0) {
-            rc = -ETIMEDOUT;
-            break;
-        }
-        /* Woken only by a put of a key waited for to exist, or the
-         * deletion of one waited for to go: that event is the answer. */
-        rc = etcd_watch(e->c, lo, hi, rev, (int)left, want, n, idx, NULL);
-        if (rc == -ETIMEDOUT) continue; /* the deadline is checked above */
-        if (rc != -ESTALE) break;
-        rev = 0; /* etcd no longer has the revision (compacted): read them again */
     }
-    if (rc == -ETIMEDOUT || rc == -EINTR) e->wait_id = id, e->wait_rev = rev;
-    else if (rc) seen(e, rc);
-    free(want);
-    return rc;
+    if (rc == -ETIMEDOUT || rc == -EINTR) e->wait_id = id; /* its watch goes on */
+    else forget_wait(e);
+    return rc == -ETIMEDOUT || rc == -EINTR ? rc : seen(e, rc);
 }
 
 /* One range from the first key to the last, not a request per key: the
@@ -392,6 +403,7 @@ static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
 static void e_close(rdzv_kv *kv) {
     kv_etcd *e = E(kv);
+    forget_wait(e);
     for (int i = 0; i < e->nowned; i++) free(e->owned[i].key), free(e->owned[i].val);
     etcd_close(e->c);
     free(kv);

@@ -198,6 +198,25 @@ int main(int argc, char **argv) {
     CHECK(rc == 0, "a watch up to /w/zz (included) gave %d", rc);
     ok("watches for chosen events: woken by them only; ranges bounded by their last key");
 
+    /* A watch started from now says the store's revision then, and goes
+     * on across waits: a change made between two waits (by the same
+     * client's plain request) is seen by the second. */
+    int64_t created = 0, at = 0;
+    const etcd_want later[] = {{"/w/later", 0}};
+    CHECK(etcd_put(c, "/w/before", "1", 1, 0, &rev) == 0, "put /w/before");
+    rc = etcd_watch_start(c, "/w/", NULL, 0, later, 1, &created);
+    CHECK(rc == 0 && created == rev, "watch start gave %d, created at %" PRId64 " (store at %" PRId64 ")",
+          rc, created, rev);
+    rc = etcd_watch_wait(c, 200, NULL, NULL);
+    CHECK(rc == -ETIMEDOUT && etcd_watch_active(c), "a wait with no change gave %d", rc);
+    CHECK(etcd_put(c, "/w/other", "3", 1, 0, NULL) == 0, "another write while the watch is on");
+    CHECK(etcd_put(c, "/w/later", "1", 1, 0, &rev) == 0, "put /w/later while the watch is on");
+    rc = etcd_watch_wait(c, 5000, &which, &at);
+    CHECK(rc == 0 && which == 0 && at == rev, "the next wait gave %d at %" PRId64 " (put at %" PRId64 ")",
+          rc, at, rev);
+    CHECK(!etcd_watch_active(c), "the watch is over after its event");
+    ok("a watch from now: its revision; it goes on across waits");
+
     /* etcd_interrupt from another thread ends the watch at once; one
      * before the watch ends the next one; plain requests go through. */
     pthread_t th;
