@@ -105,12 +105,11 @@ static int take_poke(rdzv *r) {
     return poked;
 }
 
-/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive;
- * `after` as kv_wait_any's. -EINTR: rdzv_poke, where the store's handle is
- * interrupted rather than woken by a key, and only when `pokeable`; other
- * waits go on. */
+/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive.
+ * -EINTR: rdzv_poke, where the store's handle is interrupted rather than
+ * woken by a key, and only when `pokeable`; other waits go on. */
 static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *const *keys,
-                          uint64_t after, int64_t deadline_ms, int pokeable, size_t *idx) {
+                          int64_t deadline_ms, int pokeable, size_t *idx) {
     int slice = (int)(r->o.heartbeat * 1000 / 3);
     if (slice < 10) slice = 10;
     for (;;) {
@@ -118,8 +117,7 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
         if (rc) return rc;
         int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
-        rc = kv_wait_any(r->c, n, conds, keys, after, left < slice ? (int)left : slice, idx);
-        after = 0; /* the next slice watches on from where this one started */
+        rc = kv_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);
         if (rc == -EINTR && pokeable && take_poke(r)) return rc;
         if (rc != -ETIMEDOUT && rc != -EINTR) return rc;
     }
@@ -263,9 +261,9 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
 
 /* Waits until round `round` is closed and returns its node count. The
  * caller has just joined as the n-th node and read `expect`; the round was
- * open when it looked, as of revision seen_at (kv_revision; 0: unknown). */
-static int wait_closed(rdzv *r, int round, int64_t n, long expect, uint64_t seen_at,
-                       int64_t join_deadline, long *closed, char *err, size_t errlen) {
+ * open when it looked. */
+static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_deadline,
+                       long *closed, char *err, size_t errlen) {
     char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX];
     key(r, kstate, "r%d/state", round);
     key(r, kjoin, "r%d/njoined", round);
@@ -277,7 +275,6 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, uint64_t seen
             kv_long q[] = {{kjoin, 1, 0, 0}, {kstate, 0, -1, 0}};
             if ((rc = kv_get_longs(r->c, 2, q))) break;
             n = q[0].val, st = q[1].val;
-            seen_at = kv_revision(r->c);
         }
         if (st >= 0) {
             *closed = st;
@@ -301,13 +298,10 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, uint64_t seen
         long target = n < r->o.min_nodes ? r->o.min_nodes : expect;
         if (target > r->o.max_nodes) target = r->o.max_nodes;
         if (target <= n) target = n + 1;
-        /* Neither holds as of seen_at: the state was not there, and node/k
-         * is written after the k-th join, which had not come (k > n). */
         const char *keys[] = {kstate, key(r, knext, "r%d/node/%ld", round, target)};
         const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
         size_t idx;
-        rc = wait_any_until(r, 2, conds, keys, seen_at, deadline, 0, &idx);
-        seen_at = 0;
+        rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
         if (rc == -ETIMEDOUT && last_call) {
             expect = n; /* last call is over: close with whoever is here */
             rc = 0;
@@ -339,42 +333,34 @@ static int node_cmp(const void *a, const void *b) {
     return c ? c : strcmp(x->agent_id, y->agent_id);
 }
 
-/* Reads the members' descriptions and orders them into ranks; with ready
- * not NULL, whether the round is ready too, in the same request (on etcd
- * the keys between node/ and ready come in one range anyway), and
- * *ready_at the revision it was not (kv_revision; 0: unknown). */
-static int read_members(rdzv *r, int round, long n, int *ready, uint64_t *ready_at, char *err,
-                        size_t errlen) {
+/* Reads the members' descriptions and orders them into ranks. */
+static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     if (n > RDZV_MAX_NODES) {
         snprintf(err, errlen, "rendezvous '%s': %ld nodes exceed the limit of %d", r->run_id, n,
                  RDZV_MAX_NODES);
         return -E2BIG;
     }
-    size_t nk = (size_t)n + (ready != NULL);
-    char **keys = calloc(nk, sizeof *keys);
-    uint8_t **vals = calloc(nk, sizeof *vals);
-    size_t *lens = calloc(nk, sizeof *lens);
+    char **keys = calloc((size_t)n, sizeof *keys);
+    uint8_t **vals = calloc((size_t)n, sizeof *vals);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
     int rc = keys && vals && lens ? 0 : -ENOMEM;
-    for (size_t i = 0; rc == 0 && i < nk; i++) {
+    for (long i = 0; rc == 0 && i < n; i++) {
         keys[i] = malloc(KEY_MAX);
         if (!keys[i]) rc = -ENOMEM;
-        else if (i < (size_t)n) key(r, keys[i], "r%d/node/%zu", round, i + 1);
-        else key(r, keys[i], "r%d/ready", round);
+        else key(r, keys[i], "r%d/node/%ld", round, i + 1);
     }
-    if (rc == 0) rc = kv_multi_get(r->c, nk, (const char *const *)keys, vals, lens);
-    if (rc == 0 && ready) *ready = lens[n] > 0, *ready_at = kv_revision(r->c);
+    if (rc == 0) rc = kv_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
     for (long i = 0; rc == 0 && i < n; i++) { /* a description not yet written after its index */
         if (lens[i]) continue;
         const uint8_t cond = STORE_COND_EXISTS;
         size_t idx;
         free(vals[i]);
         vals[i] = NULL;
-        if (ready_at) *ready_at = 0; /* read again since */
-        rc = kv_wait_any(r->c, 1, &cond, (const char *const *)&keys[i], 0, 30000, &idx);
+        rc = kv_wait_any(r->c, 1, &cond, (const char *const *)&keys[i], 30000, &idx);
         if (rc == 0) rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
     }
     for (long i = 0; rc == 0 && i < n; i++) rc = rdzv_parse_node((char *)vals[i], &r->nodes[i]);
-    for (size_t i = 0; i < nk && keys; i++) {
+    for (long i = 0; i < n && keys; i++) {
         free(keys[i]);
         if (vals) free(vals[i]);
     }
@@ -442,7 +428,7 @@ static int wait_next_round(rdzv *r, int round, int64_t deadline, char *err, size
     const char *keys[] = {key(r, k, "r%d/open", round + 1), key(r, kclosed, "closed")};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
-    int rc = wait_any_until(r, 2, conds, keys, 0, deadline, 0, &idx);
+    int rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
     if (rc == 0 && idx == 1) rc = -EPIPE;
     if (rc == 0) { /* the next attempt guesses this round first */
         pthread_mutex_lock(&r->mu);
@@ -516,7 +502,6 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     char k[KEY_MAX];
     long cur = 0, restarts = 0, st = -1, closed_job = 0, expect = 0;
     int rc = read_round(r, &cur, &closed_job, &restarts, &st, &expect);
-    uint64_t round_seen_at = kv_revision(r->c);
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
         return rc;
@@ -542,16 +527,14 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     rc = kv_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
     if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
     long n = 0;
-    if (rc == 0) rc = wait_closed(r, round, idx, expect, round_seen_at, deadline, &n, err, errlen);
+    if (rc == 0) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
     if (rc) return rc;
     if (idx > n) { /* the round closed just before our index was counted */
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
         return rc ? rc : 1;
     }
-    int ready_now = 0;
-    uint64_t ready_seen_at = 0;
     pthread_mutex_lock(&r->mu);
-    rc = read_members(r, round, n, r->on_etcd ? &ready_now : NULL, &ready_seen_at, err, errlen);
+    rc = read_members(r, round, n, err, errlen);
     pthread_mutex_unlock(&r->mu);
     if (rc) return rc;
     if ((rc = fill_result(r, round, res))) return rc;
@@ -562,10 +545,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         if (!r->on_etcd) rc = rdzv_clear_worker_keys(r->c, r->restart_count);
         else if (r->o.clear_own_store) rc = r->o.clear_own_store(r->o.ctx, r->restart_count);
         if (rc == 0) rc = set_str(r->c, ready, "1");
-    } else if (!ready_now) {
+    } else {
         size_t i;
         const uint8_t cond = STORE_COND_EXISTS;
-        rc = wait_any_until(r, 1, &cond, &ready, ready_seen_at, deadline, 0, &i);
+        rc = wait_any_until(r, 1, &cond, &ready, deadline, 0, &i);
     }
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': round %d did not become ready: %s", r->run_id,
@@ -613,7 +596,7 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
         *ev = RDZV_EV_POKED;
         goto out;
     }
-    rc = wait_any_until(r, (size_t)nk, conds, keys, 0, clock_now_ms() + timeout_ms, 1, &idx);
+    rc = wait_any_until(r, (size_t)nk, conds, keys, clock_now_ms() + timeout_ms, 1, &idx);
     if (rc == -ETIMEDOUT) {
         rc = 0;
         goto out;
@@ -762,7 +745,7 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
     const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
     size_t idx;
-    rc = wait_any_until(r, 2, conds, keys, 0, clock_now_ms() + (int64_t)(timeout_s * 1000), 0,
+    rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), 0,
                         &idx);
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }

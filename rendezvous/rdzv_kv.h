@@ -39,12 +39,9 @@ typedef struct {
     int (*append)(rdzv_kv *kv, const char *key, const void *val, size_t len);
     /* *all = 1 when every key exists. */
     int (*check)(rdzv_kv *kv, size_t n, const char *const *keys, int *all);
-    /* Until any conds[i] holds for keys[i] (*idx: which), or -ETIMEDOUT.
-     * after: 0, or a revision (from revision()) as of which the caller
-     * saw none of them hold: the wait starts there, without reading the
-     * keys first. */
+    /* Until any conds[i] holds for keys[i] (*idx: which), or -ETIMEDOUT. */
     int (*wait_any)(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
-                    uint64_t after, int timeout_ms, size_t *idx);
+                    int timeout_ms, size_t *idx);
     /* From another thread: ends the handle's wait_any now, or else its
      * next one, with -EINTR (once). NULL where the backend is woken only
      * by writing a key. */
@@ -52,9 +49,6 @@ typedef struct {
     /* Several integers in one round trip (at most 64). NULL where the
      * backend reads them one by one (kv_get_longs does). */
     int (*get_longs)(rdzv_kv *kv, size_t n, kv_long *q);
-    /* The store's revision as of the last get_longs or multi_get, for
-     * wait_any's `after`. NULL where the store has no revisions. */
-    uint64_t (*revision)(const rdzv_kv *kv);
     /* Every value (missing: empty), each malloc'd. */
     int (*multi_get)(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
                      size_t *lens);
@@ -111,12 +105,8 @@ static inline int kv_check(rdzv_kv *kv, size_t n, const char *const *keys, int *
     return kv->ops->check(kv, n, keys, all);
 }
 static inline int kv_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds,
-                              const char *const *keys, uint64_t after, int timeout_ms,
-                              size_t *idx) {
-    return kv->ops->wait_any(kv, n, conds, keys, after, timeout_ms, idx);
-}
-static inline uint64_t kv_revision(const rdzv_kv *kv) {
-    return kv->ops->revision ? kv->ops->revision(kv) : 0;
+                              const char *const *keys, int timeout_ms, size_t *idx) {
+    return kv->ops->wait_any(kv, n, conds, keys, timeout_ms, idx);
 }
 static inline int kv_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
                                size_t *lens) {

@@ -42,7 +42,6 @@ typedef struct {
     uint64_t wait_id;
     etcd_want *want; /* its events, the keys copied */
     size_t nwant;
-    int64_t read_rev; /* the revision of the last get_longs or multi_get */
     /* The keys owned by the handle, bound to its newest lease: a new lease
      * (the old one lapsed) takes them over. */
     struct {
@@ -261,7 +260,7 @@ static int new_wait(kv_etcd *e, size_t n, const uint8_t *conds, const char *cons
 }
 
 static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
-                      uint64_t after, int timeout_ms, size_t *idx) {
+                      int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
     if (n == 0) return -EINVAL;
     int64_t deadline = clock_now_ms() + timeout_ms;
@@ -277,26 +276,22 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
         for (;;) {
             /* The watch first, from now (a watch from the past is served
              * late: etcd catches such watches up every 100 ms), then the
-             * keys, unless the store has not changed since the caller's
-             * own read (after). */
-            int64_t created = 0;
-            if ((rc = etcd_watch_start(e->c, lo, hi, 0, e->want, n, &created))) break;
-            if (!after || (int64_t)after != created) {
-                etcd_kv *kvs;
-                size_t m;
-                if ((rc = etcd_keys_in(e->c, lo, hi, &kvs, &m, NULL))) break;
-                int hit = -1;
-                for (size_t i = 0; i < n && hit < 0; i++)
-                    if (present(kvs, m, keys[i]) == !e->want[i].deleted) hit = (int)i;
-                etcd_kvs_free(kvs, m);
-                if (hit >= 0) {
-                    *idx = (size_t)hit;
-                    break;
-                }
+             * keys. */
+            if ((rc = etcd_watch_start(e->c, lo, hi, 0, e->want, n, NULL))) break;
+            etcd_kv *kvs;
+            size_t m;
+            if ((rc = etcd_keys_in(e->c, lo, hi, &kvs, &m, NULL))) break;
+            int hit = -1;
+            for (size_t i = 0; i < n && hit < 0; i++)
+                if (present(kvs, m, keys[i]) == !e->want[i].deleted) hit = (int)i;
+            etcd_kvs_free(kvs, m);
+            if (hit >= 0) {
+                *idx = (size_t)hit;
+                break;
             }
             rc = etcd_watch_wait(e->c, (int)(deadline - clock_now_ms()), idx, NULL);
             if (rc != -ESTALE && rc != -EPIPE) break;
-            after = 0; /* the stream broke: another member, and the keys read again */
+            /* the stream broke: another member, and the keys read again */
         }
     }
     if (rc == -ETIMEDOUT || rc == -EINTR) e->wait_id = id; /* its watch goes on */
@@ -314,7 +309,7 @@ static int e_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t *
     span(n, keys, &lo, &hi);
     etcd_kv *kvs = NULL;
     size_t m = 0;
-    int rc = seen(e, etcd_get_in(e->c, lo, hi, &kvs, &m, &e->read_rev));
+    int rc = seen(e, etcd_get_in(e->c, lo, hi, &kvs, &m, NULL));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         vals[i] = NULL, lens[i] = 0;
         for (size_t j = 0; j < m && !vals[i]; j++) {
@@ -335,7 +330,7 @@ static int e_get_longs(rdzv_kv *kv, size_t n, kv_long *q) {
     etcd_kv kvs[64];
     if (n > 64) return -E2BIG;
     for (size_t i = 0; i < n; i++) keys[i] = q[i].key;
-    int rc = seen(e, etcd_get_many(e->c, n, keys, kvs, &e->read_rev));
+    int rc = seen(e, etcd_get_many(e->c, n, keys, kvs, NULL));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!kvs[i].key) q[i].val = q[i].dflt;
         else q[i].val = q[i].counter ? (long)kvs[i].version : strtol((char *)kvs[i].value, NULL, 10);
@@ -397,8 +392,6 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
 
 static void e_interrupt(rdzv_kv *kv) { etcd_interrupt(E(kv)->c); }
 
-static uint64_t e_revision(const rdzv_kv *kv) { return (uint64_t)((const kv_etcd *)kv)->read_rev; }
-
 static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
 static void e_close(rdzv_kv *kv) {
@@ -412,10 +405,9 @@ static void e_close(rdzv_kv *kv) {
 static const rdzv_kv_ops etcd_ops = {
     .set = e_set, .try_get = e_try_get, .add = e_add, .compare_set = e_compare_set,
     .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
-    .interrupt = e_interrupt, .get_longs = e_get_longs, .revision = e_revision,
-    .multi_get = e_multi_get, .list = e_list, .lease_grant = e_lease_grant,
-    .lease_renew = e_lease_renew, .set_owned = e_set_owned, .broken = e_broken,
-    .close = e_close,
+    .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
+    .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
+    .set_owned = e_set_owned, .broken = e_broken, .close = e_close,
 };
 
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {

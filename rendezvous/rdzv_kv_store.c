@@ -36,8 +36,7 @@ static int s_check(rdzv_kv *kv, size_t n, const char *const *keys, int *all) {
     return store_check(sc(kv), n, keys, all);
 }
 static int s_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
-                      uint64_t after, int timeout_ms, size_t *idx) {
-    (void)after; /* no revisions: the store checks the keys as it starts */
+                      int timeout_ms, size_t *idx) {
     return store_wait_any(sc(kv), n, conds, keys, timeout_ms, idx);
 }
 static int s_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
