@@ -70,7 +70,7 @@ UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
 	$(B)/tests/rank-leaves $(B)/tests/etcd-check
 ifeq ($(CUDA),1)
-TEST_BINS += $(B)/tests/gpu-ops
+TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
 
 .PHONY: all deps check check-quick check-torch2 demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd clean
@@ -89,7 +89,7 @@ $(B)/obj/worker/%.o: worker/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fopenmp -c $< -o $@
 
 # The GPU backend's host code sees CUDA's headers; its kernels go through nvcc.
-$(B)/obj/worker/backend/cuda/%.o $(B)/obj/worker/comm/nccl/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(B)/obj/worker/backend/cuda/%.o $(B)/obj/worker/comm/nccl/%.o $(B)/obj/tests/gpu/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
 $(B)/obj/worker/backend/cuda/%.o: worker/backend/cuda/%.cu
 	@mkdir -p $(@D)
@@ -142,6 +142,11 @@ $(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(B)/asan/launcher/con
 
 # The CUDA backend's operations against the CPU backend's (tests/gpu/).
 $(B)/tests/gpu-ops: $(B)/obj/tests/gpu/gpu_ops.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+# The first minute on a GPU machine (tests/gpu/preflight.c, scripts/gpu-preflight).
+$(B)/tests/gpu-preflight: $(B)/obj/tests/gpu/preflight.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 

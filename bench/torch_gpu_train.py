@@ -1,11 +1,21 @@
-"""PyTorch's side of `make bench-gpu`: eager training on one GPU with SGD
-(momentum, weight decay) on random batches, channels_last, fp32/tf32 or
-autocast bf16; prints one key=value line with the images per second after
-warm-up (timed between two device synchronisations).
+"""PyTorch's side of `make bench-gpu`: training on one GPU with SGD
+(momentum, weight decay), channels_last, as PyTorch's users run it: TF32
+allowed for convolutions (PyTorch's default) and, with --precision tf32,
+for matrix products too; bf16 under autocast; cudnn.benchmark on; eager, or
+with --compile through torch.compile. Prints one key=value line with the
+images per second after warm-up (timed between two device
+synchronisations).
 
-ResNet-50 is torchvision's when torchvision is importable (the issue's
-peer); CIFAR-style ResNet-20 is the same definition ddp-train's
-compatibility test uses (tests/compat/torch_resnet_grads.py)."""
+Feeding (--feed), the same way ddp-train is fed in the same bench:
+  host    each step's batch comes from host memory: a few pinned batches
+          made before timing, copied to the GPU with non_blocking=True
+          (what a DataLoader with pin_memory=True hands the step); the
+          default
+  device  one batch made on the GPU and used at every step
+
+ResNet-50 is torchvision's when torchvision is importable; CIFAR-style
+ResNet-20 is the same definition ddp-train's compatibility test uses
+(tests/compat/torch_resnet_grads.py)."""
 import argparse
 import os
 import sys
@@ -36,33 +46,53 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--feed", choices=["host", "device"], default="host")
+    ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_gpu_train: no CUDA device visible to torch")
+    # PyTorch's defaults: TF32 in convolutions yes, in matmul no; fp32 asks
+    # for neither.
+    torch.backends.cudnn.allow_tf32 = a.precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     torch.backends.cudnn.benchmark = True
     c, h, w = (int(v) for v in a.shape.split("x"))
+    classes = 1000 if a.model == "resnet50" else 10
     torch.manual_seed(0)
-    net, origin = build(a.model, c, 10 if a.model != "resnet50" else 1000)
+    net, origin = build(a.model, c, classes)
     net = net.cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(a.batch, c, h, w, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
+    step_fn = net
+    if a.compile:
+        step_fn = torch.compile(net)
+    nfeed = 3 if a.feed == "host" else 1
+    xs = [torch.randn(a.batch, c, h, w).contiguous(memory_format=torch.channels_last)
+          for _ in range(nfeed)]
+    ys = [torch.randint(0, classes, (a.batch,)) for _ in range(nfeed)]
+    if a.feed == "host":
+        xs = [x.pin_memory() for x in xs]
+        ys = [y.pin_memory() for y in ys]
+    else:
+        xs = [x.cuda() for x in xs]
+        ys = [y.cuda() for y in ys]
     net.train()
+    t0 = None
     for step in range(a.steps + a.warmup):
         if step == a.warmup:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+        x = xs[step % nfeed].to("cuda", non_blocking=True)
+        y = ys[step % nfeed].to("cuda", non_blocking=True)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = F.cross_entropy(net(x), y)
+            loss = F.cross_entropy(step_fn(x), y)
         loss.backward()
         opt.step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(f"impl=pytorch model={a.model} origin={origin} precision={a.precision} "
-          f"img_per_s={a.steps * a.batch / dt:.1f} loss={loss.item():.4f} "
+          f"compile={int(a.compile)} feed={a.feed} img_per_s={a.steps * a.batch / dt:.1f} "
+          f"loss={loss.item():.4f} torch={torch.__version__} "
           f"gpu={torch.cuda.get_device_name(0).replace(' ', '_')}")
 
 

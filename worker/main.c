@@ -107,6 +107,10 @@ static int parse(int argc, char **argv, train_config *c) {
          .metavar = "N", .help = "synthetic training samples (default 60000)"},
         {"no-augment", 0, OPTS_FLAG_CLEAR, .target = &c->augment,
          .help = "no random crop and flip"},
+        {"fixed-batch", 0, OPTS_FLAG, .target = &c->fixed_batch,
+         .help = "benchmarks: make the first batch once and train\n"
+                 "on it at every step (the step's speed without\n"
+                 "the input pipeline; the model learns nothing)"},
         {"epochs", 0, OPTS_INT, .target = &c->epochs, .lo = 1, .hi = 1e6, .metavar = "N",
          .section = "Training:", .help = "passes over the training set (default 1)"},
         {"max-steps", 0, OPTS_I64, .target = &c->max_steps, .lo = 1, .hi = 1e15, .metavar = "N",

@@ -679,11 +679,17 @@ int main(int argc, char **argv) {
      * printed before it. */
     setvbuf(stdout, NULL, _IOLBF, 0);
     log_init("gpu-ops");
+    /* A GPU that CUDA cannot use fails loudly (cuda_probe.c): it must
+     * never read as "no GPU" and skip. */
+    char why[768];
+    int gpus = cuda_device_count(why, sizeof why);
+    if (gpus < 0) fprintf(stderr, "gpu-ops: %s\n", why);
     if (argc > 1 && !strcmp(argv[1], "--device-count")) {
-        printf("%d\n", cuda_device_count());
-        return 0;
+        printf("%d\n", gpus);
+        return gpus < 0;
     }
-    if (cuda_device_count() == 0) {
+    if (gpus < 0) return 1;
+    if (gpus == 0) {
         printf("skipped: no GPU\n");
         return 77;
     }

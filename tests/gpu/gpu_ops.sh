@@ -7,10 +7,8 @@
 # mixed precision against the CPU's emulated bf16, within 1e-2 where a
 # result passes through bf16. The weight cache is checked on its own.
 #
-# Skips (77) with a build without CUDA (no gpu-ops binary) and on a
-# machine without a GPU (gpu-ops says so itself).
+# Skips (77) only on a machine without a GPU (tests/lib/gpu.bash).
 set -u
 ROOT=${DDPRUN_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-bin=$ROOT/build/tests/gpu-ops
-[ -x "$bin" ] || { echo "skipped: built without CUDA (no build/tests/gpu-ops)"; exit 77; }
-exec "$bin"
+source "$ROOT/tests/lib/gpu.bash"
+exec "$ROOT/build/tests/gpu-ops"

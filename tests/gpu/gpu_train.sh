@@ -13,11 +13,9 @@
 #     with the same bits as eight steps run op by op (--no-cuda-graph);
 #  4. two bf16 steps on the GPU land near two on the CPU's emulated bf16
 #     (within 1e-2: the same roundings, sums in another order).
-# Skips (77) with a build without CUDA and on a machine without a GPU.
+# Skips (77) on a machine without a GPU (tests/lib/gpu.bash).
 source "$(dirname "$0")/../lib/train.bash"
-[ -x "$ROOT/build/tests/gpu-ops" ] || { echo "skipped: built without CUDA (no build/tests/gpu-ops)"; exit 77; }
-gpus=$("$ROOT/build/tests/gpu-ops" --device-count)
-[ "${gpus:-0}" -ge 1 ] || { echo "skipped: no GPU"; exit 77; }
+source "$(dirname "$0")/../lib/gpu.bash"
 
 common=(--data synthetic --input-shape 3x32x32 --model resnet20 --no-eval --log-every 1
         --batch-size 32 --seed 7 --threads 4)

@@ -133,3 +133,22 @@ TEST(dist_env_srun_given_values_win) {
     CHECK_EQ(read_env(bad, -1, &d, err), -EINVAL);
     CHECK(strstr(err, "SLURM_STEP_TASKS_PER_NODE='2(x'") != NULL);
 }
+
+/* CUDA_VISIBLE_DEVICES is counted, not interpreted: how many GPUs the
+ * launcher named for this rank (device_choice.c trusts one as its own). */
+TEST(dist_env_counts_visible_gpus) {
+    dist_env d;
+    char err[256];
+    char *none[] = {NULL};
+    CHECK_EQ(read_env(none, -1, &d, err), 0);
+    CHECK_EQ(d.visible_gpus_named, -1);
+    char *one[] = {"CUDA_VISIBLE_DEVICES=GPU-8f3a", NULL};
+    CHECK_EQ(read_env(one, -1, &d, err), 0);
+    CHECK_EQ(d.visible_gpus_named, 1);
+    char *three[] = {"CUDA_VISIBLE_DEVICES=0,2,,5", NULL};
+    CHECK_EQ(read_env(three, -1, &d, err), 0);
+    CHECK_EQ(d.visible_gpus_named, 3);
+    char *empty[] = {"CUDA_VISIBLE_DEVICES=", NULL};
+    CHECK_EQ(read_env(empty, -1, &d, err), 0);
+    CHECK_EQ(d.visible_gpus_named, 0);
+}

@@ -29,8 +29,13 @@ static int cpu_create(const backend_opts *o, backend **out, char *err, size_t er
 
 int backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
     switch (o->kind) {
-    case BACKEND_AUTO:
-        if (cuda_device_count() > 0) return cuda_backend_create(o, out, err, errlen);
+    case BACKEND_AUTO: {
+        /* A GPU that CUDA cannot use is an error here too: training on
+         * the CPU instead would hide the broken driver for hours. */
+        int gpus = cuda_device_count(err, errlen);
+        if (gpus < 0) return gpus;
+        if (gpus > 0) return cuda_backend_create(o, out, err, errlen);
+    }
         /* fall through */
     case BACKEND_CPU:
     case BACKEND_CPU_REFERENCE: return cpu_create(o, out, err, errlen);

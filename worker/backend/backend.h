@@ -216,10 +216,13 @@ int cpu_backend_create(int reference, int threads, backend **out, char *err, siz
  * (which it then owns): for checking numerics, slower than fp32. */
 int cpu_bf16_backend_create(backend *fp32, backend **out);
 
-/* The CUDA backend (worker/backend/cuda/; worker/cuda_none.c in builds without
- * CUDA, where it fails with -ENOTSUP). cuda_device_count: GPUs visible, 0
- * without CUDA or a driver. */
+/* The CUDA backend (worker/backend/cuda/; worker/backend/nocuda/ in builds
+ * without CUDA, where it fails with -ENOTSUP). */
 int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen);
-int cuda_device_count(void);
+/* GPUs that CUDA can use: 0 without CUDA, a driver or a device; -EIO, with
+ * why saying what is wrong, where the machine has an NVIDIA driver but
+ * CUDA cannot use its GPUs (an old driver, a mismatched libcuda): such a
+ * machine is broken, not GPU-less (worker/backend/cuda/cuda_probe.c). */
+int cuda_device_count(char *why, size_t len);
 
 #endif

@@ -150,6 +150,13 @@ int dist_env_read(char **envp, int legacy_local_rank, dist_env *d, char *err, si
     if ((rc = read_master(envp, d, err, errlen))) return rc;
     if (env_int(envp, "TORCHELASTIC_RESTART_COUNT", 0, &d->restart_count, err, errlen) < 0)
         return -EINVAL;
+    const char *cvd = opts_getenv(envp, "CUDA_VISIBLE_DEVICES");
+    d->visible_gpus_named = -1;
+    if (cvd) {
+        d->visible_gpus_named = 0;
+        for (const char *p = cvd; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+            if (strcspn(p, ",") > 0) d->visible_gpus_named++;
+    }
     const char *agent = opts_getenv(envp, "TORCHELASTIC_USE_AGENT_STORE");
     d->agent_store = agent && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
                                strcmp(agent, "1") == 0);

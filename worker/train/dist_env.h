@@ -17,6 +17,11 @@ typedef struct {
     int restart_count;   /* TORCHELASTIC_RESTART_COUNT, 0 without an agent */
     int agent_store;     /* 1: the launcher's agent serves the store */
     const char *launcher; /* "torchrun", "mpirun", "srun" or "single process" */
+    /* The GPUs CUDA_VISIBLE_DEVICES names (entries in its list), -1 when it
+     * is unset: a launcher that gives each rank its own GPU (ddprun's
+     * --virtual-local-rank, srun --gpus-per-task=1, a one-GPU pod) says so
+     * by naming one. */
+    int visible_gpus_named;
     /* Where master_addr and master_port came from when not from MASTER_ADDR
      * and MASTER_PORT (srun: node 0 of the step's node list, a port from
      * the job and step ids), for the log; empty otherwise. */

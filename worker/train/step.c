@@ -135,9 +135,14 @@ int step_train(trainer *t, float stats[4]) {
     model *m = t->m;
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
-    sampler_rank_batch(b->order, t->n, t->at.pos, t->env.world, t->env.rank, t->batch, b->idx);
-    dataset_batch(t->train, b->idx, t->batch, c->augment, c->seed, t->at.epoch, b->x_nchw, b->y);
-    upload_batch(t, t->batch, ch, h, w);
+    if (!b->fixed_ready) {
+        sampler_rank_batch(b->order, t->n, t->at.pos, t->env.world, t->env.rank, t->batch,
+                           b->idx);
+        dataset_batch(t->train, b->idx, t->batch, c->augment, c->seed, t->at.epoch, b->x_nchw,
+                      b->y);
+        upload_batch(t, t->batch, ch, h, w);
+        b->fixed_ready = c->fixed_batch;
+    }
     float lr = (float)step_lr(t);
     m->be->ops->upload(m->be, b->lr, &lr, sizeof lr);
     int rc = model_set_labels(m, b->y, t->batch);
@@ -178,6 +183,7 @@ static int test_batch(trainer *t, int n, float tot[3]) {
 
 int step_evaluate(trainer *t) {
     if (!t->test) return 0;
+    t->buf.fixed_ready = 0; /* the test batches take the input buffer */
     int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch * t->env.world;
     float tot[3] = {0, 0, 0};
     for (int64_t start = t->env.rank; start < nt; start += stride) {

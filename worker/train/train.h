@@ -41,6 +41,7 @@ typedef struct {
     backend_precision precision; /* --precision */
     int no_shm;            /* --no-shm */
     int no_cuda_graph;     /* --no-cuda-graph: run every step op by op */
+    int fixed_batch;       /* --fixed-batch: one batch, made once, at every step */
     int cudnn_benchmark;   /* --cudnn-benchmark: time convolution algorithms */
     int64_t bucket_bytes;  /* --bucket-mb */
     int timeout_s;         /* --timeout: a collective longer than this fails */

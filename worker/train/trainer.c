@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "worker/model/arch.h"
+#include "worker/train/device_choice.h"
 #include "worker/train/error_file.h"
 
 volatile sig_atomic_t trainer_stop_requested;
@@ -72,29 +73,28 @@ static int setup_data(trainer *t) {
     return 0;
 }
 
-/* The backend's options: --device, except that NCCL takes one GPU per
- * rank, so with more ranks on this node than GPUs "auto" trains on the CPU
- * and "cuda" is an error, not NCCL's. */
+/* The backend's options: --device against the GPUs this rank sees
+ * (device_choice.c). A GPU that CUDA cannot use is an error whatever
+ * --device asks, except the CPU. */
 static int choose_backend(trainer *t, backend_opts *bo) {
     const train_config *c = t->cfg;
-    *bo = (backend_opts){.kind = c->reference ? BACKEND_CPU_REFERENCE : c->device,
-                         .threads = c->threads, .precision = c->precision,
+    char err[768];
+    device_request r = {.requested = c->reference ? BACKEND_CPU_REFERENCE : c->device,
+                        .local_rank = t->env.local_rank, .local_world = t->env.local_world,
+                        .visible_gpus_named = t->env.visible_gpus_named};
+    *bo = (backend_opts){.threads = c->threads, .precision = c->precision,
                          .benchmark = c->cudnn_benchmark};
-    int gpus = cuda_device_count();
-    bo->device = gpus > 0 ? t->env.local_rank % gpus : 0;
-    if (gpus == 0 || t->env.local_world <= gpus || bo->kind == BACKEND_CPU ||
-        bo->kind == BACKEND_CPU_REFERENCE)
-        return 0;
-    if (bo->kind == BACKEND_CUDA)
-        return trainer_fail(t, -EINVAL,
-                            "%d ranks on this node but %d GPU%s visible: NCCL needs a GPU per "
-                            "rank; use --nproc-per-node %d, or --device cpu",
-                            t->env.local_world, gpus, gpus == 1 ? " is" : "s are", gpus);
-    if (t->env.local_rank == 0)
-        log_warn("%d ranks on this node but %d GPU%s visible: training on the CPU "
-                 "(--device cuda makes this an error)",
-                 t->env.local_world, gpus, gpus == 1 ? " is" : "s are");
-    bo->kind = BACKEND_CPU;
+    if (r.requested != BACKEND_CPU && r.requested != BACKEND_CPU_REFERENCE) {
+        r.gpus = cuda_device_count(err, sizeof err);
+        if (r.gpus < 0) return trainer_fail(t, r.gpus, "--device %s: %s",
+                                            r.requested == BACKEND_CUDA ? "cuda" : "auto", err);
+    }
+    device_choice d;
+    int rc = device_choose(&r, &d, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    if (d.note[0] && t->env.local_rank == 0) log_warn("%s", d.note);
+    bo->kind = d.kind;
+    bo->device = d.device;
     return 0;
 }
 

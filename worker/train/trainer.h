@@ -46,6 +46,7 @@ typedef struct {
     void *x;                /* the model's input, on the backend */
     int32_t *y;
     float *lr;              /* the step's learning rate, on the backend */
+    int fixed_ready;        /* --fixed-batch: x and y hold the one batch */
 } train_batch;
 
 /* The step recorded once (a CUDA graph) and replayed. */

@@ -9,17 +9,6 @@
 
 #include "worker/backend/cuda/cuda_internal.h"
 
-int cuda_device_count(void) {
-    int n = 0;
-    /* No driver or no GPU is an answer (zero), not an error; clear it so
-     * it does not linger as the thread's last CUDA error. */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
 
 cudaStream_t cuda_backend_stream(const backend *b) { return cuda_state_of(b)->stream; }
@@ -313,7 +302,8 @@ fail:
 
 /* What is wrong with the request, before touching the device; 0 if fine. */
 static int check_request(const backend_opts *o, char *err, size_t errlen) {
-    int n = cuda_device_count();
+    int n = cuda_device_count(err, errlen);
+    if (n < 0) return n;
     if (n == 0) {
         snprintf(err, errlen, "--device cuda: no GPU is visible (no CUDA driver, no device, "
                               "or CUDA_VISIBLE_DEVICES hides them all); use --device cpu");

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "worker/backend/backend.h"
 
@@ -25,5 +26,10 @@ void cuda_backend_written(const backend *b, const void *p, size_t bytes);
  * reference on the communicator, and NCCL's finalise and abort wait (with
  * no timeout) until every graph holding one has been destroyed. */
 void cuda_backend_drop_recording(const backend *b);
+/* Writes, for every convolution shape the backend has run, each
+ * direction's candidate algorithms in order of preference (number, math,
+ * workspace) and the one in use; returns how many shapes had a direction
+ * with no candidate (the GPU pre-flight, tests/gpu/preflight.c). */
+int cuda_backend_conv_report(const backend *b, FILE *out);
 
 #endif

@@ -450,3 +450,43 @@ int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w
     }
     return filter_grad(st, e, x, dy, dw);
 }
+
+/* ---- the report (cuda_backend.h) --------------------------------------------------------- */
+
+static const char *math_name(cudnnMathType_t m) {
+    switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor+conv";
+    case CUDNN_FMA_MATH: return "fma";
+    }
+    return "?";
+}
+
+int cuda_backend_conv_report(const backend *b, FILE *out) {
+    cuda_state *st = cuda_state_of(b);
+    int empty = 0;
+    for (int i = 0; i < MAX_CONVS; i++) {
+        const conv_entry *e = &st->convs->e[i];
+        if (!e->used) continue;
+        char desc[160];
+        shape_str(&e->s, desc, sizeof desc);
+        fprintf(out, "  %s %s\n", e->dt == DTYPE_BF16 ? "bf16" : "fp32", desc);
+        int none = 0;
+        for (int d = 0; d < NDIRS; d++) {
+            const algo_list *l = &e->dirs[d];
+            if (!l->ready) {
+                fprintf(out, "    %-15s not run\n", dir_names[d]);
+                continue;
+            }
+            fprintf(out, "    %-15s", dir_names[d]);
+            for (int k = 0; k < l->n; k++)
+                fprintf(out, " %s%d/%s/%zuK", k == l->cur ? "*" : "", l->algo[k],
+                        math_name(l->math[k]), l->ws[k] >> 10);
+            fprintf(out, l->n ? "\n" : " NO CANDIDATE\n");
+            none |= l->n == 0 || l->cur >= l->n;
+        }
+        empty += none;
+    }
+    return empty;
+}

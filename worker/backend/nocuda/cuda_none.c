@@ -7,7 +7,10 @@
 
 #include "worker/backend/backend.h"
 
-int cuda_device_count(void) { return 0; }
+int cuda_device_count(char *why, size_t len) {
+    if (why && len) why[0] = 0;
+    return 0;
+}
 
 int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
     (void)o;
