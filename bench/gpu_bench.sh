@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 # Under scripts/gpu-env, PyTorch gets the library path it had before.
-py() { LD_LIBRARY_PATH=${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}} "$PY" "$@"; }
+py() { env LD_LIBRARY_PATH="${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$PY" "$@"; }
 steps=${BENCH_STEPS:-30}
 warmup=${BENCH_WARMUP:-10}
 rounds=${BENCH_ROUNDS:-3}
@@ -61,7 +61,7 @@ ours() { # MODEL PRECISION FEED graph|eager: img/s, or nothing
 theirs() { # MODEL PRECISION FEED eager|compile
     local flags=() out
     [ "$4" = compile ] && flags+=(--compile)
-    out=$(timeout 400 py bench/torch_gpu_train.py --model "$1" --shape "$(shape_of "$1")" \
+    out=$(timeout 400 env LD_LIBRARY_PATH="${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$PY" bench/torch_gpu_train.py --model "$1" --shape "$(shape_of "$1")" \
         --batch "$(batch_of "$1")" --precision "$2" --feed "$3" --steps "$steps" \
         --warmup "$warmup" "${flags[@]}" 2>&1)
     local ips

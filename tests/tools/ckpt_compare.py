@@ -38,6 +38,14 @@ def read(path):
     return header, tensors
 
 
+def reldiff(a, b):
+    """The largest difference relative to b's largest magnitude."""
+    if a.shape != b.shape:
+        return np.inf
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    return np.abs(x - y).max() / max(np.abs(y).max(), 1e-30)
+
+
 def newest(path):
     if os.path.isfile(path):
         return path
@@ -54,18 +62,28 @@ def main():
     ap.add_argument("--tensor", action="append")
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--spread", nargs=2, metavar=("C", "D"))
+    ap.add_argument("--factor", type=float, default=4.0)
     args = ap.parse_args()
     (ha, ta), (hb, tb) = read(newest(args.a)), read(newest(args.b))
+    spread = None
+    if args.spread:
+        (_, tc), (_, td) = read(newest(args.spread[0])), read(newest(args.spread[1]))
+        spread = {k: reldiff(tc[k], td[k]) for k in tc}
     ok = ha["global_step"] == hb["global_step"]
     print(f"steps: {ha['global_step']} and {hb['global_step']}")
     for name in args.tensor or ["params", "buffers", "momentum"]:
-        x, y = ta[name].astype(np.float64), tb[name].astype(np.float64)
-        same = x.shape == y.shape and np.array_equal(ta[name], tb[name])
-        rel = np.abs(x - y).max() / max(np.abs(y).max(), 1e-30) if x.shape == y.shape else np.inf
-        good = same if args.exact else rel <= args.rtol
+        same = ta[name].shape == tb[name].shape and np.array_equal(ta[name], tb[name])
+        rel = reldiff(ta[name], tb[name])
+        tol = args.rtol
+        if spread is not None:
+            tol = max(args.rtol, args.factor * spread[name])
+        good = same if args.exact else rel <= tol
         ok = ok and good
+        within = "" if args.exact else f" (tolerance {tol:.3e}" + (
+            f": {args.factor:g} x the spread {spread[name]:.3e})" if spread is not None else ")")
         print(f"{name}: {'identical' if same else f'largest relative difference {rel:.3e}'}"
-              f" -> {'ok' if good else 'DIFFERENT'}")
+              f"{within} -> {'ok' if good else 'DIFFERENT'}")
     return 0 if ok else 1
 
 

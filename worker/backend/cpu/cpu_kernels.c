@@ -88,13 +88,13 @@ int cpu_bn_apply(backend *b, const bn_args *a) {
     int rows = a->rows, c = a->c, relu = a->relu;
     const float *mean = a->mean, *invstd = a->invstd, *gamma = a->gamma, *beta = a->beta;
     (void)b;
-    float *scale = malloc(2 * (size_t)c * sizeof *scale);
+    /* (x - mean) * scale + beta, PyTorch's order, rather than x * scale +
+     * (beta - mean * scale): the latter loses log2(|mean| / std) bits to
+     * cancellation, and where a GPU contracts it into an FMA and the CPU
+     * does not, the two disagreed by 1e-4 of the output's scale. */
+    float *scale = malloc((size_t)c * sizeof *scale);
     if (!scale) return -ENOMEM;
-    float *shift = scale + c;
-    for (int j = 0; j < c; j++) {
-        scale[j] = invstd[j] * gamma[j];
-        shift[j] = beta[j] - mean[j] * scale[j];
-    }
+    for (int j = 0; j < c; j++) scale[j] = invstd[j] * gamma[j];
     /* ReLU as a floor; -INFINITY lets every value (and NaN) through */
     float lo = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
@@ -103,7 +103,7 @@ int cpu_bn_apply(backend *b, const bn_args *a) {
         float *yr = y + (size_t)i * c;
 #pragma omp simd
         for (int j = 0; j < c; j++) {
-            float v = xr[j] * scale[j] + shift[j];
+            float v = (xr[j] - mean[j]) * scale[j] + beta[j];
             yr[j] = v < lo ? lo : v;
         }
     }

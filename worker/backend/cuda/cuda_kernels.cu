@@ -258,7 +258,7 @@ template <class T> static int channel_vec(int c, const void *a, const void *b, c
     return c % V == 0 && aligned16(a) && (!b || aligned16(b)) && aligned16(y) ? V : 1;
 }
 
-/* y = x*scale + shift per channel; ReLU as a floor of 0, or -INFINITY to
+/* y = (x - mean)*scale + beta per channel; ReLU as a floor of 0, or -INFINITY to
  * let every value (and NaN) through, exactly as the CPU kernel does. */
 template <class T, int V>
 __global__ void bn_apply_kernel(size_t total, bn_args a, float lo) {
@@ -272,8 +272,8 @@ __global__ void bn_apply_kernel(size_t total, bn_args a, float lo) {
 #pragma unroll
         for (int k = 0; k < V; k++) {
             int j = j0 + k;
-            float scale = a.invstd[j] * a.gamma[j], shift = a.beta[j] - a.mean[j] * scale;
-            float r = v[k] * scale + shift;
+            /* (x - mean) * scale + beta, as the CPU's kernel: no cancellation */
+            float r = (v[k] - a.mean[j]) * (a.invstd[j] * a.gamma[j]) + a.beta[j];
             v[k] = r < lo ? lo : r;
         }
         stv<V>(y + i, v);
