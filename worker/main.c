@@ -178,6 +178,11 @@ static int parse(int argc, char **argv, train_config *c) {
                  "them (torch.backends.cudnn.benchmark): faster, but\n"
                  "runs may choose differently and differ in the last\n"
                  "bits"},
+        {"loader-threads", 0, OPTS_INT, .target = &c->loader_threads, .lo = 0, .hi = 1024,
+         .metavar = "N", .help = "threads that build the next batches while a step\n"
+                                 "runs (default: on a GPU, the cores per rank less\n"
+                                 "one, at most 8; on the CPU 1; 0: built by the\n"
+                                 "step itself, nothing ahead)"},
         {"threads", 0, OPTS_INT, .target = &c->threads, .lo = 1, .hi = 4096, .metavar = "N",
          .help = "compute threads (default: OMP_NUM_THREADS, else\n"
                  "all cores)"},

@@ -94,6 +94,14 @@ typedef struct {
     void *(*alloc)(backend *b, size_t bytes); /* zeroed, 64-byte aligned */
     void (*free)(backend *b, void *p);
     void (*upload)(backend *b, void *dst, const void *src, size_t bytes);
+    /* Like upload, but queued: it may return before the copy is made, so
+     * src must stay as it is until the next sync (or download). From
+     * alloc_host memory a GPU copies without the host's help. */
+    void (*upload_async)(backend *b, void *dst, const void *src, size_t bytes);
+    /* Host memory the backend copies from fastest (page-locked on a GPU;
+     * plain on the CPU), 64-byte aligned; NULL when out of memory. */
+    void *(*alloc_host)(backend *b, size_t bytes);
+    void (*free_host)(backend *b, void *p);
     void (*download)(backend *b, void *dst, const void *src, size_t bytes);
     void (*zero)(backend *b, void *p, size_t bytes);
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes); /* device to device */

@@ -570,6 +570,15 @@ static void augment_sample(const dataset *d, float *x, uint64_t seed, int epoch,
     }
 }
 
+int32_t dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                       float *x) {
+    assert(index >= 0 && index < d->n);
+    int32_t y = d->kind == DS_SYNTHETIC ? synthetic_sample(d, index, x)
+                                        : stored_sample(d, index, x);
+    if (augment) augment_sample(d, x, seed, epoch, index);
+    return y;
+}
+
 /* Each sample depends only on (seed, epoch, index), so filling them in
  * parallel gives the same batch as filling them in order. */
 void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
@@ -578,11 +587,6 @@ void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uin
     int parallel = (size_t)n * count >= PARALLEL_MIN_VALUES;
     (void)parallel; /* unused without OpenMP */
     PARALLEL_FOR_IF_PARALLEL
-    for (int i = 0; i < n; i++) {
-        assert(idx[i] >= 0 && idx[i] < d->n);
-        float *xi = x + (size_t)i * count;
-        y[i] = d->kind == DS_SYNTHETIC ? synthetic_sample(d, idx[i], xi)
-                                       : stored_sample(d, idx[i], xi);
-        if (augment) augment_sample(d, xi, seed, epoch, idx[i]);
-    }
+    for (int i = 0; i < n; i++)
+        y[i] = dataset_sample(d, idx[i], augment, seed, epoch, x + (size_t)i * count);
 }

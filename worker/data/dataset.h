@@ -54,5 +54,9 @@ int dataset_classes(const dataset *d);
  * batches are filled by OpenMP threads, with the same result. */
 void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
                    int epoch, float *x, int32_t *y);
+/* One sample of dataset_batch's: x (C x H x W floats) and its label,
+ * the same whichever thread draws it and whenever. */
+int32_t dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                       float *x);
 
 #endif

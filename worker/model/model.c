@@ -454,7 +454,7 @@ static int has_params(const model_op *op) {
 
 int model_set_labels(model *m, const int32_t *labels, int n) {
     int rc = model_set_batch(m, n);
-    if (rc == 0) m->be->ops->upload(m->be, m->labels, labels, (size_t)n * sizeof(int32_t));
+    if (rc == 0) m->be->ops->upload_async(m->be, m->labels, labels, (size_t)n * sizeof(int32_t));
     return rc;
 }
 

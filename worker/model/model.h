@@ -141,8 +141,9 @@ int model_set_batch(model *m, int n);
  * elements: the backends index them (max pooling's argmax, say) with
  * 32-bit integers. */
 int model_max_batch(const model *m);
-/* Uploads the n labels of the batch (host memory) for the next
- * model_backward or model_loss. */
+/* Queues the upload of the n labels of the batch (host memory) for the
+ * next model_backward or model_loss: labels must stay as they are until
+ * the loss is read (backend.h's upload_async). */
 int model_set_labels(model *m, const int32_t *labels, int n);
 /* Runs forward on x (n x H x W x C, device memory, the backend's
  * activation type); returns the logits (n x classes, likewise). train: batch

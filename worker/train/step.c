@@ -21,28 +21,18 @@ int step_allreduce_small(trainer *t, float *v, size_t n) {
     return rc ? rc : comm_wait(r);
 }
 
-/* The batch of n in x_nchw (what the data set gives) to the model's NHWC
- * input on the backend, in its activation type. With one channel and fp32
- * the batch goes up as it is. */
+/* An evaluation batch of n in x_nchw (what the data set gives) to the
+ * model's NHWC input on the backend, in its activation type, converted as
+ * the training batches are (loader.c). */
 static void upload_batch(trainer *t, int n, int c, int h, int w) {
     backend *be = t->be;
     train_batch *b = &t->buf;
-    size_t count = (size_t)n * c * h * w;
-    const float *nhwc = b->x_nchw;
-    if (c > 1) {
-        for (int i = 0; i < n; i++)
-            for (int ch = 0; ch < c; ch++)
-                for (int p = 0; p < h * w; p++)
-                    b->x_host[((size_t)i * h * w + p) * c + ch] =
-                        b->x_nchw[((size_t)i * c + ch) * h * w + p];
-        nhwc = b->x_host;
-    }
-    if (be->act == DTYPE_BF16) { /* into whichever host buffer is free */
-        float *to = nhwc == b->x_host ? b->x_nchw : b->x_host;
-        bf16_from_floats((uint16_t *)to, nhwc, count);
-        nhwc = to;
-    }
-    be->ops->upload(be, b->x, nhwc, count * backend_act_size(be));
+    size_t per = (size_t)c * h * w;
+#pragma omp parallel for schedule(static) if ((size_t)n * per >= (1u << 16))
+    for (int i = 0; i < n; i++)
+        loader_to_nhwc(b->x_nchw + (size_t)i * per, c, h * w, be->act,
+                       (char *)b->x_host + (size_t)i * per * backend_act_size(be));
+    be->ops->upload(be, b->x, b->x_host, (size_t)n * per * backend_act_size(be));
 }
 
 double step_lr(const trainer *t) {
@@ -129,23 +119,30 @@ static int step_failed(trainer *t, int rc) {
     return trainer_fail(t, rc, "training step %lld failed: %s", step, trainer_why(why, rc));
 }
 
-int step_train(trainer *t, float stats[4]) {
+/* The step's inputs, queued on the backend without waiting: the batch
+ * the loader built ahead (in memory the GPU copies from by itself), its
+ * labels, the learning rate. The step's end (the loss read) waits for
+ * them, before the next loader_get may refill that memory. */
+static int queue_inputs(trainer *t) {
     const train_config *c = t->cfg;
     train_batch *b = &t->buf;
-    model *m = t->m;
+    backend *be = t->be;
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
     if (!b->fixed_ready) {
-        sampler_rank_batch(b->order, t->n, t->at.pos, t->env.world, t->env.rank, t->batch,
-                           b->idx);
-        dataset_batch(t->train, b->idx, t->batch, c->augment, c->seed, t->at.epoch, b->x_nchw,
-                      b->y);
-        upload_batch(t, t->batch, ch, h, w);
+        const void *x;
+        loader_get(b->loader, t->at.epoch, t->at.pos, &x, &b->y_step);
+        be->ops->upload_async(be, b->x, x, (size_t)t->batch * ch * h * w * backend_act_size(be));
         b->fixed_ready = c->fixed_batch;
     }
-    float lr = (float)step_lr(t);
-    m->be->ops->upload(m->be, b->lr, &lr, sizeof lr);
-    int rc = model_set_labels(m, b->y, t->batch);
+    *b->lr_host = (float)step_lr(t);
+    be->ops->upload_async(be, b->lr, b->lr_host, sizeof *b->lr);
+    return model_set_labels(t->m, b->y_step, t->batch);
+}
+
+int step_train(trainer *t, float stats[4]) {
+    model *m = t->m;
+    int rc = queue_inputs(t);
     if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", t->batch);
     /* Collectives report failures where they are waited for: here, on a
      * GPU, where the step's work is waited for. */

@@ -100,7 +100,6 @@ static int stop_on_signal(trainer *t) {
 static int run_epoch(trainer *t) {
     const train_config *c = t->cfg;
     train_position *at = &t->at;
-    sampler_epoch_order(t->n, c->seed, at->epoch, 1, t->buf.order);
     while (at->pos < t->n) {
         if (c->max_steps > 0 && at->global_step >= c->max_steps) {
             int saved = c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0;
@@ -197,6 +196,7 @@ int train_run(const train_config *c) {
 void train_config_defaults(train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->model, sizeof c->model, "resnet20");
+    c->loader_threads = -1;
     snprintf(c->data, sizeof c->data, "fashion-mnist");
     c->in_c = 3, c->in_h = 32, c->in_w = 32;
     c->classes = 10;

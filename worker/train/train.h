@@ -35,6 +35,7 @@ typedef struct {
     int sync_bn;           /* --sync-bn */
     int log_every;         /* --log-every steps */
     int threads;           /* --threads (0: OMP_NUM_THREADS or all cores) */
+    int loader_threads;    /* --loader-threads (-1: chosen from the cores and the device) */
     int eval;              /* --eval / --no-eval at epoch ends */
     int reference;         /* --reference-kernels (slow; tests) */
     backend_kind device;   /* --device (BACKEND_AUTO by default) */

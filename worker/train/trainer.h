@@ -26,6 +26,7 @@
 #include "worker/model/ddp.h"
 #include "worker/model/model.h"
 #include "worker/train/dist_env.h"
+#include "worker/train/loader.h"
 #include "worker/train/rank_metrics.h"
 #include "worker/train/watchdog.h"
 #include "worker/train/train.h"
@@ -41,10 +42,13 @@ typedef struct {
 
 /* One step's inputs in host and backend memory. */
 typedef struct {
-    int64_t *order, *idx;   /* the epoch's sample order; this rank's batch */
-    float *x_nchw, *x_host; /* the batch as the data set gives it; as NHWC (or bf16) */
+    int64_t *idx;           /* an evaluation batch's samples */
+    float *x_nchw, *x_host; /* an evaluation batch as the data set gives it; as NHWC (or bf16) */
     void *x;                /* the model's input, on the backend */
-    int32_t *y;
+    int32_t *y;             /* an evaluation batch's labels */
+    loader *loader;         /* the training batches, built ahead */
+    const int32_t *y_step;  /* the training step's labels, in the loader's memory */
+    float *lr_host;         /* the step's learning rate in alloc_host memory (upload_async) */
     float *lr;              /* the step's learning rate, on the backend */
     int fixed_ready;        /* --fixed-batch: x and y hold the one batch */
 } train_batch;

@@ -48,6 +48,7 @@ static void cpu_destroy(backend *b) {
         .name = NAME, .conv_fwd = cpu_conv_fwd_##KIND, .conv_bwd = cpu_conv_bwd_##KIND,      \
         .linear_fwd = cpu_linear_fwd_##KIND, .linear_bwd = cpu_linear_bwd_##KIND,            \
         .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,      \
+        .upload_async = cpu_copy, .alloc_host = cpu_alloc, .free_host = cpu_free,            \
         .copy = cpu_copy, .zero = cpu_zero, .sync = cpu_sync, .bn_stats = cpu_bn_stats,      \
         .bn_apply = cpu_bn_apply, .bn_finalize = cpu_bn_finalize,                            \
         .bn_running = cpu_bn_running, .bn_bwd_reduce = cpu_bn_bwd_reduce,                    \

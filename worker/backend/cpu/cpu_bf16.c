@@ -242,6 +242,12 @@ static int sgd(backend *b, size_t n, float *param, const float *grad, float *mom
                               weight_decay, nesterov, first_step);
 }
 
+static void *alloc_host(backend *b, size_t bytes) {
+    return inner(b)->ops->alloc_host(inner(b), bytes);
+}
+
+static void free_host(backend *b, void *p) { inner(b)->ops->free_host(inner(b), p); }
+
 static void destroy(backend *b) {
     bf16_state *st = state(b);
     for (int i = 0; i < SLOTS; i++) free(st->slot[i]);
@@ -253,7 +259,8 @@ static void destroy(backend *b) {
 static const backend_ops bf16_ops = {
     .name = "cpu (bf16, emulated)",
     .alloc = alloc, .free = release, .upload = upload, .download = download, .zero = zero,
-    .copy = copy, .sync = sync,
+    .copy = copy, .sync = sync, .upload_async = upload, .alloc_host = alloc_host,
+    .free_host = free_host,
     .conv_fwd = conv_fwd, .conv_bwd = conv_bwd,
     .bn_stats = bn_stats, .bn_finalize = bn_finalize, .bn_running = bn_running,
     .bn_apply = bn_apply, .bn_bwd_reduce = bn_bwd_reduce, .bn_bwd_apply = bn_bwd_apply,

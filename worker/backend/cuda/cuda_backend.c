@@ -107,6 +107,38 @@ static void cuda_upload(backend *b, void *dst, const void *src, size_t bytes) {
     defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
+/* Queued and left to run: from page-locked memory the copy engine reads
+ * the host buffer while the step runs; the caller keeps it unchanged until
+ * the next sync (backend.h). */
+static void cuda_upload_async(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cuda_state_of(b);
+    cuda_weights_written(st, dst, bytes);
+    defer(st, CUDA_CHECK_RC(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                            st->stream)));
+}
+
+static int host_alloc(size_t bytes, void **out) {
+    CUDA_CHECK(cudaHostAlloc(out, bytes ? bytes : 64, cudaHostAllocPortable));
+    memset(*out, 0, bytes);
+    return 0;
+}
+
+static void *cuda_alloc_host(backend *b, size_t bytes) {
+    void *p = NULL;
+    if (host_alloc(bytes, &p)) {
+        defer(cuda_state_of(b), -ENOMEM);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_host(backend *b, void *p) {
+    cuda_state *st = cuda_state_of(b);
+    /* A queued copy may still read it. */
+    if (p) defer(st, CUDA_CHECK_RC(cudaStreamSynchronize(st->stream)));
+    if (p) defer(st, CUDA_CHECK_RC(cudaFreeHost(p)));
+}
+
 static void cuda_download(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_state *st = cuda_state_of(b);
     defer(st, copy_sync(st, dst, src, bytes, cudaMemcpyDeviceToHost));
@@ -249,6 +281,9 @@ static const backend_ops cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,
+    .upload_async = cuda_upload_async,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
     .download = cuda_download,
     .zero = cuda_zero,
     .copy = cuda_copy,

@@ -1,0 +1,313 @@
+/* See loader.h. One mutex guards the slots; the samples themselves are
+ * drawn outside it, a few at a time (CHUNK), by whichever thread takes
+ * them, into the slot's own place for them. The caller of loader_get
+ * helps fill the batch it waits for, so with no pool (threads = 0) it
+ * simply builds each batch itself. */
+#include "worker/train/loader.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/backend/bf16.h"
+#include "worker/data/sampler.h"
+
+/* Samples taken at a time: few enough that the threads share one batch
+ * evenly, enough that the lock is seldom taken. */
+#define CHUNK 4
+
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_SERVED } slot_state;
+
+typedef struct {
+    slot_state state;
+    int dropped;          /* given up while threads still fill it: freed when the last leaves */
+    int epoch;
+    int64_t pos;
+    uint64_t seq;         /* the order of requests: the oldest is filled first */
+    int next, done, busy; /* samples handed out, samples finished, threads inside */
+    int64_t *idx;
+    void *x;
+    int32_t *y;
+} slot;
+
+struct loader {
+    loader_opts o;
+    int64_t n; /* samples per epoch */
+    int c, hw;
+    size_t sample_bytes; /* one NHWC sample in the activation type */
+    int nslots;
+    slot *slots;
+    slot *served;
+    uint64_t seq;
+    int tail_epoch; /* the last step queued: prediction goes on from it */
+    int64_t tail_pos;
+    /* Two epochs' sample orders (the caller's thread alone uses them). */
+    int64_t *order[2];
+    int order_epoch[2], order_next;
+    float **scratch; /* one C x H x W sample per pool thread, and the caller's last */
+    pthread_mutex_t mu;
+    pthread_cond_t work;  /* pool threads wait for samples to draw */
+    pthread_cond_t ready; /* the caller waits for its batch, or for a slot to come free */
+    int stop;
+    pthread_t *threads;
+    int started_threads; /* created */
+    int started;         /* running: each takes the next scratch */
+    int64_t gets, hits;
+};
+
+void loader_to_nhwc(const float *chw, int c, int hw, backend_dtype dt, void *out) {
+    if (dt == DTYPE_BF16) {
+        uint16_t *o = out;
+        for (int p = 0; p < hw; p++)
+            for (int ch = 0; ch < c; ch++) o[(size_t)p * c + ch] = bf16_from_float(chw[(size_t)ch * hw + p]);
+        return;
+    }
+    float *o = out;
+    if (c == 1) {
+        memcpy(o, chw, (size_t)hw * sizeof *o);
+        return;
+    }
+    for (int p = 0; p < hw; p++)
+        for (int ch = 0; ch < c; ch++) o[(size_t)p * c + ch] = chw[(size_t)ch * hw + p];
+}
+
+/* ---- drawing samples (any thread) --------------------------------------------------- */
+
+static void build(loader *l, slot *s, int from, int to, float *tmp) {
+    const loader_opts *o = &l->o;
+    for (int i = from; i < to; i++) {
+        s->y[i] = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp);
+        loader_to_nhwc(tmp, l->c, l->hw, o->be->act, (char *)s->x + (size_t)i * l->sample_bytes);
+    }
+}
+
+/* Under the lock: the next samples to draw, from `only` or else from the
+ * oldest batch being filled; NULL if there are none. */
+static slot *take_work(loader *l, slot *only, int *from, int *to) {
+    slot *best = NULL;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if (s->state != SLOT_FILLING || s->next >= l->o.batch || (only && s != only)) continue;
+        if (!best || s->seq < best->seq) best = s;
+    }
+    if (!best) return NULL;
+    *from = best->next;
+    *to = best->next + CHUNK < l->o.batch ? best->next + CHUNK : l->o.batch;
+    best->next = *to;
+    best->busy++;
+    return best;
+}
+
+/* Under the lock: k samples of s are drawn. */
+static void finish(loader *l, slot *s, int k) {
+    s->busy--;
+    s->done += k;
+    if (s->dropped && s->busy == 0) {
+        s->dropped = 0;
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->ready);
+    } else if (!s->dropped && s->done == l->o.batch) {
+        s->state = SLOT_READY;
+        pthread_cond_broadcast(&l->ready);
+    }
+}
+
+static void *pool_thread(void *arg) {
+    loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    int me = l->started++;
+    for (;;) {
+        slot *s = NULL;
+        int from = 0, to = 0;
+        while (!l->stop && !(s = take_work(l, NULL, &from, &to))) pthread_cond_wait(&l->work, &l->mu);
+        if (l->stop) break;
+        pthread_mutex_unlock(&l->mu);
+        build(l, s, from, to, l->scratch[me]);
+        pthread_mutex_lock(&l->mu);
+        finish(l, s, to - from);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* ---- requests (the caller's thread, under the lock) ------------------------------------ */
+
+static const int64_t *order_of(loader *l, int epoch) {
+    for (int i = 0; i < 2; i++)
+        if (l->order_epoch[i] == epoch) return l->order[i];
+    int i = l->order_next;
+    l->order_next ^= 1;
+    sampler_epoch_order(l->n, l->o.seed, epoch, 1, l->order[i]);
+    l->order_epoch[i] = epoch;
+    return l->order[i];
+}
+
+static int queued(const slot *s) {
+    return (s->state == SLOT_FILLING || s->state == SLOT_READY) && !s->dropped;
+}
+
+static void drop(loader *l, slot *s) {
+    if (s->state == SLOT_READY || s->busy == 0) {
+        s->state = SLOT_FREE;
+        return;
+    }
+    s->dropped = 1;
+    s->next = l->o.batch; /* nothing more is handed out */
+}
+
+/* The step at (epoch, pos) into a free slot; NULL if none is free. */
+static slot *enqueue(loader *l, int epoch, int64_t pos) {
+    slot *s = NULL;
+    for (int i = 0; i < l->nslots && !s; i++)
+        if (l->slots[i].state == SLOT_FREE) s = &l->slots[i];
+    if (!s) return NULL;
+    sampler_rank_batch(order_of(l, epoch), l->n, pos, l->o.world, l->o.rank, l->o.batch, s->idx);
+    s->epoch = epoch, s->pos = pos, s->seq = l->seq++;
+    s->next = s->done = s->busy = s->dropped = 0;
+    s->state = SLOT_FILLING;
+    l->tail_epoch = epoch, l->tail_pos = pos;
+    pthread_cond_broadcast(&l->work);
+    return s;
+}
+
+/* Queues the predicted next steps until depth batches are ahead. */
+static void prefetch(loader *l) {
+    if (l->o.threads == 0) return;
+    for (;;) {
+        int ahead = 0;
+        for (int i = 0; i < l->nslots; i++) ahead += queued(&l->slots[i]);
+        int epoch = l->tail_epoch;
+        int64_t pos = l->tail_pos + (int64_t)l->o.batch * l->o.world;
+        if (pos >= l->n) epoch++, pos = 0;
+        if (ahead > l->o.depth || epoch >= l->o.epochs || !enqueue(l, epoch, pos)) return;
+    }
+}
+
+/* The queued slot for (epoch, pos), dropping everything queued before it;
+ * or, if there is none, everything queued and a new request for it. */
+static slot *find_or_request(loader *l, int epoch, int64_t pos) {
+    slot *s = NULL;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *q = &l->slots[i];
+        if (queued(q) && q->epoch == epoch && q->pos == pos) s = q;
+    }
+    for (int i = 0; i < l->nslots; i++) {
+        slot *q = &l->slots[i];
+        if (queued(q) && (!s || q->seq < s->seq)) drop(l, q);
+    }
+    while (!s && !(s = enqueue(l, epoch, pos))) pthread_cond_wait(&l->ready, &l->mu);
+    return s;
+}
+
+void loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y) {
+    pthread_mutex_lock(&l->mu);
+    if (l->served) l->served->state = SLOT_FREE;
+    l->served = NULL;
+    slot *s = find_or_request(l, epoch, pos);
+    prefetch(l);
+    l->gets++;
+    l->hits += s->state == SLOT_READY;
+    while (s->state != SLOT_READY) {
+        int from = 0, to = 0;
+        slot *w = take_work(l, s, &from, &to);
+        if (!w) {
+            pthread_cond_wait(&l->ready, &l->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&l->mu);
+        build(l, w, from, to, l->scratch[l->o.threads]);
+        pthread_mutex_lock(&l->mu);
+        finish(l, w, to - from);
+    }
+    s->state = SLOT_SERVED;
+    l->served = s;
+    pthread_mutex_unlock(&l->mu);
+    *x = s->x;
+    *y = s->y;
+}
+
+void loader_stats(const loader *l, int64_t *gets, int64_t *ready) {
+    pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+    *gets = l->gets, *ready = l->hits;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+}
+
+/* ---- life cycle --------------------------------------------------------------------------- */
+
+static int allocate(loader *l) {
+    const loader_opts *o = &l->o;
+    backend *be = o->be;
+    l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
+    l->scratch = calloc((size_t)o->threads + 1, sizeof *l->scratch);
+    l->threads = calloc((size_t)o->threads + 1, sizeof *l->threads);
+    if (!l->slots || !l->scratch || !l->threads) return -ENOMEM;
+    for (int i = 0; i < 2; i++) {
+        l->order_epoch[i] = -1;
+        if (!(l->order[i] = malloc((size_t)l->n * sizeof *l->order[i]))) return -ENOMEM;
+    }
+    for (int i = 0; i <= o->threads; i++)
+        if (!(l->scratch[i] = malloc((size_t)l->c * l->hw * sizeof(float)))) return -ENOMEM;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        s->idx = malloc((size_t)o->batch * sizeof *s->idx);
+        s->x = be->ops->alloc_host(be, (size_t)o->batch * l->sample_bytes);
+        s->y = be->ops->alloc_host(be, (size_t)o->batch * sizeof *s->y);
+        if (!s->idx || !s->x || !s->y) return -ENOMEM;
+    }
+    return 0;
+}
+
+int loader_create(const loader_opts *o, loader **out, char *err, size_t errlen) {
+    *out = NULL;
+    loader *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    l->o = *o;
+    if (l->o.threads > 0 && l->o.depth < 1) l->o.depth = 1;
+    int c, h, w;
+    dataset_shape(o->ds, &c, &h, &w);
+    l->n = dataset_size(o->ds);
+    l->c = c, l->hw = h * w;
+    l->sample_bytes = (size_t)c * h * w * backend_act_size(o->be);
+    l->nslots = 1 + (l->o.threads > 0 ? l->o.depth + 1 : 0);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    int rc = allocate(l);
+    for (int i = 0; rc == 0 && i < l->o.threads; i++) {
+        int e = pthread_create(&l->threads[i], NULL, pool_thread, l);
+        if (e) rc = -e;
+        else l->started_threads++;
+    }
+    if (rc) {
+        snprintf(err, errlen, "cannot set up the input pipeline (%d batches of %d ahead, %d "
+                 "threads): %s", l->nslots, o->batch, o->threads, strerror(-rc));
+        loader_destroy(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+void loader_destroy(loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->started_threads; i++) pthread_join(l->threads[i], NULL);
+    backend *be = l->o.be;
+    for (int i = 0; l->slots && i < l->nslots; i++) {
+        free(l->slots[i].idx);
+        if (l->slots[i].x) be->ops->free_host(be, l->slots[i].x);
+        if (l->slots[i].y) be->ops->free_host(be, l->slots[i].y);
+    }
+    for (int i = 0; l->scratch && i <= l->o.threads; i++) free(l->scratch[i]);
+    free(l->order[0]), free(l->order[1]);
+    free(l->scratch), free(l->slots), free(l->threads);
+    pthread_cond_destroy(&l->work);
+    pthread_cond_destroy(&l->ready);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}

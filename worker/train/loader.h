@@ -1,0 +1,57 @@
+/* The input pipeline: the batches of the coming steps are built by a pool
+ * of threads while the current step runs, straight into the layout and
+ * type the model reads (NHWC, fp32 or bf16) in host memory the backend
+ * uploads from fastest (page-locked on a GPU), so that the step never
+ * waits for the host. Memory is bounded: depth + 1 batches.
+ *
+ * What a batch holds depends only on (seed, epoch, position) and the data
+ * set, never on the thread count or on timing: each sample is drawn by
+ * dataset_sample into its own place. So a run resumed from a checkpoint,
+ * or one with another --loader-threads, sees the same batches, bit for bit.
+ *
+ * The steps are predicted (each position follows the last, an epoch
+ * follows the last at its end); a request for another position (a resume,
+ * an evaluation in between does not count: it does not use the loader)
+ * drops what was built ahead and starts again from there. */
+#ifndef DDPRUN_WORKER_TRAIN_LOADER_H
+#define DDPRUN_WORKER_TRAIN_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/backend/backend.h"
+#include "worker/data/dataset.h"
+
+typedef struct loader loader;
+
+typedef struct {
+    const dataset *ds;
+    int batch;     /* this rank's samples per step */
+    int world, rank;
+    uint64_t seed; /* the sampler's order and the augmentation */
+    int augment;
+    int epochs;    /* nothing is built ahead past the last epoch */
+    int threads;   /* pool threads; 0: the caller builds each batch when asked */
+    int depth;     /* batches built ahead (at least 1 with threads) */
+    backend *be;   /* whose alloc_host holds the batches, and whose activation type */
+} loader_opts;
+
+/* 0, or -errno with err saying what failed. */
+int loader_create(const loader_opts *o, loader **out, char *err, size_t errlen);
+/* This rank's batch of the step at (epoch, pos) (pos: samples of the epoch
+ * consumed before it, globally): *x is batch x H x W x C in the backend's
+ * activation type, *y the labels. Both stay as they are until the next
+ * loader_get, which may refill them: by then the caller must be done with
+ * them, an upload_async of them included (a sync in between). Waits until
+ * the batch is built. */
+void loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y);
+/* Gets so far, and how many of them found their batch already built. */
+void loader_stats(const loader *l, int64_t *gets, int64_t *ready);
+void loader_destroy(loader *l);
+
+/* One sample, C x H x W floats, as NHWC (one pixel's channels together)
+ * in fp32 or bf16 at out: the conversion the loader does, for others
+ * (the evaluation's batches) to share. */
+void loader_to_nhwc(const float *chw, int c, int hw, backend_dtype dt, void *out);
+
+#endif
