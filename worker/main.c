@@ -166,9 +166,10 @@ static int parse(int argc, char **argv, train_config *c) {
                  "on a GPU each rank takes GPU LOCAL_RANK mod the\n"
                  "GPUs visible"},
         {"precision", 0, OPTS_CHOICE, .target = &c->precision, .choices = precisions,
-         .metavar = "P", .help = "fp32 (default), tf32 (GPU only) or bf16 (mixed\n"
-                                 "precision; on the CPU emulated, for checking\n"
-                                 "numerics)"},
+         .metavar = "P", .help = "fp32, tf32 (GPU only) or bf16 (mixed precision;\n"
+                                 "on the CPU emulated, for checking numerics);\n"
+                                 "default tf32 on a GPU (PyTorch's default: TF32\n"
+                                 "convolutions), fp32 on the CPU"},
         {"no-cuda-graph", 0, OPTS_FLAG, .target = &c->no_cuda_graph,
          .help = "on a GPU, run every step op by op instead of\n"
                  "replaying a CUDA graph of it (recorded from the\n"

@@ -77,7 +77,11 @@ static int step_run(trainer *t) {
     if (rec->recorded) {
         int rc = be->ops->replay(be);
         if (rc != -ESTALE || t->env.world > 1) return rc;
+        /* Warm up again before the next recording: what went stale was
+         * freed memory, and a step that must allocate anew cannot be
+         * recorded (an allocation fails the capture). */
         rec->recorded = 0;
+        rec->eager_steps = 0;
     }
     if (!be->ops->record_begin || t->cfg->no_cuda_graph || rec->eager_steps < RECORD_AFTER) {
         rec->eager_steps++;

@@ -197,6 +197,7 @@ void train_config_defaults(train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->model, sizeof c->model, "resnet20");
     c->loader_threads = -1;
+    c->precision = PRECISION_UNSET;
     snprintf(c->data, sizeof c->data, "fashion-mnist");
     c->in_c = 3, c->in_h = 32, c->in_w = 32;
     c->classes = 10;

@@ -9,6 +9,9 @@
 #include "worker/backend/backend.h"
 #include "worker/model/optim.h"
 
+/* --precision not given: tf32 on a GPU, fp32 on the CPU (trainer.c). */
+#define PRECISION_UNSET ((backend_precision)-1)
+
 typedef struct {
     char model[32];        /* --model */
     char data[32];         /* --data: fashion-mnist, mnist, cifar10, synthetic */
@@ -39,7 +42,7 @@ typedef struct {
     int eval;              /* --eval / --no-eval at epoch ends */
     int reference;         /* --reference-kernels (slow; tests) */
     backend_kind device;   /* --device (BACKEND_AUTO by default) */
-    backend_precision precision; /* --precision */
+    backend_precision precision; /* --precision; PRECISION_UNSET: by the device */
     int no_shm;            /* --no-shm */
     int no_cuda_graph;     /* --no-cuda-graph: run every step op by op */
     int fixed_batch;       /* --fixed-batch: one batch, made once, at every step */

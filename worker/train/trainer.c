@@ -96,6 +96,10 @@ static int choose_backend(trainer *t, backend_opts *bo) {
     if (d.note[0] && t->env.local_rank == 0) log_warn("%s", d.note);
     bo->kind = d.kind;
     bo->device = d.device;
+    /* As PyTorch by default: TF32 in a GPU's convolutions, full fp32 on
+     * the CPU (which has no TF32). */
+    if (c->precision == PRECISION_UNSET)
+        bo->precision = d.kind == BACKEND_CUDA ? PRECISION_TF32 : PRECISION_FP32;
     return 0;
 }
 

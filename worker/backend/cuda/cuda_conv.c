@@ -27,7 +27,8 @@
  * --cudnn-benchmark (torch.backends.cudnn.benchmark) cuDNN times every
  * algorithm instead, on the first call's own buffers, and the same
  * preferences apply to the fastest first: faster, but another run may
- * time them otherwise and choose differently. If cuDNN refuses a
+ * time them otherwise and choose differently, and nondeterministic algorithms
+ * are not put last. If cuDNN refuses a
  * candidate when it runs, the next one is tried. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,9 +302,12 @@ static size_t workspace_size(cuda_state *st, conv_entry *e, conv_dir d, int algo
 
 /* Lower is preferred: nondeterministic algorithms last, and in fp32 mode
  * the transform-based ones after the direct ones (tf32 and bf16 lose more
- * bits in their inputs than a transform does). */
+ * bits in their inputs than a transform does). Chosen by timing
+ * (--cudnn-benchmark), the fastest goes first whether deterministic or not,
+ * as with torch.backends.cudnn.benchmark: such a run is not reproducible
+ * bit for bit anyway (another run may time the algorithms otherwise). */
 static int preference(const cuda_state *st, conv_dir d, const candidate *c) {
-    int nondet = c->determinism != CUDNN_DETERMINISTIC;
+    int nondet = !st->benchmark && c->determinism != CUDNN_DETERMINISTIC;
     int lossy = st->precision == PRECISION_FP32 && is_transform(d, c->algo);
     return 2 * nondet + lossy;
 }

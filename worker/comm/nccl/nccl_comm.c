@@ -164,10 +164,12 @@ static int nc_cuda_failed(nc *n, cudaError_t e, int rc) {
 
 /* Short sleeps first: a collective usually completes within microseconds
  * of backward's end, and sleeping past that delays the next step's work.
- * One that has taken 100 ms already waits on a slow or stuck peer, and
- * checking it every 5 ms costs nothing that matters. */
+ * Later naps stay at 200 us: a large all-reduce over a slow network takes
+ * hundreds of milliseconds as a matter of course, and a 5 ms nap would add
+ * up to 5 ms to every such step. Only a wait of 10 s (a stuck peer, well
+ * on the way to the timeout) is checked every 5 ms. */
 static void nap(int64_t waited_ns, unsigned *us) {
-    unsigned sleep_us = waited_ns > 100000000 ? 5000 : *us;
+    unsigned sleep_us = waited_ns > 10000000000LL ? 5000 : *us;
     struct timespec ts = {0, (long)sleep_us * 1000};
     nanosleep(&ts, NULL);
     if (*us < 200) *us *= 2;
