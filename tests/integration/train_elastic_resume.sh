@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # timeout: 180
+# isa: AVX2 SSE41
 # A checkpoint written by 4 ranks (global batch 32) resumes on 2 ranks:
 # each takes 16 so the global batch stays 32, and the epoch goes on from
 # the samples not yet seen (the step count carries on, the epoch ends

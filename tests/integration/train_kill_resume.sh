@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # timeout: 300
+# isa: AVX2 SSE41
 # Two agents x two workers train with --max-restarts=3 and checkpoints every
 # 3 steps; one worker is killed with SIGKILL mid-epoch. The group restarts
 # from the last checkpoint and the job finishes with weights bit-identical

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # timeout: 120
+# isa: AVX2 SSE41
 # DDP's gradients live in a shared window that the host's ranks read in
 # place. Where /dev/shm has room for the communicator but not for that
 # window (a container's small default, say), training goes on with the

@@ -9,7 +9,14 @@
  * OUTDIR/params.f32  all parameters, little-endian float32, in that order
  * OUTDIR/input.f32   the batch, NCHW float32
  * OUTDIR/labels.i32  its labels, int32
- * OUTDIR/grads.f32   the gradients after backward, like params.f32 */
+ * OUTDIR/grads.f32   the gradients after backward, like params.f32
+ * OUTDIR/relu.u8     each ReLU's decisions in forward order (1: the output is
+ *                    positive), NCHW bytes, one block per ReLU (meta.json's
+ *                    "relus" gives their shapes): where a pre-activation is
+ *                    within rounding of zero, the reference takes ours
+ *
+ * DUMP_REFERENCE_KERNELS=1 dumps the plain-C reference kernels' step
+ * instead of oneDNN's. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +37,33 @@ static int write_file(const char *dir, const char *name, const void *p, size_t n
     return fclose(f) != 0;
 }
 
+/* The forward pass's ReLU decisions (output > 0), NCHW, in op order, and
+ * their shapes into relus. On the CPU backend activations are host fp32. */
+static int write_relus(const char *dir, const model *m, int n, json_t *relus) {
+    size_t total = 0;
+    for (int i = 0; i < m->nops; i++)
+        if (m->ops[i].kind == OP_RELU || m->ops[i].relu) {
+            const model_act *a = &m->acts[m->ops[i].out];
+            total += (size_t)n * a->h * a->w * a->c;
+        }
+    uint8_t *mask = malloc(total ? total : 1), *at = mask;
+    if (!mask) return 1;
+    for (int i = 0; i < m->nops; i++) {
+        if (!(m->ops[i].kind == OP_RELU || m->ops[i].relu)) continue;
+        const model_act *a = &m->acts[m->ops[i].out];
+        const float *y = a->data;
+        int hw = a->h * a->w;
+        for (int s = 0; s < n; s++)
+            for (int ch = 0; ch < a->c; ch++)
+                for (int p = 0; p < hw; p++)
+                    *at++ = y[((size_t)s * hw + p) * a->c + ch] > 0;
+        json_array_append_new(relus, json_pack("[i,i,i,i]", n, a->c, a->h, a->w));
+    }
+    int rc = write_file(dir, "relu.u8", mask, total);
+    free(mask);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc != 8) {
         fprintf(stderr, "usage: model-dump MODEL C H W CLASSES BATCH OUTDIR\n");
@@ -40,7 +74,7 @@ int main(int argc, char **argv) {
     backend *be;
     model *m;
     char err[512];
-    if (cpu_backend_create(0, 0, &be, err, sizeof err) ||
+    if (cpu_backend_create(getenv("DUMP_REFERENCE_KERNELS") != NULL, 0, &be, err, sizeof err) ||
         arch_build(be, &(model_spec){argv[1], c, h, w, k, 7}, &m, err, sizeof err)) {
         fprintf(stderr, "model-dump: %s\n", err);
         return 1;
@@ -59,9 +93,10 @@ int main(int argc, char **argv) {
     void *logits;
     double loss = 0;
     int correct;
-    if (rc == 0)
-        rc = model_set_labels(m, y, n) || model_forward(m, nhwc, n, 1, &logits) ||
-             model_backward(m, n, 0);
+    json_t *relus = json_array();
+    if (rc == 0) rc = model_set_labels(m, y, n) || model_forward(m, nhwc, n, 1, &logits);
+    if (rc == 0) rc = write_relus(dir, m, n, relus);
+    if (rc == 0) rc = model_backward(m, n, 0);
     if (rc == 0) rc = model_read_loss(m, &loss, &correct);
     if (rc == 0)
         rc = write_file(dir, "input.f32", x, n * per * 4) || write_file(dir, "labels.i32", y, n * 4) ||
@@ -74,8 +109,9 @@ int main(int argc, char **argv) {
                                                 "offset", (json_int_t)m->params[i].offset, "count",
                                                 (json_int_t)m->params[i].count, "shape", shape));
     }
-    json_t *meta = json_pack("{s:s, s:[i,i,i], s:i, s:i, s:f, s:o}", "model", argv[1], "input_shape",
-                             c, h, w, "classes", k, "batch", n, "loss", loss / n, "params", params);
+    json_t *meta = json_pack("{s:s, s:[i,i,i], s:i, s:i, s:f, s:o, s:o}", "model", argv[1],
+                             "input_shape", c, h, w, "classes", k, "batch", n, "loss", loss / n,
+                             "params", params, "relus", relus);
     char path[4096];
     snprintf(path, sizeof path, "%s/meta.json", dir);
     if (rc == 0) rc = json_dump_file(meta, path, JSON_INDENT(1));
