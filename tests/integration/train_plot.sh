@@ -144,6 +144,18 @@ bad 2 "-o $SCRATCH/./same.jsonl is the metrics file itself" "$SCRATCH/b4.png" "$
     -o "$SCRATCH/./same.jsonl"
 cmp -s "$M" "$SCRATCH/same.jsonl" || { echo "the metrics file was overwritten"; exit 1; }
 bad 1 "cannot write $SCRATCH/ckpt: it is a directory" "$SCRATCH/ckpt/.none" "$M" -o "$SCRATCH/ckpt"
+# A device or a FIFO is never replaced by the PNG (as root, -o /dev/full once
+# became a regular file): a character device made here, when mknod works.
+mkfifo "$SCRATCH/fifo"
+bad 1 "cannot write $SCRATCH/fifo: it is a FIFO, not a file" "$SCRATCH/fifo.none" "$M" -o "$SCRATCH/fifo"
+[ -p "$SCRATCH/fifo" ] || { echo "the FIFO was replaced"; exit 1; }
+if mknod "$SCRATCH/null" c 1 3 2> /dev/null; then
+    bad 1 "cannot write $SCRATCH/null: it is a character device, not a file" "$SCRATCH/null.none" \
+        "$M" -o "$SCRATCH/null"
+    [ -c "$SCRATCH/null" ] || { echo "the character device was replaced"; exit 1; }
+else
+    echo "(mknod refused here: the character device case is left out)"
+fi
 PLOT_PATH=/nonexistent bad 1 "gnuplot is not installed \\(not found on PATH\\): install gnuplot" \
     "$SCRATCH/b6.png" "$M" -o "$SCRATCH/b6.png"
 # A gnuplot that fails after writing the start of a PNG: the old picture stays.

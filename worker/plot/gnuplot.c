@@ -416,10 +416,19 @@ static int commit(int fd, const char *tmp, const char *path, char *err, size_t e
 
 int plot_render(const metrics_series *s, const plot_opts *o, const char *path, char *err,
                 size_t errlen) {
+    /* The PNG is renamed into place: over a device or a FIFO that would
+     * replace the node itself (as root, -o /dev/full became a PNG file). */
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "cannot write %s: it is a directory (-o names the PNG file)", path);
-        return -EISDIR;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        const char *what = S_ISDIR(st.st_mode)    ? "a directory"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                           : S_ISFIFO(st.st_mode) ? "a FIFO"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        snprintf(err, errlen, "cannot write %s: it is %s, not a file (-o names the PNG file "
+                              "to write or replace)", path, what);
+        return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
     char *script = NULL;
     size_t len = 0;
