@@ -1,7 +1,7 @@
 /* ddprun-store: the store server on its own, in the foreground.
  *
  *   ddprun-store [--host H] [--port P] [--max-key-bytes N] [--max-value-bytes N]
- *                [--max-conns N] [--verbose] [--quiet]
+ *                [--max-conns N] [--request-timeout S] [--verbose] [--quiet]
  *
  * Port 0 picks a free port; the line "ddprun-store: listening on H:P" on
  * stderr says which, once the server accepts connections. SIGINT or SIGTERM
@@ -40,7 +40,7 @@ static void print_usage(const opts_spec *spec) {
 /* Fills *o and the log level from the command line. 0; 1 after --help;
  * or -EINVAL with the message printed. */
 static int parse_args(int argc, char **argv, store_server_opts *o) {
-    int max_key = 0, max_value = 0, verbose = 0, quiet = 0;
+    int max_key = 0, max_value = 0, verbose = 0, quiet = 0, timeout_s = 0;
     const opts_opt table[] = {
         {"host", 0, OPTS_STR, .target = &o->host, .metavar = "H",
          .help = "address or name to listen on (default: all, IPv6 and IPv4)"},
@@ -52,6 +52,9 @@ static int parse_args(int argc, char **argv, store_server_opts *o) {
          .metavar = "N", .help = "longest value accepted (default 8388608)"},
         {"max-conns", 0, OPTS_INT, .target = &o->max_conns, .lo = 1, .hi = INT_MAX,
          .metavar = "N", .help = "most connections open at once (default 65536)"},
+        {"request-timeout", 0, OPTS_INT, .target = &timeout_s, .lo = 1, .hi = 86400,
+         .metavar = "S", .help = "a client that begins a request and does not finish\n"
+                                 "it in S seconds is dropped (default 60)"},
         {"verbose", 'v', OPTS_FLAG, .target = &verbose,
          .help = "log every connection and disconnection"},
         {"quiet", 'q', OPTS_FLAG, .target = &quiet, .help = "log errors only"},
@@ -70,6 +73,7 @@ static int parse_args(int argc, char **argv, store_server_opts *o) {
     if (rc) return rc;
     o->max_key = (uint32_t)max_key;
     o->max_value = (uint32_t)max_value;
+    o->request_timeout_ms = timeout_s * 1000;
     if (verbose || quiet) log_set_level(verbose ? LOG_DEBUG : LOG_ERROR);
     return 0;
 }

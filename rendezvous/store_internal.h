@@ -30,7 +30,30 @@ struct store_conn {
     store_waiter *wait;   /* the pending WAIT / WAIT_ANY / BARRIER, if any */
     store_entry *owned;   /* keys this connection owns (SET_OWNED with lease 0) */
     store_wnode *watches; /* torch 1.13 WATCH_KEY registrations */
+    int nwatches;
+    size_t inflight;      /* reply bytes handed to libuv, not yet written */
+    int throttled;        /* reading stopped: too many replies unsent */
+    const char *refused;  /* set by the table: why the connection must go */
+    uint64_t progress_ms; /* when the last whole request was read (uv_now) */
 };
+
+/* Back-pressure: a client that sends requests and does not read the
+ * replies must not make the server queue gigabytes. Past the soft limit of
+ * unsent reply bytes the server reads no more of that connection's
+ * requests (TCP then holds the client back), and reads again once half of
+ * it has gone out; a reply is made whole, so at most the limit plus one
+ * reply is queued. What others' requests cause (torch 1.13's watch
+ * events) cannot be held back that way: past the hard limit the
+ * connection is dropped. */
+static inline size_t store_conn_unsent(const store_conn *c) { return c->out.len + c->inflight; }
+static inline size_t store_out_soft(const store_server *srv) {
+    return (size_t)srv->limits.max_value + ((size_t)1 << 20);
+}
+static inline size_t store_out_hard(const store_server *srv) {
+    return 4 * (size_t)srv->limits.max_value + ((size_t)16 << 20);
+}
+/* torch 1.13's WATCH_KEY registrations one connection may hold. */
+#define STORE_MAX_WATCHES 1024
 
 /* Network side, used by the table. */
 void store_conn_flush(store_conn *c);

@@ -22,6 +22,8 @@ typedef struct {
     int max_conns;      /* 0: 65536 */
     const char *token;  /* shared secret clients must present first; NULL/"": none */
     int listen_fd;      /* > 0: serve this already-bound listening socket instead */
+    int request_timeout_ms; /* a request begun and not finished in this long drops
+                             * the client; 0: 60 s */
 } store_server_opts;
 
 typedef struct store_conn store_conn;
@@ -53,6 +55,8 @@ typedef struct store_server {
     uv_tcp_t listener;
     uv_timer_t lease_timer;
     uv_idle_t pending_idle; /* flushes woken connections */
+    uv_timer_t sweep_timer; /* drops clients stuck in the middle of a request */
+    int request_timeout_ms;
     store_conn *pending;
     store_limits limits;
     int max_conns;

@@ -306,11 +306,13 @@ static void notify_watchers(store_entry *e, int type, const uint8_t *old, uint64
                             const uint8_t *new_, uint64_t newn) {
     for (store_wnode *n = e->lists[L_WATCH].head; n; n = n->next) {
         store_conn *c = n->conn;
+        store_conn_mark_pending(c);
+        /* A watcher that does not read is dropped at its next flush. */
+        if (store_conn_unsent(c) > store_out_hard(c->srv)) continue;
         r_u8(c, (uint8_t)type);
         r_bytes(c, e->key, e->klen);
         r_bytes(c, old, oldn);
         r_bytes(c, new_, newn);
-        store_conn_mark_pending(c);
     }
 }
 
@@ -710,6 +712,10 @@ static void do_lease(store_conn *c, const store_req *req) {
 }
 
 static void do_watch(store_conn *c, const store_req *req) {
+    if (c->nwatches >= STORE_MAX_WATCHES) {
+        c->refused = "more than 1024 WATCH_KEY registrations on one connection";
+        return;
+    }
     store_entry *e = entry_get(c->srv, req->key);
     store_wnode *n = e ? calloc(1, sizeof *n) : NULL;
     if (!n) {
@@ -719,6 +725,7 @@ static void do_watch(store_conn *c, const store_req *req) {
     n->conn = c;
     n->conn_next = c->watches;
     c->watches = n;
+    c->nwatches++;
     node_link(e, n, L_WATCH);
     r_u8(c, STORE_WATCH_CALLBACK_REGISTERED);
 }
