@@ -795,6 +795,23 @@ static int own_single_node_store(const agent_config *c) {
            !c->master_addr && !c->rdzv_host;
 }
 
+/* Hosts the store, or finds that another agent of this host does (1).
+ * Two agents that listen on the port at the same moment can both be
+ * refused (each sees the other listening): then nobody serves, and both
+ * try again a random moment apart. */
+static int store_start_or_find(const agent_config *c, const store_server_opts *so,
+                               const char *addr, int port, store_thread **host, int *bound) {
+    unsigned seed = (unsigned)getpid() ^ (unsigned)clock_now_ms(); /* apart from the other agent */
+    for (int attempt = 0;; attempt++) {
+        int rc = store_thread_start(so, host, bound);
+        if (rc != UV_EADDRINUSE || c->standalone) return rc;
+        if (probe_store(addr, port)) return 1;
+        if (attempt == 3) return rc;
+        struct timespec ts = {0, (long)(10 + rand_r(&seed) % 200) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Decides who hosts the store and where the workers find it. */
 static int setup_store(agent *a) {
     const agent_config *c = a->cfg;
@@ -825,7 +842,11 @@ static int setup_store(agent *a) {
     store_server_opts so = {.host = c->standalone || own_single_node_store(c) ? addr : NULL,
                             .port = port,
                             .token = getenv("DDPRUN_STORE_TOKEN")};
-    int rc = store_thread_start(&so, &a->host, &bound);
+    int rc = store_start_or_find(c, &so, addr, port, &a->host, &bound);
+    if (rc == 1) {
+        log_debug("another agent on this host already serves the store on port %d", port);
+        return 0;
+    }
     if (rc == 0) {
         a->store_port = bound;
         if (is_etcd(c))
@@ -835,10 +856,6 @@ static int setup_store(agent *a) {
                      "%s:%d, so that no other job on this machine can join it", addr, bound);
         else
             log_debug("hosting the rendezvous store on port %d", bound);
-        return 0;
-    }
-    if (rc == UV_EADDRINUSE && !c->standalone && probe_store(addr, port)) {
-        log_debug("another agent on this host already serves the store on port %d", port);
         return 0;
     }
     if (rc == UV_EADDRINUSE)
