@@ -764,23 +764,23 @@ static int is_local_address(const char *host) {
     return local;
 }
 
-/* Whether host:port answers as a ddprun store (and not as some other
- * program that happens to hold the port). */
-/* Whether a ddprun store answers on host:port. Another agent on this host
- * that has just bound the port may not listen yet: a refused connection is
- * tried again for up to 2 s before the port counts as someone else's. */
+/* Whether a ddprun store answers on host:port: 1 yes; 0 something else
+ * listens there; -1 nothing listens (connections refused for 2 s). Another
+ * agent on this host that has just bound the port may not listen yet, so
+ * a refused connection is tried again until then. */
 static int probe_store(const char *host, int port) {
     store_client_opts o = {.host = host, .port = port, .connect_timeout_ms = 500,
                            .timeout_ms = 2000};
     int64_t give_up = clock_now_ms() + 2000;
     for (;;) {
         store_client *c = NULL;
-        if (store_client_connect(&o, &c) == 0) {
+        int rc = store_client_connect(&o, &c);
+        if (rc == 0) {
             int ok = store_set_owned(c, "/ddprun/probe", "1", 1, 0) == 0;
             store_client_close(c);
             return ok;
         }
-        if (clock_now_ms() >= give_up) return 0;
+        if (clock_now_ms() >= give_up) return rc == -ECONNREFUSED ? -1 : 0;
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -805,8 +805,9 @@ static int store_start_or_find(const agent_config *c, const store_server_opts *s
     for (int attempt = 0;; attempt++) {
         int rc = store_thread_start(so, host, bound);
         if (rc != UV_EADDRINUSE || c->standalone) return rc;
-        if (probe_store(addr, port)) return 1;
-        if (attempt == 3) return rc;
+        int found = probe_store(addr, port);
+        if (found > 0) return 1;
+        if (found == 0 || attempt == 3) return rc; /* another program listens there */
         struct timespec ts = {0, (long)(10 + rand_r(&seed) % 200) * 1000000L};
         nanosleep(&ts, NULL);
     }
