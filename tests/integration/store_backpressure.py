@@ -82,6 +82,7 @@ def log_has(text):
 base = rss_mib()
 setter = current()
 setter.sendall(bytes([V2_SET]) + s("big") + s(b"x" * (1 << 20)))
+ping_ms(setter)  # answered after the SET: the value is there before anyone GETs it
 other = current()
 ping_ms(other)
 hog = current()
