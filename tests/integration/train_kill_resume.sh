@@ -7,19 +7,6 @@
 # to an uninterrupted run's.
 source "$(dirname "$0")/../lib/train.bash"
 have_numpy || { echo "skipped: numpy (python3-numpy) is not installed"; exit 77; }
-# A port nobody listens on, below the kernel's ephemeral range (32768 and
-# up), where a client connection's own port could take it before ddprun binds.
-free_port() { /usr/bin/python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randrange(20000, 32768)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()'; }
 steps=12
 train=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 4096 --threads 1
        --no-eval --log-every 1000 --batch-size 16 --max-steps $steps --ckpt-every 3 --seed 5)

@@ -5,19 +5,6 @@
 # and with srun's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
 # SLURM_JOB_NODELIST) set by hand as srun would, since no Slurm runs here.
 source "$(dirname "$0")/../lib/train.bash"
-# A port nobody listens on, below the kernel's ephemeral range (32768 and
-# up), where a client connection's own port could take it before ddprun binds.
-free_port() { /usr/bin/python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randrange(20000, 32768)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()'; }
 port=$(free_port)
 args=(--data synthetic --input-shape 3x16x16 --synthetic-size 512 --threads 1 --no-eval
       --log-every 1000 --batch-size 8 --max-steps 3)

@@ -19,3 +19,16 @@ TRAIN_ARGS=(--model resnet20 --data fashion-mnist --threads 1 --no-eval --log-ev
 TEST_PY=${TEST_PY:-/usr/bin/python3}
 compare() { "$TEST_PY" "$ROOT/tests/tools/ckpt_compare.py" "$@"; }
 have_numpy() { "$TEST_PY" -c 'import numpy' 2>/dev/null; }
+# A port nobody listens on, below the kernel's ephemeral range (32768 and
+# up), where a client connection's own port could take it before ddprun binds.
+free_port() { /usr/bin/python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()'; }
