@@ -288,11 +288,28 @@ static int write_body(int fd, const char *header_json, const ckpt_tensor *ts, in
     return write_all(fd, tr, sizeof tr);
 }
 
-/* Deletes checkpoints older than `step` beyond the newest `keep` (the one
- * just written counts as one), and temporary files of writes that died at
- * a step no newer than this one. Checkpoints with a newer step than the
- * one just written (left by a run that was rolled back) are not "older"
- * and stay. Failures only leave a file behind, so they are ignored. */
+/* Whether the file at path ends as a whole checkpoint does: its trailer's
+ * length is the file's and the end magic is there. Cheap (16 bytes read),
+ * it catches a truncated or overwritten tail; ckpt_read checks the rest. */
+static int looks_whole(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    unsigned char tr[CKPT_TRAILER];
+    int ok = fstat(fd, &st) == 0 && st.st_size >= (off_t)CKPT_TRAILER &&
+             pread(fd, tr, sizeof tr, st.st_size - (off_t)CKPT_TRAILER) == (ssize_t)sizeof tr &&
+             get_u64(tr) == (uint64_t)st.st_size && memcmp(tr + 8, CKPT_END_MAGIC, 8) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Deletes checkpoints older than `step` beyond the newest `keep` whole
+ * ones (the one just written counts as one), and temporary files of writes
+ * that died at a step no newer than this one. A damaged older checkpoint
+ * counts for nothing and goes: keeping it in place of a good one would
+ * leave no fallback. Checkpoints with a newer step than the one just
+ * written (left by a run that was rolled back) are not "older" and stay.
+ * Failures only leave a file behind, so they are ignored. */
 static void prune(const char *dir, uint64_t step, const char *written, int keep) {
     char p[PATH_MAX];
     ckpt_entry *e;
@@ -301,11 +318,12 @@ static void prune(const char *dir, uint64_t step, const char *written, int keep)
         int kept = 1; /* the one just written */
         for (int i = 0; i < n; i++) {
             if (e[i].step >= step || strcmp(e[i].name, written) == 0) continue;
-            if (kept < keep) {
+            if (fmt_path(p, sizeof p, "%s/%s", dir, e[i].name) != 0) continue;
+            if (kept < keep && looks_whole(p)) {
                 kept++;
                 continue;
             }
-            if (fmt_path(p, sizeof p, "%s/%s", dir, e[i].name) == 0) unlink(p);
+            unlink(p);
         }
         entries_free(e, n);
     }
