@@ -266,14 +266,17 @@ TEST(ckpt_keep_two_leaves_the_newest_two) {
 
 /* A damaged checkpoint does not count towards --keep: with keep 2, a valid
  * ckpt-6, a truncated ckpt-7 and a new ckpt-8, the valid ckpt-6 stays (it
- * is the only fallback if ckpt-8 is lost) and the broken ckpt-7 goes. */
+ * is the only fallback if ckpt-8 is lost); the broken ckpt-7 is left as it
+ * is, for a look at what broke it. */
 TEST(ckpt_keep_counts_only_whole_checkpoints) {
     const char *dir = path_in("c");
     write_sample(dir, 6, 0);
     const char *seven = write_sample(dir, 7, 0);
     CHECK_EQ(truncate(seven, 100), 0);
     write_sample(dir, 8, 2);
-    CHECK_STR(listing(dir), "ckpt-0000000006.ddpt ckpt-0000000008.ddpt");
+    CHECK_STR(listing(dir), "ckpt-0000000006.ddpt ckpt-0000000007.ddpt ckpt-0000000008.ddpt");
+    write_sample(dir, 9, 2); /* the next save: ckpt-6 is the oldest whole one beyond 2 */
+    CHECK_STR(listing(dir), "ckpt-0000000007.ddpt ckpt-0000000008.ddpt ckpt-0000000009.ddpt");
 }
 
 TEST(ckpt_keep_never_deletes_the_one_just_written) {

@@ -306,8 +306,9 @@ static int looks_whole(const char *path) {
 /* Deletes checkpoints older than `step` beyond the newest `keep` whole
  * ones (the one just written counts as one), and temporary files of writes
  * that died at a step no newer than this one. A damaged older checkpoint
- * counts for nothing and goes: keeping it in place of a good one would
- * leave no fallback. Checkpoints with a newer step than the one just
+ * neither counts (kept in place of a good one, it would leave no fallback)
+ * nor is deleted (resuming skips it with a warning; what broke it may be
+ * worth a look). Checkpoints with a newer step than the one just
  * written (left by a run that was rolled back) are not "older" and stay.
  * Failures only leave a file behind, so they are ignored. */
 static void prune(const char *dir, uint64_t step, const char *written, int keep) {
@@ -319,7 +320,8 @@ static void prune(const char *dir, uint64_t step, const char *written, int keep)
         for (int i = 0; i < n; i++) {
             if (e[i].step >= step || strcmp(e[i].name, written) == 0) continue;
             if (fmt_path(p, sizeof p, "%s/%s", dir, e[i].name) != 0) continue;
-            if (kept < keep && looks_whole(p)) {
+            if (!looks_whole(p)) continue; /* left for whoever wants to see what broke */
+            if (kept < keep) {
                 kept++;
                 continue;
             }
