@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 # Under scripts/gpu-env, PyTorch gets the library path it had before.
-py() { env LD_LIBRARY_PATH="${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$PY" "$@"; }
+py=(env LD_LIBRARY_PATH="${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$PY")
 steps=${BENCH_STEPS:-30}
 warmup=${BENCH_WARMUP:-10}
 rounds=${BENCH_ROUNDS:-3}
@@ -34,11 +34,11 @@ precisions=${BENCH_PRECISIONS:-bf16 tf32}
 feeds=${BENCH_FEEDS:-device host}
 compile=${BENCH_COMPILE:-1}
 nvidia-smi -L > /dev/null 2>&1 || { echo "bench-gpu: no GPU (nvidia-smi -L failed)"; exit 1; }
-py -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+"${py[@]}" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
     { echo "bench-gpu: $PY has no torch with CUDA"; exit 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
-echo "torch: $(py -c 'import torch; print(torch.__version__)')"
+echo "torch: $("${py[@]}" -c 'import torch; print(torch.__version__)')"
 echo "command: make bench-gpu (BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' BENCH_FEEDS='$feeds' BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROUNDS=$rounds BENCH_COMPILE=$compile)"
 
 shape_of() { [ "$1" = resnet50 ] && echo 3x224x224 || echo 3x32x32; }
@@ -61,7 +61,7 @@ ours() { # MODEL PRECISION FEED graph|eager: img/s, or nothing
 theirs() { # MODEL PRECISION FEED eager|compile
     local flags=() out
     [ "$4" = compile ] && flags+=(--compile)
-    out=$(timeout 400 env LD_LIBRARY_PATH="${GPU_ENV_PY_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$PY" bench/torch_gpu_train.py --model "$1" --shape "$(shape_of "$1")" \
+    out=$(timeout 400 "${py[@]}" bench/torch_gpu_train.py --model "$1" --shape "$(shape_of "$1")" \
         --batch "$(batch_of "$1")" --precision "$2" --feed "$3" --steps "$steps" \
         --warmup "$warmup" "${flags[@]}" 2>&1)
     local ips

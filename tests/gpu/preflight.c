@@ -18,6 +18,7 @@
  * is a failure. scripts/gpu-preflight runs it with the carried libraries. */
 #include <errno.h>
 #include <cudnn.h>
+#include <dirent.h>
 #include <link.h>
 #include <math.h>
 #include <nccl.h>
@@ -57,12 +58,14 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Whether the kernel driver lists a GPU (an entry in /proc/driver/nvidia/gpus). */
 static int driver_sees_gpu(void) {
-    FILE *f = popen("ls /proc/driver/nvidia/gpus 2>/dev/null", "r");
-    if (!f) return 0;
-    char line[256];
-    int any = fgets(line, sizeof line, f) != NULL;
-    pclose(f);
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    struct dirent *e;
+    int any = 0;
+    while (!any && (e = readdir(d)) != NULL) any = e->d_name[0] != '.';
+    closedir(d);
     return any;
 }
 
