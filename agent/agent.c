@@ -86,6 +86,7 @@ typedef struct {
     rdzv_result pending;
     int exit_code;
     int shutdown_signal;
+    int spent_restarts; /* restarts are spent after this many: the summary is due at the end */
     failure fails[MAX_FAILURES];
     int nfails;
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
@@ -192,21 +193,36 @@ static void *rdzv_thread(void *arg) {
 /* ---- workers --------------------------------------------------------------- */
 
 /* environ minus what we set, plus `extra` ("K=V" strings). */
+/* The agent's environment with `extra` (NAME=value) set over it, as one
+ * allocation (pointers, then the strings) that free() releases whole. */
 static char **build_env(char *const *extra, int nextra) {
     int n = 0;
     while (environ[n]) n++;
-    char **env = calloc((size_t)(n + nextra + 1), sizeof *env);
-    if (!env) return NULL;
+    const char **pick = calloc((size_t)(n + nextra), sizeof *pick);
+    if (!pick) return NULL;
     int k = 0;
+    size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         int overridden = 0;
         for (int j = 0; j < nextra && !overridden; j++) {
             size_t len = (size_t)(strchr(extra[j], '=') - extra[j]);
             overridden = strncmp(environ[i], extra[j], len + 1) == 0;
         }
-        if (!overridden) env[k++] = environ[i];
+        if (!overridden) pick[k++] = environ[i];
     }
-    for (int j = 0; j < nextra; j++) env[k++] = extra[j];
+    for (int j = 0; j < nextra; j++) pick[k++] = extra[j];
+    for (int i = 0; i < k; i++) bytes += strlen(pick[i]) + 1;
+    char **env = malloc((size_t)(k + 1) * sizeof *env + bytes);
+    if (env) {
+        char *p = (char *)(env + k + 1);
+        for (int i = 0; i < k; i++) {
+            size_t len = strlen(pick[i]) + 1;
+            env[i] = memcpy(p, pick[i], len);
+            p += len;
+        }
+        env[k] = NULL;
+    }
+    free(pick);
     return env;
 }
 
@@ -311,6 +327,7 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
     worker_output_prefix(t, &v, out, len, NULL, 0);
 }
 
+static void on_workers_started(worker_group *g);
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
 static void tell(agent *a, const char *state);
@@ -371,39 +388,47 @@ static int start_workers(agent *a) {
     }
     if (rc == 0) {
         a->wg = worker_group_new(a->loop, a->exe);
+        a->wg->on_started = on_workers_started;
         a->wg->on_exit = on_worker_exit;
         a->wg->on_idle = on_group_idle;
         a->wg->data = a;
+        set_state(a, ST_RUNNING); /* before the first exit can be seen */
+        a->nfails = 0;
+        metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
+                              a->cur.group_world_size, a->cur.restart_count);
         char err[512];
         a->group_started = clock_wall_s();
-        rc = worker_group_start(a->wg, n, specs, err, sizeof err);
+        rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
+    } else {
+        for (int i = 0; specs && i < n; i++) free(specs[i].env);
     }
-    for (int i = 0; specs && i < n; i++) free(specs[i].env);
     free(specs);
     free(vars);
     free(ptrs);
     free(out_file);
     free(err_file);
     free(prefix);
-    if (rc == 0) {
-        set_state(a, ST_RUNNING);
-        a->nfails = 0;
-        metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
-                              a->cur.group_world_size, a->cur.restart_count);
-        log_info("started %d worker%s on %s: node rank %d of %d, global ranks %d-%d of %d, "
-                 "restart %d of %d (round %d)",
-                 n, n == 1 ? "" : "s", a->hostname, a->cur.group_rank, a->cur.group_world_size,
-                 a->cur.rank_offset, a->cur.rank_offset + n - 1, a->cur.world_size,
-                 a->cur.restart_count, c->max_restarts, a->cur.round);
-        json_t *pids = json_array();
-        for (int i = 0; i < n; i++) json_array_append_new(pids, json_integer(a->wg->w[i].pid));
-        record_event(a, "ddprun.agent.workers_started", "RUNNING",
-                    json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
-                              a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
-        tell(a, "running");
-    }
     return rc;
+}
+
+/* Every worker of the group runs (a large group starts over several turns
+ * of the loop). */
+static void on_workers_started(worker_group *g) {
+    agent *a = g->data;
+    const agent_config *c = a->cfg;
+    int n = g->n;
+    log_info("started %d worker%s on %s: node rank %d of %d, global ranks %d-%d of %d, "
+             "restart %d of %d (round %d)",
+             n, n == 1 ? "" : "s", a->hostname, a->cur.group_rank, a->cur.group_world_size,
+             a->cur.rank_offset, a->cur.rank_offset + n - 1, a->cur.world_size,
+             a->cur.restart_count, c->max_restarts, a->cur.round);
+    json_t *pids = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(pids, json_integer(g->w[i].pid));
+    record_event(a, "ddprun.agent.workers_started", "RUNNING",
+                json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
+                          a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
+    tell(a, a->state == ST_RUNNING ? "running" : a->told);
 }
 
 /* ---- what the agent tells: `ddprun status` and the event log ----------------- */
@@ -470,7 +495,12 @@ static void joining(agent *a) {
 
 /* ---- decisions --------------------------------------------------------------- */
 
+static void report_exhausted(agent *a, int restarts);
+
 static void finish(agent *a, int code) {
+    /* The summary comes last, once every worker has stopped, so that it
+     * is not lost among what the stopping workers and the agent say. */
+    if (a->spent_restarts) report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
     tell(a, how);
     publish_status(a); /* the last word, at once */
@@ -534,7 +564,7 @@ static void round_formed(agent *a) {
 
 static void on_round(agent *a, const agent_event *e) {
     if (e->rc == -ECANCELED) {
-        report_exhausted(a, e->res.restart_count);
+        a->spent_restarts = e->res.restart_count > 0 ? e->res.restart_count : 1;
         /* the workers still stopping get their grace period, then the agent ends */
         set_state(a, ST_SHUTDOWN);
         a->shutdown_signal = 0;
@@ -838,7 +868,6 @@ static int setup_store(agent *a) {
     snprintf(a->store_addr, sizeof a->store_addr, "%s", addr);
     a->store_port = port;
     if (!host_it) return 0;
-    fdlimit_raise(); /* every agent of the job connects here, several times */
     int bound = 0;
     store_server_opts so = {.host = c->standalone || own_single_node_store(c) ? addr : NULL,
                             .port = port,
@@ -1127,6 +1156,12 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_timer_init(a->loop, &a->status_timer);
     a->status_timer.data = a;
     int code = 1;
+    char why[256];
+    fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
+    if (worker_group_fits(cfg->nproc_per_node, why, sizeof why) != 0) {
+        log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
+        goto out;
+    }
     if (make_log_root(a) || open_event_log(a) || start_metrics(a) || plan_numa_binding(a) ||
         start_watchdog(a) || setup_store(a) || open_rendezvous(a))
         goto out;

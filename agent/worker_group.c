@@ -11,24 +11,44 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "agent/numa_binding.h"
+#include "agent/orphans.h"
 #include "common/clock.h"
 #include "common/log.h"
 
 #define DRAIN_MS 2000
+#define SPAWN_BATCH 8 /* workers spawned per turn of the loop */
+#define FDS_PER_WORKER 6 /* two pipes, two log files, the two filtered logs */
 
-/* Every worker has exited and said all it had to say. Whatever its
- * process group still holds (a grandchild left behind) is killed, so the
- * job leaves no orphans. */
+/* Whatever the workers left behind is ended: their process groups, and
+ * every process below the agent (a daemon in a session of its own). */
+static void end_leftovers(worker_group *g) {
+    pid_t *groups = calloc((size_t)g->n + 1, sizeof *groups), pids[8];
+    int ngroups = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->w[i].pid > 0 && kill(-g->w[i].pid, SIGKILL) == 0 && groups)
+            groups[ngroups++] = g->w[i].pid;
+    int n = orphans_end(groups, ngroups, pids, 8);
+    free(groups);
+    if (n == 0) return;
+    char list[128] = "";
+    for (int i = 0, k = 0; i < n && i < 8 && k < (int)sizeof list; i++)
+        k += snprintf(list + k, sizeof list - (size_t)k, "%s%d", i ? ", " : "", (int)pids[i]);
+    log_warn("ended %d process%s the workers left behind (pid %s%s)", n, n == 1 ? "" : "es",
+             list, n > 8 ? ", ..." : "");
+}
+
+/* Every worker has exited and said all it had to say: nothing of the
+ * group may outlive it. */
 static void check_idle(worker_group *g) {
-    if (g->idle || g->nrunning > 0 || g->noutputs > 0) return;
+    if (g->idle || g->starting || g->nrunning > 0 || g->noutputs > 0) return;
     g->idle = 1;
     uv_timer_stop(&g->kill_timer);
     uv_timer_stop(&g->drain_timer);
-    for (int i = 0; i < g->n; i++)
-        if (g->w[i].pid > 0) kill(-g->w[i].pid, SIGKILL);
+    end_leftovers(g);
     if (g->on_idle) g->on_idle(g);
 }
 
@@ -58,6 +78,31 @@ static void on_output_eof(worker_output *o) {
     check_idle(g);
 }
 
+int worker_group_fits(int n, char *err, size_t errlen) {
+    struct rlimit procs, fds;
+    if (n > WORKER_GROUP_MAX) {
+        snprintf(err, errlen, "%d workers on one node is more than ddprun starts (at most %d)",
+                 n, WORKER_GROUP_MAX);
+        return -E2BIG;
+    }
+    if (geteuid() != 0 && getrlimit(RLIMIT_NPROC, &procs) == 0 &&
+        procs.rlim_cur != RLIM_INFINITY && (rlim_t)n >= procs.rlim_cur) {
+        snprintf(err, errlen, "%d workers, but this user may run only %llu processes "
+                 "(RLIMIT_NPROC; raise it with `ulimit -u`)", n,
+                 (unsigned long long)procs.rlim_cur);
+        return -EAGAIN;
+    }
+    rlim_t need = (rlim_t)n * FDS_PER_WORKER + 64;
+    if (getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur != RLIM_INFINITY &&
+        need > fds.rlim_cur) {
+        snprintf(err, errlen, "%d workers need about %llu open files in the agent, but it may "
+                 "open only %llu (RLIMIT_NOFILE; raise it with `ulimit -n`)", n,
+                 (unsigned long long)need, (unsigned long long)fds.rlim_cur);
+        return -EMFILE;
+    }
+    return 0;
+}
+
 worker_group *worker_group_new(uv_loop_t *loop, const char *exec_helper) {
     worker_group *g = calloc(1, sizeof *g);
     if (!g) return NULL;
@@ -65,11 +110,15 @@ worker_group *worker_group_new(uv_loop_t *loop, const char *exec_helper) {
     g->exec_helper = exec_helper;
     uv_timer_init(loop, &g->kill_timer);
     uv_timer_init(loop, &g->drain_timer);
-    g->kill_timer.data = g->drain_timer.data = g;
+    uv_idle_init(loop, &g->spawner);
+    g->kill_timer.data = g->drain_timer.data = g->spawner.data = g;
+    orphans_adopt();
     return g;
 }
 
-static int spawn_one(worker_group *g, worker *w, const worker_spec *s, char *err, size_t errlen) {
+/* Opens a worker's log files and readies its pipes. */
+static int open_outputs(worker_group *g, worker *w, const worker_spec *s, char *err,
+                        size_t errlen) {
     int rc = worker_output_init(&w->out, g->loop, &s->out);
     if (rc == 0) rc = worker_output_init(&w->err, g->loop, &s->err);
     if (rc) {
@@ -79,26 +128,36 @@ static int spawn_one(worker_group *g, worker *w, const worker_spec *s, char *err
     }
     w->out.owner = w->err.owner = g;
     w->out.on_eof = w->err.on_eof = on_output_eof;
+    return 0;
+}
+
+static void free_env(worker *w) {
+    free(w->env);
+    w->env = NULL;
+}
+
+static int spawn_one(worker_group *g, worker *w, char *err, size_t errlen) {
     int argc = 0;
-    while (s->argv[argc]) argc++;
+    while (w->argv[argc]) argc++;
     char **args = calloc((size_t)argc + 3, sizeof *args);
     if (!args) return -ENOMEM;
     args[0] = (char *)g->exec_helper;
     args[1] = "__exec-worker";
-    memcpy(args + 2, s->argv, (size_t)argc * sizeof *args);
+    memcpy(args + 2, w->argv, (size_t)argc * sizeof *args);
     uv_stdio_container_t stdio[3] = {
         {.flags = UV_IGNORE},
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->out.pipe},
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->err.pipe},
     };
     uv_process_options_t po = {.exit_cb = on_proc_exit, .file = g->exec_helper, .args = args,
-                               .env = s->env, .flags = UV_PROCESS_DETACHED, .stdio_count = 3,
+                               .env = w->env, .flags = UV_PROCESS_DETACHED, .stdio_count = 3,
                                .stdio = stdio};
     w->proc.data = w;
-    rc = uv_spawn(g->loop, &w->proc, &po);
+    int rc = uv_spawn(g->loop, &w->proc, &po);
     free(args);
+    free_env(w);
     if (rc) {
-        snprintf(err, errlen, "cannot start local rank %d (%s): %s", w->local_rank, s->argv[0],
+        snprintf(err, errlen, "cannot start local rank %d (%s): %s", w->local_rank, w->argv[0],
                  uv_strerror(rc));
         return rc;
     }
@@ -112,23 +171,76 @@ static int spawn_one(worker_group *g, worker *w, const worker_spec *s, char *err
     return 0;
 }
 
+/* Spawns up to `max` more workers; stops at the first failure. */
+static int spawn_some(worker_group *g, int max, char *err, size_t errlen) {
+    for (int k = 0; k < max && g->nstarted < g->n; k++) {
+        int rc = spawn_one(g, &g->w[g->nstarted], err, errlen);
+        if (rc) return rc;
+        g->nstarted++;
+    }
+    return 0;
+}
+
+static void done_starting(worker_group *g) {
+    g->starting = 0;
+    uv_idle_stop(&g->spawner);
+    if (!g->stopping && g->on_started) g->on_started(g);
+    check_idle(g);
+}
+
+/* A later spawn failed: that worker counts as one that exited with 127
+ * (as a shell says "command not found"), so the agent handles it as any
+ * failure, and the rest are not started. */
+static void fail_to_spawn(worker_group *g, const char *why) {
+    worker *w = &g->w[g->nstarted++];
+    log_error("%s", why);
+    w->exit_status = 127;
+    w->exit_time = clock_wall_s();
+    g->stopping = 1;
+    done_starting(g);
+    if (g->on_exit) g->on_exit(g, w);
+    check_idle(g);
+}
+
+static void on_spawn_turn(uv_idle_t *h) {
+    worker_group *g = h->data;
+    char err[512];
+    if (g->stopping) {
+        done_starting(g);
+        return;
+    }
+    if (spawn_some(g, SPAWN_BATCH, err, sizeof err) != 0) fail_to_spawn(g, err);
+    else if (g->nstarted == g->n) done_starting(g);
+}
+
 int worker_group_start(worker_group *g, int n, const worker_spec *specs, char *err,
                        size_t errlen) {
     g->w = calloc((size_t)n, sizeof *g->w);
-    if (!g->w) return -ENOMEM;
+    if (!g->w) {
+        for (int i = 0; i < n; i++) free(specs[i].env);
+        return -ENOMEM;
+    }
     g->n = n;
+    int rc = 0;
     for (int i = 0; i < n; i++) {
         worker *w = &g->w[i];
         w->group = g;
         w->local_rank = i;
         w->global_rank = specs[i].global_rank;
+        w->argv = specs[i].argv;
+        w->env = specs[i].env;
         snprintf(w->error_file, sizeof w->error_file, "%s", specs[i].error_file);
-        int rc = spawn_one(g, w, &specs[i], err, errlen);
-        if (rc) {
-            worker_group_stop(g, SIGKILL, 0);
-            return rc;
-        }
+        if (rc == 0) rc = open_outputs(g, w, &specs[i], err, errlen);
     }
+    g->starting = 1;
+    if (rc == 0) rc = spawn_some(g, SPAWN_BATCH, err, errlen);
+    if (rc) {
+        g->starting = 0;
+        worker_group_stop(g, SIGKILL, 0);
+        return rc;
+    }
+    if (g->nstarted < g->n) uv_idle_start(&g->spawner, on_spawn_turn);
+    else done_starting(g);
     return 0;
 }
 
@@ -143,7 +255,7 @@ static void on_kill_timeout(uv_timer_t *t) {
 }
 
 void worker_group_stop(worker_group *g, int sig, double timeout_s) {
-    g->stopping = 1;
+    g->stopping = 1; /* the spawner starts no more */
     for (int i = 0; i < g->n; i++)
         if (g->w[i].running) kill(-g->w[i].pid, sig);
     if (g->nrunning > 0 && sig != SIGKILL)
@@ -154,12 +266,13 @@ void worker_group_stop(worker_group *g, int sig, double timeout_s) {
 static void on_handle_closed(uv_handle_t *h) {
     worker_group *g = h->data;
     if (--g->nhandles > 0) return;
+    for (int i = 0; i < g->n; i++) free_env(&g->w[i]); /* the ones never spawned */
     free(g->w);
     free(g);
 }
 
 void worker_group_free(worker_group *g) {
-    g->nhandles += 2; /* the timers */
+    g->nhandles += 3; /* the timers and the spawner */
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->w[i];
         w->out.pipe.data = w->err.pipe.data = g;
@@ -172,6 +285,7 @@ void worker_group_free(worker_group *g) {
     }
     uv_close((uv_handle_t *)&g->kill_timer, on_handle_closed);
     uv_close((uv_handle_t *)&g->drain_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&g->spawner, on_handle_closed);
 }
 
 int worker_exec_helper(char **argv) {

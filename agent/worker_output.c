@@ -28,22 +28,26 @@ static int matches(char *const *filters, const char *line, size_t n) {
     return 0;
 }
 
-/* One whole line (ending in '\n') to its destinations. */
-static void emit(worker_output *o, const char *line, size_t n) {
-    if (o->file_fd >= 0) write_all(o->file_fd, line, n);
-    if (o->console_fd < 0) return;
-    int dup = o->dup_fd >= 0 && matches(o->dup_filters, line, n);
-    size_t plen = strlen(o->prefix);
+/* One line to its destinations, with a '\n' added when `add_nl` (a line
+ * cut at the limit, or the last one at EOF). */
+static void emit(worker_output *o, const char *line, size_t n, int add_nl) {
+    size_t plen = strlen(o->prefix), total = plen + n + (size_t)add_nl;
     char stackbuf[4096];
-    char *b = plen == 0 ? (char *)line : plen + n <= sizeof stackbuf ? stackbuf : malloc(plen + n);
-    if (!b) return;
-    if (plen) {
-        memcpy(b, o->prefix, plen);
-        memcpy(b + plen, line, n);
+    char *b = total <= sizeof stackbuf ? stackbuf : malloc(total);
+    if (!b) { /* no memory for one line: write it in pieces, unprefixed */
+        if (o->file_fd >= 0) write_all(o->file_fd, line, n);
+        if (o->console_fd >= 0) write_all(o->console_fd, line, n);
+        return;
     }
-    write_all(o->console_fd, b, plen + n);
-    if (dup) write_all(o->dup_fd, b, plen + n);
-    if (b != stackbuf && b != line) free(b);
+    memcpy(b, o->prefix, plen);
+    memcpy(b + plen, line, n);
+    if (add_nl) b[plen + n] = '\n';
+    if (o->file_fd >= 0) write_all(o->file_fd, b + plen, n + (size_t)add_nl);
+    if (o->console_fd >= 0) {
+        write_all(o->console_fd, b, total);
+        if (o->dup_fd >= 0 && matches(o->dup_filters, line, n)) write_all(o->dup_fd, b, total);
+    }
+    if (b != stackbuf) free(b);
 }
 
 /* A template name: a letter or '_', then letters, digits or '_'. */
@@ -114,29 +118,72 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
     b->len = b->base ? suggested : 0;
 }
 
+/* The line kept so far goes out (cut: with a '\n' added). A lone '\r' is
+ * nothing to show. */
+static void emit_partial(worker_output *o, int cut) {
+    buf_t *l = &o->partial;
+    if (l->len && !(l->len == 1 && l->data[0] == '\r')) emit(o, (char *)l->data, l->len, cut);
+    buf_clear(l);
+}
+
+/* Adds p[0..n) to the line kept so far, cutting it at WORKER_LINE_MAX. */
+static void keep(worker_output *o, const char *p, size_t n) {
+    buf_t *l = &o->partial;
+    while (n > 0) {
+        size_t room = WORKER_LINE_MAX - l->len, k = n < room ? n : room;
+        if (buf_append(l, p, k) != 0) { /* out of memory: what there is goes out now */
+            emit_partial(o, 1);
+            emit(o, p, n, 1);
+            return;
+        }
+        p += k, n -= k;
+        if (l->len == WORKER_LINE_MAX) emit_partial(o, 1);
+    }
+}
+
+/* The first '\n' or '\r' in [p, end), or NULL. */
+static const char *line_end(const char *p, const char *end) {
+    for (; p < end; p++)
+        if (*p == '\n' || *p == '\r') return p;
+    return NULL;
+}
+
+void worker_output_feed(worker_output *o, const char *p, size_t n) {
+    const char *end = p + n;
+    while (p < end) {
+        buf_t *l = &o->partial;
+        if (l->len && l->data[l->len - 1] == '\r') { /* "\r\n" ends a line; else progress */
+            if (*p == '\n') keep(o, p++, 1);
+            emit_partial(o, 0);
+            continue;
+        }
+        const char *t = line_end(p, end);
+        if (!t) {
+            keep(o, p, (size_t)(end - p));
+            return;
+        }
+        size_t k = (size_t)(t + 1 - p);
+        if (*t == '\n' && l->len == 0 && k <= WORKER_LINE_MAX) {
+            emit(o, p, k, 0); /* a whole line in the read: no copy */
+        } else {
+            keep(o, p, k);
+            if (*t == '\n') emit_partial(o, 0); /* a '\r' waits for what follows it */
+        }
+        p = t + 1;
+    }
+}
+
+void worker_output_flush(worker_output *o) {
+    buf_t *l = &o->partial;
+    emit_partial(o, l->len > 0 && l->data[l->len - 1] != '\r');
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     worker_output *o = s->data;
     if (nread > 0) {
-        const char *p = b->base, *end = b->base + nread, *nl;
-        while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
-            size_t n = (size_t)(nl + 1 - p);
-            if (o->partial.len) {
-                buf_append(&o->partial, p, n);
-                emit(o, (char *)o->partial.data, o->partial.len);
-                buf_clear(&o->partial);
-            } else {
-                emit(o, p, n);
-            }
-            p = nl + 1;
-        }
-        buf_append(&o->partial, p, (size_t)(end - p));
+        worker_output_feed(o, b->base, (size_t)nread);
     } else if (nread < 0) {
-        /* EOF (or an error): a last line without '\n' still gets one. */
-        if (o->partial.len) {
-            buf_append(&o->partial, "\n", 1);
-            emit(o, (char *)o->partial.data, o->partial.len);
-            buf_clear(&o->partial);
-        }
+        worker_output_flush(o); /* EOF (or an error) */
         uv_read_stop(s);
         if (!o->eof) {
             o->eof = 1;

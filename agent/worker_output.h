@@ -50,6 +50,19 @@ typedef struct worker_output {
     void *owner;
 } worker_output;
 
+/* The longest line passed on whole: a longer one is cut into lines of this
+ * many bytes (as journald does), so a worker that never writes a newline
+ * costs the agent at most this much. */
+#define WORKER_LINE_MAX (64 * 1024)
+
+/* Cuts bytes read from the worker into lines and writes each out: a line
+ * ends at '\n' ("\r\n" included); a '\r' not followed by '\n' ends a
+ * progress update, written with its '\r' so that a console shows it in
+ * place (a bar drawn with '\r' is seen as it moves, not at its end). */
+void worker_output_feed(worker_output *o, const char *p, size_t n);
+/* At EOF: what is left goes out as a last line, a '\n' added. */
+void worker_output_flush(worker_output *o);
+
 /* Prepares the pipe (before spawning) and opens the log file. */
 int worker_output_init(worker_output *o, uv_loop_t *loop, const worker_output_opts *opts);
 /* Starts reading once the process runs. */

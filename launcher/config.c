@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/worker_group.h"
 #include "agent/worker_output.h"
 #include "common/log.h"
 #include "common/opts.h"
@@ -186,6 +187,9 @@ static int apply_nproc(const opts_arg *a) {
         cfg->nproc_per_node = gpus > 0 ? gpus : count_cpus();
     } else if (opts_parse_int(val, 1, INT_MAX, &cfg->nproc_per_node) == 0) {
         cfg->nproc_mode = NPROC_NUMBER;
+        if (cfg->nproc_per_node > WORKER_GROUP_MAX)
+            return opts_fail(a, "%s: %d workers on one node is more than ddprun starts (at "
+                             "most %d)", a->src, cfg->nproc_per_node, WORKER_GROUP_MAX);
     } else if (strcmp(val, "xpu") == 0) {
         return opts_fail(a, "%s: 'xpu' (one worker per Intel GPU) is not supported: ddprun "
                          "cannot count XPUs; give the number of workers instead", a->src);

@@ -135,7 +135,8 @@ void store_conn_drop(store_conn *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    log_warn("client %s: %s; dropping the connection", c->peer, why);
+    log_rated(&c->srv->conn_log, LOG_WARN, "client %s: %s; dropping the connection", c->peer,
+              why);
     c->srv->stats.conns_dropped++;
     store_conn_close(c);
 }
@@ -312,12 +313,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     if (nread < 0) {
         if (nread == UV_EOF || nread == UV_ECONNRESET) {
             if (c->in.len > 0 && !c->wait)
-                log_warn("client %s: disconnected in the middle of a request (%zu bytes "
-                         "unparsed)", c->peer, c->in.len);
+                log_rated(&srv->conn_log, LOG_WARN, "client %s: disconnected in the middle of "
+                          "a request (%zu bytes unparsed)", c->peer, c->in.len);
             else
                 log_debug("client %s disconnected", c->peer);
         } else {
-            log_warn("client %s: read failed: %s", c->peer, uv_strerror((int)nread));
+            log_rated(&srv->conn_log, LOG_WARN, "client %s: read failed: %s", c->peer,
+                      uv_strerror((int)nread));
         }
         store_conn_close(c);
         return;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/log.h"
 #include "proto/store_proto.h"
 
 typedef struct {
@@ -70,6 +71,7 @@ typedef struct store_server {
     uint64_t next_conn_id;
     uint8_t *rbuf; /* shared receive buffer for connections with no partial frame */
     int rbuf_busy;
+    log_rate conn_log; /* warnings about one client's connection */
     store_stats stats;
 } store_server;
 

@@ -1,5 +1,11 @@
 /* Unit tests of the worker's console prefix (agent/worker_output.c):
  * torchrun's log line prefix template and its macros. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "agent/worker_output.h"
 #include "tests/unit/test.h"
 
@@ -39,4 +45,87 @@ TEST(prefix_template_cut_to_the_buffer) {
     char out[6];
     worker_output_prefix("[${hostname}]", &vars, out, sizeof out, NULL, 0);
     CHECK_STR(out, "[node");
+}
+
+/* A worker_output writing to a memory file as its console, prefix "p: ". */
+static void console_output(worker_output *o) {
+    memset(o, 0, sizeof *o);
+    o->file_fd = o->dup_fd = -1;
+    o->console_fd = memfd_create("console", 0);
+    snprintf(o->prefix, sizeof o->prefix, "p: ");
+}
+
+/* What the console got, into out (NUL-terminated); the file is emptied. */
+static size_t console_text(worker_output *o, char *out, size_t len) {
+    off_t n = lseek(o->console_fd, 0, SEEK_CUR);
+    ssize_t got = pread(o->console_fd, out, len - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    CHECK_EQ(ftruncate(o->console_fd, 0), 0);
+    lseek(o->console_fd, 0, SEEK_SET);
+    return (size_t)n;
+}
+
+static void feed(worker_output *o, const char *s) { worker_output_feed(o, s, strlen(s)); }
+
+TEST(output_lines_whole_across_reads) {
+    worker_output o;
+    char got[256];
+    console_output(&o);
+    feed(&o, "one\ntw");
+    console_text(&o, got, sizeof got);
+    CHECK_STR(got, "p: one\n");
+    feed(&o, "o\r");
+    feed(&o, "\nthree\n");
+    console_text(&o, got, sizeof got);
+    CHECK_STR(got, "p: two\r\np: three\n"); /* "\r\n" split across reads is one line end */
+    feed(&o, "last");
+    worker_output_flush(&o);
+    console_text(&o, got, sizeof got);
+    CHECK_STR(got, "p: last\n");
+    buf_free(&o.partial);
+    close(o.console_fd);
+}
+
+/* A progress bar redrawn with '\r' is shown as it moves, each update in
+ * place, not only when a newline finally comes. */
+TEST(output_progress_updates_shown_in_place) {
+    worker_output o;
+    char got[256];
+    console_output(&o);
+    feed(&o, "\r 10%");
+    feed(&o, "\r 20%");
+    console_text(&o, got, sizeof got);
+    CHECK_STR(got, "p:  10%\r");
+    feed(&o, "\r100%\n");
+    console_text(&o, got, sizeof got);
+    CHECK_STR(got, "p:  20%\rp: 100%\n");
+    buf_free(&o.partial);
+    close(o.console_fd);
+}
+
+/* A worker that never writes a newline costs the agent one line's worth
+ * of memory: its output is cut into lines of WORKER_LINE_MAX bytes. */
+TEST(output_line_without_newline_is_cut) {
+    worker_output o;
+    console_output(&o);
+    size_t chunk = 10000, total = 0, want = 5 * WORKER_LINE_MAX / 2;
+    char *b = malloc(chunk);
+    memset(b, 'x', chunk);
+    for (; total < want; total += chunk) worker_output_feed(&o, b, chunk);
+    CHECK(o.partial.cap <= 2 * WORKER_LINE_MAX);
+    worker_output_flush(&o);
+    size_t len = (size_t)lseek(o.console_fd, 0, SEEK_END);
+    char *all = malloc(len + 1);
+    CHECK_EQ(pread(o.console_fd, all, len, 0), (ssize_t)len);
+    all[len] = '\0';
+    size_t lines = 0;
+    for (char *p = all, *nl; (nl = strchr(p, '\n')) != NULL; p = nl + 1, lines++) {
+        CHECK_EQ(strncmp(p, "p: ", 3), 0);
+        CHECK((size_t)(nl - p) <= 3 + WORKER_LINE_MAX);
+    }
+    CHECK_EQ(lines, (total + WORKER_LINE_MAX - 1) / WORKER_LINE_MAX);
+    CHECK_EQ(len, total + lines * 4); /* every byte, each line prefixed and ended */
+    free(all), free(b);
+    buf_free(&o.partial);
+    close(o.console_fd);
 }

@@ -1,0 +1,51 @@
+/* Unit tests of common/log.c's rate-limited lines. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "tests/unit/test.h"
+
+/* Runs fn with stderr going to a memory file; returns what it got. */
+static char *capture_stderr(void (*fn)(log_rate *), log_rate *r) {
+    int fd = memfd_create("stderr", 0), saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    fn(r);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *out = calloc(1, (size_t)n + 1);
+    CHECK_EQ(pread(fd, out, (size_t)n, 0), (ssize_t)n);
+    close(fd);
+    return out;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static void hundred_bad_clients(log_rate *r) {
+    for (int i = 0; i < 100; i++) log_rated(r, LOG_WARN, "client %d: bad", i);
+}
+
+static void one_more(log_rate *r) { log_rated(r, LOG_WARN, "client 100: bad"); }
+
+/* 100 bad connections at once: LOG_RATE_BURST lines, the rest counted and
+ * told with the first line of the next interval. */
+TEST(log_rated_holds_back_a_flood) {
+    log_rate r = {0};
+    char *out = capture_stderr(hundred_bad_clients, &r);
+    CHECK_EQ(count_lines(out), LOG_RATE_BURST);
+    CHECK(strstr(out, "warning: client 0: bad\n") != NULL);
+    CHECK(strstr(out, "client 10: bad") == NULL);
+    free(out);
+    r.window_start -= LOG_RATE_INTERVAL_S + 1; /* the interval has passed */
+    out = capture_stderr(one_more, &r);
+    CHECK_EQ(count_lines(out), 1);
+    CHECK(strstr(out, "client 100: bad (and 90 more like it in the last 10 s, not shown)\n"));
+    free(out);
+}
