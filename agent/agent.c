@@ -16,8 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +26,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "agent/agent_store.h"
 #include "agent/events.h"
 #include "agent/failure.h"
 #include "agent/file_timer.h"
@@ -35,16 +34,15 @@
 #include "agent/metrics.h"
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
+#include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/fdlimit.h"
 #include "common/fs.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "rendezvous/rdzv.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_thread.h"
 
-extern char **environ;
+extern char **environ; /* the base of every worker's environment */
 
 typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent_state;
 typedef enum { EV_ROUND, EV_RESTART, EV_BARRIER, EV_LOST } ev_kind;
@@ -73,9 +71,7 @@ typedef struct {
     int nev;
     int cmd_barrier;
     rdzv *rd;
-    store_thread *host;
-    char store_addr[256];
-    int store_port;
+    agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
     char log_root[2048];
     char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
@@ -178,7 +174,7 @@ static void *rdzv_thread(void *arg) {
                     snprintf(err, sizeof err,
                              "lost the rendezvous store at %s:%d (%s): the job cannot go on "
                              "without it; this node stops",
-                             a->store_addr, a->store_port, store_loss(a->rd, rc));
+                             a->store.addr, a->store.port, store_loss(a->rd, rc));
                 post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
                 return NULL;
             }
@@ -191,105 +187,6 @@ static void *rdzv_thread(void *arg) {
 }
 
 /* ---- workers --------------------------------------------------------------- */
-
-/* environ minus what we set, plus `extra` ("K=V" strings). */
-/* The agent's environment with `extra` (NAME=value) set over it, as one
- * allocation (pointers, then the strings) that free() releases whole. */
-static char **build_env(char *const *extra, int nextra) {
-    int n = 0;
-    while (environ[n]) n++;
-    const char **pick = calloc((size_t)(n + nextra), sizeof *pick);
-    if (!pick) return NULL;
-    int k = 0;
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        int overridden = 0;
-        for (int j = 0; j < nextra && !overridden; j++) {
-            size_t len = (size_t)(strchr(extra[j], '=') - extra[j]);
-            overridden = strncmp(environ[i], extra[j], len + 1) == 0;
-        }
-        if (!overridden) pick[k++] = environ[i];
-    }
-    for (int j = 0; j < nextra; j++) pick[k++] = extra[j];
-    for (int i = 0; i < k; i++) bytes += strlen(pick[i]) + 1;
-    char **env = malloc((size_t)(k + 1) * sizeof *env + bytes);
-    if (env) {
-        char *p = (char *)(env + k + 1);
-        for (int i = 0; i < k; i++) {
-            size_t len = strlen(pick[i]) + 1;
-            env[i] = memcpy(p, pick[i], len);
-            p += len;
-        }
-        env[k] = NULL;
-    }
-    free(pick);
-    return env;
-}
-
-#define NVARS 27
-
-/* --virtual-local-rank: the one GPU local rank i sees, as device 0: the
- * i-th entry of the agent's own CUDA_VISIBLE_DEVICES when it has one
- * (the GPUs the scheduler gave this node), else GPU i. */
-static const char *visible_gpu(int local_rank, char *out, size_t len) {
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    snprintf(out, len, "%d", local_rank);
-    for (int i = 0; cvd && *cvd; i++) {
-        size_t n = strcspn(cvd, ",");
-        if (i == local_rank) {
-            snprintf(out, len, "%.*s", (int)n, cvd);
-            break;
-        }
-        cvd += n + (cvd[n] == ',');
-    }
-    return out;
-}
-
-/* torchrun's worker environment for one local rank. */
-static int worker_vars(agent *a, int local_rank, const char *error_file, char vars[NVARS][512]) {
-    const agent_config *c = a->cfg;
-    const rdzv_result *r = &a->cur;
-    int rank = r->rank_offset + local_rank, n = 0;
-#define VAR(...) snprintf(vars[n++], 512, __VA_ARGS__)
-    VAR("LOCAL_RANK=%d", c->virtual_local_rank ? 0 : local_rank);
-    if (c->virtual_local_rank) {
-        char gpu[64];
-        VAR("CUDA_VISIBLE_DEVICES=%s", visible_gpu(local_rank, gpu, sizeof gpu));
-    }
-    VAR("RANK=%d", rank);
-    VAR("GROUP_RANK=%d", r->group_rank);
-    VAR("ROLE_RANK=%d", rank);
-    VAR("ROLE_NAME=%s", c->role);
-    VAR("LOCAL_WORLD_SIZE=%d", c->nproc_per_node);
-    VAR("WORLD_SIZE=%d", r->world_size);
-    VAR("GROUP_WORLD_SIZE=%d", r->group_world_size);
-    VAR("ROLE_WORLD_SIZE=%d", r->world_size);
-    /* etcd-v3: the workers meet at node rank 0's own store */
-    const char *colon = r->master_store[0] ? strrchr(r->master_store, ':') : NULL;
-    if (colon) {
-        VAR("MASTER_ADDR=%.*s", (int)(colon - r->master_store), r->master_store);
-        VAR("MASTER_PORT=%s", colon + 1);
-    } else {
-        VAR("MASTER_ADDR=%s", a->store_addr);
-        VAR("MASTER_PORT=%d", a->store_port);
-    }
-    VAR("TORCHELASTIC_RESTART_COUNT=%d", r->restart_count);
-    VAR("TORCHELASTIC_MAX_RESTARTS=%d", c->max_restarts);
-    VAR("TORCHELASTIC_RUN_ID=%s", c->rdzv_id);
-    VAR("TORCHELASTIC_USE_AGENT_STORE=True");
-    VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
-    /* Defaults only, as torchrun: a user's own value reaches the workers. */
-    if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
-    if (!getenv("NCCL_ASYNC_ERROR_HANDLING")) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
-    VAR("DDPRUN_AGENT_PID=%d", (int)getpid());
-    if (a->watchdog) VAR("TORCHELASTIC_TIMER_FILE=%s", a->watchdog_path);
-    if (a->metrics_dir[0]) VAR("DDPRUN_METRICS_DIR=%s", a->metrics_dir);
-    if (a->numa.n > local_rank && a->numa.this_system)
-        VAR(NUMA_CPUS_VAR "=%s", a->numa.cpus[local_rank]);
-    if (!getenv("OMP_NUM_THREADS") && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");
-#undef VAR
-    return n;
-}
 
 static int console_shown(const agent_config *c, int local_rank) {
     if (!c->local_ranks_filter) return 1;
@@ -359,9 +256,12 @@ static int start_workers(agent *a) {
     char(*prefix)[256] = calloc((size_t)n, sizeof *prefix);
     char dup_file[2][3200];
     worker_spec *specs = calloc((size_t)n, sizeof *specs);
-    char(*vars)[NVARS][512] = calloc((size_t)n, sizeof *vars);
-    char *(*ptrs)[NVARS] = calloc((size_t)n, sizeof *ptrs);
-    if (!specs || !vars || !ptrs || !out_file || !err_file || !prefix) rc = -ENOMEM;
+    char vars[WORKER_ENV_MAX][WORKER_ENV_LEN];
+    worker_env_ctx ctx = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
+                          .store_port = a->store.port, .agent_pid = (int)getpid(),
+                          .timer_file = a->watchdog ? a->watchdog_path : NULL,
+                          .metrics_dir = a->metrics_dir, .numa = &a->numa};
+    if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
              a->cur.restart_count);
     snprintf(dup_file[1], sizeof dup_file[1], "%s/attempt_%d/filtered_stderr.log", a->log_root,
@@ -379,15 +279,17 @@ static int start_workers(agent *a) {
         line_prefix(a, i, prefix[i], sizeof prefix[i]);
         stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], dup_file[0], &specs[i].out);
         stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], dup_file[1], &specs[i].err);
-        int nv = worker_vars(a, i, specs[i].error_file, vars[i]);
-        for (int v = 0; v < nv; v++) ptrs[i][v] = vars[i][v];
-        specs[i].env = build_env(ptrs[i], nv);
+        int nv = worker_env_vars(&ctx, i, specs[i].error_file, vars);
+        specs[i].env = worker_env_build(environ, vars, nv);
         specs[i].argv = c->argv;
         specs[i].global_rank = a->cur.rank_offset + i;
         if (!specs[i].env) rc = -ENOMEM;
     }
+    if (rc == 0 && !(a->wg = worker_group_new(a->loop, a->exe))) {
+        log_error("out of memory starting the workers");
+        rc = -ENOMEM;
+    }
     if (rc == 0) {
-        a->wg = worker_group_new(a->loop, a->exe);
         a->wg->on_started = on_workers_started;
         a->wg->on_exit = on_worker_exit;
         a->wg->on_idle = on_group_idle;
@@ -396,7 +298,7 @@ static int start_workers(agent *a) {
         a->nfails = 0;
         metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
                               a->cur.group_world_size, a->cur.restart_count);
-        char err[512];
+        char err[512] = "";
         a->group_started = clock_wall_s();
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
@@ -404,8 +306,6 @@ static int start_workers(agent *a) {
         for (int i = 0; specs && i < n; i++) free(specs[i].env);
     }
     free(specs);
-    free(vars);
-    free(ptrs);
     free(out_file);
     free(err_file);
     free(prefix);
@@ -475,7 +375,7 @@ static void record_event(agent *a, const char *name, const char *node_state, jso
     char master[300] = "";
     if (a->cur.master_store[0]) snprintf(master, sizeof master, "%s", a->cur.master_store);
     else if (a->cur.group_world_size > 0)
-        snprintf(master, sizeof master, "%s:%d", a->store_addr, a->store_port);
+        snprintf(master, sizeof master, "%s:%d", a->store.addr, a->store.port);
     json_t *md = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "run_id",
                            c->rdzv_id, "hostname", a->hostname, "pid", (int)getpid(), "role",
                            c->role, "rdzv_backend", c->rdzv_backend, "node_state", node_state,
@@ -524,7 +424,11 @@ static void report_exhausted(agent *a, int restarts) {
     log_error("the worker group failed %d time%s; --max-restarts=%d is spent", restarts,
               restarts == 1 ? "" : "s", a->cfg->max_restarts);
     char *all = rdzv_failures(a->rd, 0);
-    failure fs[MAX_FAILURES];
+    failure *fs = calloc(MAX_FAILURES, sizeof *fs); /* too large for the stack */
+    if (!fs) {
+        free(all);
+        return;
+    }
     int n = 0, last_round = -1;
     for (char *line = all ? strtok(all, "\n") : NULL; line && n < MAX_FAILURES;
          line = strtok(NULL, "\n")) {
@@ -543,6 +447,7 @@ static void report_exhausted(agent *a, int restarts) {
                                              a->fails[i].traceback = NULL;
     failure_print_summary(stderr, program_name(a->cfg), fs, k);
     for (int i = 0; i < k; i++) failure_free(&fs[i]);
+    free(fs);
 }
 
 static void stop_workers(agent *a, int sig) {
@@ -762,167 +667,6 @@ static void on_signal(uv_signal_t *s, int signum) {
     stop_workers(a, signum);
 }
 
-/* ---- the store ------------------------------------------------------------------ */
-
-static int is_local_address(const char *host) {
-    char me[256];
-    if (gethostname(me, sizeof me) == 0 && strcmp(me, host) == 0) return 1;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
-    struct ifaddrs *ifs = NULL;
-    getifaddrs(&ifs);
-    int local = 0;
-    for (struct addrinfo *ai = res; ai && !local; ai = ai->ai_next) {
-        if (ai->ai_family == AF_INET) {
-            struct in_addr in = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
-            local = (ntohl(in.s_addr) >> 24) == 127;
-        } else if (ai->ai_family == AF_INET6) {
-            local = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
-        }
-        for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
-            if (!i->ifa_addr || i->ifa_addr->sa_family != ai->ai_family) continue;
-            if (ai->ai_family == AF_INET)
-                local = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
-                        ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr;
-            else
-                local = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                               &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, 16) == 0;
-        }
-    }
-    freeifaddrs(ifs);
-    freeaddrinfo(res);
-    return local;
-}
-
-/* Whether a ddprun store answers on host:port: 1 yes; 0 something else
- * listens there; -1 nothing listens (connections refused for 2 s). Another
- * agent on this host that has just bound the port may not listen yet, so
- * a refused connection is tried again until then. */
-static int probe_store(const char *host, int port) {
-    store_client_opts o = {.host = host, .port = port, .connect_timeout_ms = 500,
-                           .timeout_ms = 2000};
-    int64_t give_up = clock_now_ms() + 2000;
-    for (;;) {
-        store_client *c = NULL;
-        int rc = store_client_connect(&o, &c);
-        if (rc == 0) {
-            int ok = store_set_owned(c, "/ddprun/probe", "1", 1, 0) == 0;
-            store_client_close(c);
-            return ok;
-        }
-        if (clock_now_ms() >= give_up) return rc == -ECONNREFUSED ? -1 : 0;
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* A single-node job that names no store (no --master-port, --master-addr
- * or --rdzv-endpoint) gets its own on a free port, as torch >= 2.12 does:
- * a fixed default port would let a second such job on the machine join
- * the first one's rendezvous as a spare. */
-static int own_single_node_store(const agent_config *c) {
-    return strcmp(c->rdzv_backend, "static") == 0 && c->max_nodes == 1 && c->master_port < 0 &&
-           !c->master_addr && !c->rdzv_host;
-}
-
-/* Hosts the store, or finds that another agent of this host does (1).
- * Two agents that listen on the port at the same moment can both be
- * refused (each sees the other listening): then nobody serves, and both
- * try again a random moment apart. */
-static int store_start_or_find(const agent_config *c, const store_server_opts *so,
-                               const char *addr, int port, store_thread **host, int *bound) {
-    unsigned seed = (unsigned)getpid() ^ (unsigned)clock_now_ms(); /* apart from the other agent */
-    for (int attempt = 0;; attempt++) {
-        int rc = store_thread_start(so, host, bound);
-        if (rc != UV_EADDRINUSE || c->standalone) return rc;
-        int found = probe_store(addr, port);
-        if (found > 0) return 1;
-        if (found == 0 || attempt == 3) return rc; /* another program listens there */
-        struct timespec ts = {0, (long)(10 + rand_r(&seed) % 200) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* Decides who hosts the store and where the workers find it. */
-static int setup_store(agent *a) {
-    const agent_config *c = a->cfg;
-    int host_it, port;
-    const char *addr;
-    if (is_etcd(c)) { /* the rendezvous is in etcd; every agent has a store for its workers */
-        addr = a->hostname, port = 0, host_it = 1;
-    } else if (c->standalone || own_single_node_store(c)) {
-        addr = "127.0.0.1", port = 0, host_it = 1;
-    } else if (strcmp(c->rdzv_backend, "static") == 0) {
-        addr = c->master_addr ? c->master_addr : c->rdzv_host ? c->rdzv_host : "127.0.0.1";
-        port = c->master_port > 0 ? c->master_port : c->rdzv_host ? c->rdzv_port : 29500;
-        host_it = c->node_rank <= 0;
-    } else {
-        if (!c->rdzv_host) {
-            log_error("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (or use "
-                      "--standalone on a single node)");
-            return -EINVAL;
-        }
-        addr = c->rdzv_host, port = c->rdzv_port;
-        host_it = c->rdzv.is_host >= 0 ? c->rdzv.is_host : is_local_address(addr);
-    }
-    snprintf(a->store_addr, sizeof a->store_addr, "%s", addr);
-    a->store_port = port;
-    if (!host_it) return 0;
-    int bound = 0;
-    store_server_opts so = {.host = c->standalone || own_single_node_store(c) ? addr : NULL,
-                            .port = port,
-                            .token = getenv("DDPRUN_STORE_TOKEN")};
-    int rc = store_start_or_find(c, &so, addr, port, &a->host, &bound);
-    if (rc == 1) {
-        log_debug("another agent on this host already serves the store on port %d", port);
-        return 0;
-    }
-    if (rc == 0) {
-        a->store_port = bound;
-        if (is_etcd(c))
-            log_debug("this node's store for its workers is on port %d", bound);
-        else if (own_single_node_store(c))
-            log_info("a single-node job without --master-port: its store is on a free port, "
-                     "%s:%d, so that no other job on this machine can join it", addr, bound);
-        else
-            log_debug("hosting the rendezvous store on port %d", bound);
-        return 0;
-    }
-    if (rc == UV_EADDRINUSE)
-        log_error("port %d on this host is in use by another program (not a ddprun store); "
-                  "choose another %s port",
-                  port, strcmp(c->rdzv_backend, "static") == 0 ? "--master-port" : "--rdzv-endpoint");
-    else
-        log_error("cannot host the rendezvous store on port %d: %s", port, uv_strerror(rc));
-    return rc;
-}
-
-/* The store's host lingers (at most 5 s) until the other agents have gone,
- * after success and after failure alike: they may still be in the exit
- * barrier, or reading the failures the store holds for their summary. */
-static void wait_for_others(agent *a) {
-    if (!a->host) return;
-    store_client_opts o = {.host = "127.0.0.1", .port = a->store_port, .timeout_ms = 2000,
-                           .connect_timeout_ms = 2000};
-    store_client *c = NULL;
-    if (store_client_connect(&o, &c) != 0) return;
-    char prefix[300];
-    snprintf(prefix, sizeof prefix, "/ddprun/%s/alive/", a->cfg->rdzv_id);
-    for (int i = 0; i < 100; i++) {
-        char **keys = NULL;
-        size_t n = 0, others = 0;
-        if (store_list_keys(c, &keys, &n) != 0) break;
-        for (size_t k = 0; k < n; k++)
-            others += strncmp(keys[k], prefix, strlen(prefix)) == 0 &&
-                      !strstr(keys[k], rdzv_agent_id(a->rd));
-        store_free_keys(keys, n);
-        if (others == 0) break;
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    store_client_close(c);
-}
-
 /* ---- run ------------------------------------------------------------------------- */
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -977,7 +721,7 @@ static void on_beat(void *ctx, int64_t now_ms) {
 static int clear_own_store(void *ctx, int restart_count) {
     agent *a = ctx;
     rdzv_kv *kv = NULL;
-    int rc = rdzv_kv_store_open("127.0.0.1", a->store_port, 2000, &kv);
+    int rc = rdzv_kv_store_open("127.0.0.1", a->store.port, 2000, &kv);
     if (rc == 0) rc = rdzv_clear_worker_keys(kv, restart_count);
     if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
     kv_close(kv);
@@ -988,7 +732,7 @@ static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     int fixed = strcmp(c->rdzv_backend, "static") == 0;
     char own[300];
-    snprintf(own, sizeof own, "%s:%d", a->store_addr, a->store_port);
+    snprintf(own, sizeof own, "%s:%d", a->store.addr, a->store.port);
     rdzv_etcd_opts eo = {.endpoints = c->rdzv_endpoints, .cacert = c->rdzv.cacert,
                          .cert = c->rdzv.cert, .key = c->rdzv.key, .user = c->rdzv.user,
                          .password = c->rdzv.password,
@@ -997,7 +741,7 @@ static int open_rendezvous(agent *a) {
                          .timeout_ms = (int)(c->rdzv.keep_alive_interval * 500 > 1000
                                                  ? c->rdzv.keep_alive_interval * 500
                                                  : 1000)};
-    rdzv_opts o = {.host = a->host ? "127.0.0.1" : a->store_addr, .port = a->store_port,
+    rdzv_opts o = {.host = a->store.host ? "127.0.0.1" : a->store.addr, .port = a->store.port,
                    .etcd = is_etcd(c) ? &eo : NULL, .key_prefix = c->rdzv.key_prefix,
                    .store_addr = is_etcd(c) ? own : NULL,
                    .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
@@ -1008,7 +752,7 @@ static int open_rendezvous(agent *a) {
                    .last_call_timeout = c->rdzv.last_call_timeout,
                    .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
                    .on_beat = on_beat,
-                   .clear_own_store = is_etcd(c) && a->host ? clear_own_store : NULL, .ctx = a};
+                   .clear_own_store = is_etcd(c) && a->store.host ? clear_own_store : NULL, .ctx = a};
     char err[512];
     int rc = rdzv_open(&o, &a->rd, err, sizeof err);
     if (rc) log_error("%s", err);
@@ -1024,7 +768,7 @@ static int plan_numa_binding(agent *a) {
     if (!gpu) return -ENOMEM;
     for (int i = 0; i < n; i++) { /* the GPU CUDA numbers as local rank i, if known */
         char g[64], *end;
-        long v = strtol(visible_gpu(i, g, sizeof g), &end, 10);
+        long v = strtol(worker_env_gpu(c->env.cuda_visible_devices, i, g, sizeof g), &end, 10);
         gpu[i] = *end || v < 0 ? -1 : (int)v;
     }
     char err[512];
@@ -1063,16 +807,13 @@ static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
  * requests on TORCHELASTIC_TIMER_FILE (or a new FIFO), which the workers
  * are told. */
 static int start_watchdog(agent *a) {
-    const char *on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
-    if (!on || strcmp(on, "1") != 0) return 0;
-    const char *path = getenv("TORCHELASTIC_TIMER_FILE");
-    if (path && *path) {
-        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s", path);
-    } else {
-        const char *tmp = getenv("TMPDIR");
+    const agent_env *env = &a->cfg->env;
+    if (!env->file_timer) return 0;
+    if (env->timer_file)
+        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s", env->timer_file);
+    else
         snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s/watchdog_timer_%d_%ld",
-                 tmp && *tmp ? tmp : "/tmp", (int)getpid(), (long)time(NULL));
-    }
+                 env->tmpdir, (int)getpid(), (long)time(NULL));
     char err[1300];
     a->watchdog = file_timer_start(a->loop, a->watchdog_path, watchdog_owner, a, err, sizeof err);
     if (!a->watchdog) {
@@ -1163,9 +904,10 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         goto out;
     }
     if (make_log_root(a) || open_event_log(a) || start_metrics(a) || plan_numa_binding(a) ||
-        start_watchdog(a) || setup_store(a) || open_rendezvous(a))
+        start_watchdog(a) || agent_store_setup(cfg, a->hostname, &a->store) ||
+        open_rendezvous(a))
         goto out;
-    if (cfg->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
+    if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     set_state(a, ST_RDZV);
     joining(a);
@@ -1173,7 +915,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->rthread_started = 1;
     uv_run(a->loop, UV_RUN_DEFAULT);
     code = a->exit_code;
-    if (code < 128) wait_for_others(a); /* not when a signal asked us to stop */
+    if (code < 128) /* not when a signal asked us to stop */
+        agent_store_linger(&a->store, cfg->rdzv_id, rdzv_agent_id(a->rd));
 out:
     fflush(stdout);
     metrics_http_stop(a->http[0]);

@@ -54,6 +54,19 @@ typedef struct {
     char *key_prefix;           /* the job's keys under <key_prefix><rdzv_id>/ (/ddprun/) */
 } rdzv_conf;
 
+/* What the agent needs of the environment ddprun was started in, read once
+ * by the launcher: the agent itself calls no getenv. */
+typedef struct {
+    char *cuda_visible_devices; /* CUDA_VISIBLE_DEVICES; NULL: unset */
+    int omp_num_threads_set;    /* OMP_NUM_THREADS is set: no default of 1 for the workers */
+    int nccl_async_set;         /* NCCL_ASYNC_ERROR_HANDLING is set: no default */
+    int torch_nccl_async_set;   /* TORCH_NCCL_ASYNC_ERROR_HANDLING is set: no default */
+    char *store_token;          /* DDPRUN_STORE_TOKEN: the store's shared secret; NULL: none */
+    int file_timer;             /* TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer */
+    char *timer_file;           /* TORCHELASTIC_TIMER_FILE; NULL: a new FIFO under tmpdir */
+    char *tmpdir;               /* TMPDIR, or /tmp */
+} agent_env;
+
 typedef struct {
     int min_nodes, max_nodes;   /* --nnodes N or MIN:MAX; default 1:1 */
     nproc_mode nproc_mode;      /* --nproc-per-node */
@@ -100,6 +113,7 @@ typedef struct {
     int health_port;            /* the same for GET /health; -1: none */
     char **argv;                /* the command to run for each worker (NULL-terminated) */
     int argc;
+    agent_env env;              /* from ddprun's environment */
 } agent_config;
 
 /* The effective STREAM_* of a spec for one local rank. */

@@ -218,6 +218,7 @@ int worker_group_start(worker_group *g, int n, const worker_spec *specs, char *e
     g->w = calloc((size_t)n, sizeof *g->w);
     if (!g->w) {
         for (int i = 0; i < n; i++) free(specs[i].env);
+        snprintf(err, errlen, "out of memory for %d workers", n);
         return -ENOMEM;
     }
     g->n = n;

@@ -880,6 +880,27 @@ static int build_argv(agent_config *cfg, int argc, char **argv, parse_state *st)
     return 0;
 }
 
+/* What the agent needs of the environment (see agent_env). */
+static int read_agent_env(agent_config *cfg, char **env) {
+    agent_env *e = &cfg->env;
+    const char *v;
+#define DUP(field, name) \
+    if ((v = opts_getenv(env, name)) != NULL && !(e->field = strdup(v))) return -ENOMEM
+    DUP(cuda_visible_devices, "CUDA_VISIBLE_DEVICES");
+    DUP(store_token, "DDPRUN_STORE_TOKEN");
+    DUP(timer_file, "TORCHELASTIC_TIMER_FILE");
+#undef DUP
+    v = opts_getenv(env, "TMPDIR");
+    if (!(e->tmpdir = strdup(v && *v ? v : "/tmp"))) return -ENOMEM;
+    if (e->timer_file && !*e->timer_file) free(e->timer_file), e->timer_file = NULL;
+    e->omp_num_threads_set = opts_getenv(env, "OMP_NUM_THREADS") != NULL;
+    e->nccl_async_set = opts_getenv(env, "NCCL_ASYNC_ERROR_HANDLING") != NULL;
+    e->torch_nccl_async_set = opts_getenv(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") != NULL;
+    v = opts_getenv(env, "TORCHELASTIC_ENABLE_FILE_TIMER");
+    e->file_timer = v && strcmp(v, "1") == 0;
+    return 0;
+}
+
 int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char *err,
                  size_t errlen) {
     parse_state st = {.cfg = cfg, .env = environ_, .err = err, .errlen = errlen,
@@ -892,6 +913,7 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     if (rc == 0) rc = slurm_defaults(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
+    if (rc == 0) rc = read_agent_env(cfg, environ_);
     if (rc == -ENOMEM) fail(&st, "out of memory while reading the command line");
     if (rc != 0) config_free(cfg);
     return rc;
@@ -912,6 +934,9 @@ void config_free(agent_config *cfg) {
     cfg->log_line_prefix_template = NULL;
     free(cfg->rdzv_endpoints);
     cfg->rdzv_endpoints = NULL;
+    agent_env *e = &cfg->env;
+    free(e->cuda_visible_devices), free(e->store_token), free(e->timer_file), free(e->tmpdir);
+    memset(e, 0, sizeof *e);
     char **strs[] = {&cfg->rdzv.cacert, &cfg->rdzv.cert, &cfg->rdzv.key, &cfg->rdzv.user,
                      &cfg->rdzv.password, &cfg->rdzv.key_prefix};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) free(*strs[i]), *strs[i] = NULL;

@@ -8,7 +8,8 @@
 # a newline costs the agent at most a line's worth of memory, its output
 # cut into lines of 64 KiB; a daemon a worker starts in a session of its
 # own (`setsid ... &`) is ended when the group ends, with a warning naming
-# it; and the failure summary comes after the last worker was SIGKILLed.
+# it; and the failure summary comes after the last worker was SIGKILLed,
+# even when the agent's stack is small.
 # timeout: 120
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -89,4 +90,12 @@ kill_line=$(grep -n "did not stop within the shutdown timeout" "$TMP/daemon.err"
 summary_line=$(grep -n "^====" "$TMP/daemon.err" | head -n 1 | cut -d: -f1)
 if [ -z "$kill_line" ] || [ -z "$summary_line" ]; then dump daemon; die "no SIGKILL warning or no summary"; fi
 [ "$kill_line" -lt "$summary_line" ] || { dump daemon; die "the failure summary came before the SIGKILL of the last worker"; }
+# ---- a small stack: the summary is built on the heap ----
+# (It held 256 failures, 1 MiB, on the stack: a 512 KiB stack crashed it.)
+(ulimit -s 512 && DDPRUN_TEST_TAG=$TAG exec ddprun --standalone --no-python false) \
+    > "$TMP/stack.out" 2> "$TMP/stack.err"
+RC=$?
+assert_rc stack 1
+assert_grep "$TMP/stack.err" "^Root Cause \(first observed failure\):" "the summary under ulimit -s 512"
+
 echo "ok: 100000 refused; SIGTERM while starting $n workers: stopped in $took ms; 64 MiB without a newline: agent peak $hwm kB; the daemon ended"

@@ -757,3 +757,23 @@ TEST(config_metrics_and_health_ports) {
                 "TORCHELASTIC_HEALTH_CHECK_PORT: 'yes' is not PORT or HOST:PORT, with a port "
                 "from 0 to 65535 (0: a free one)");
 }
+
+/* The agent reads no environment itself: what it needs is read here. */
+TEST(config_reads_what_the_agent_needs_of_the_environment) {
+    char *env[] = {"OMP_NUM_THREADS=4", "CUDA_VISIBLE_DEVICES=2,3", "DDPRUN_STORE_TOKEN=s3",
+                   "TORCHELASTIC_ENABLE_FILE_TIMER=1", "TORCHELASTIC_TIMER_FILE=",
+                   "TMPDIR=/scratch", "NCCL_ASYNC_ERROR_HANDLING=0", NULL};
+    agent_config c;
+    CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
+    CHECK(c.env.omp_num_threads_set && c.env.nccl_async_set && c.env.file_timer);
+    CHECK(!c.env.torch_nccl_async_set);
+    CHECK_STR(c.env.cuda_visible_devices, "2,3");
+    CHECK_STR(c.env.store_token, "s3");
+    CHECK(c.env.timer_file == NULL); /* empty: a new FIFO */
+    CHECK_STR(c.env.tmpdir, "/scratch");
+    config_free(&c);
+    CHECK_EQ(parse(ARGS("x.py"), &c), 0);
+    CHECK(!c.env.omp_num_threads_set && !c.env.file_timer && !c.env.cuda_visible_devices);
+    CHECK_STR(c.env.tmpdir, "/tmp");
+    config_free(&c);
+}
