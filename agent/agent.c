@@ -133,14 +133,6 @@ static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_resu
     uv_async_send(&a->wake);
 }
 
-static int is_etcd(const agent_config *c) { return strcmp(c->rdzv_backend, "etcd-v3") == 0; }
-
-/* Why the store is gone, in words. */
-static const char *store_loss(const rdzv *rd, int rc) {
-    int why = rdzv_store_broken(rd);
-    if (why == -ETIMEDOUT || (!why && rc == -ETIMEDOUT)) return "it stopped answering";
-    return strerror(-(why ? why : rc));
-}
 
 static void *rdzv_thread(void *arg) {
     agent *a = arg;
@@ -165,16 +157,7 @@ static void *rdzv_thread(void *arg) {
             rdzv_event ev;
             rc = rdzv_watch(a->rd, 1000, &ev);
             if (rc) {
-                if (is_etcd(a->cfg))
-                    snprintf(err, sizeof err,
-                             "lost the rendezvous: no member of %s answers (%s): the job cannot "
-                             "go on without it; this node stops",
-                             rdzv_where(a->rd), store_loss(a->rd, rc));
-                else
-                    snprintf(err, sizeof err,
-                             "lost the rendezvous store at %s:%d (%s): the job cannot go on "
-                             "without it; this node stops",
-                             a->store.addr, a->store.port, store_loss(a->rd, rc));
+                rdzv_lost_message(a->rd, rc, err, sizeof err);
                 post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
                 return NULL;
             }
@@ -378,7 +361,7 @@ static void record_event(agent *a, const char *name, const char *node_state, jso
         snprintf(master, sizeof master, "%s:%d", a->store.addr, a->store.port);
     json_t *md = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "run_id",
                            c->rdzv_id, "hostname", a->hostname, "pid", (int)getpid(), "role",
-                           c->role, "rdzv_backend", c->rdzv_backend, "node_state", node_state,
+                           c->role, "rdzv_backend", c->rdzv_backend->name, "node_state", node_state,
                            "master_endpoint", master, "rank",
                            a->cur.group_world_size > 0 ? a->cur.group_rank : -1,
                            "round", a->cur.round, "restart_count", a->cur.restart_count);
@@ -557,7 +540,7 @@ static void record_worker_event(const agent *a, const worker *w, const char *sta
                                 const char *raw_error) {
     const agent_config *c = a->cfg;
     worker_event e = {.run_id = c->rdzv_id, .role = c->role, .hostname = a->hostname,
-                      .rdzv_backend = c->rdzv_backend, .state = state,
+                      .rdzv_backend = c->rdzv_backend->name, .state = state,
                       .global_rank = w->global_rank, .group_rank = a->cur.group_rank,
                       .pid = w->pid, .agent_restarts = a->cur.restart_count,
                       .exit_code = w->term_signal ? -w->term_signal : w->exit_status,
@@ -730,20 +713,17 @@ static int clear_own_store(void *ctx, int restart_count) {
 
 static int open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
-    int fixed = strcmp(c->rdzv_backend, "static") == 0;
+    unsigned flags = c->rdzv_backend->flags;
+    int fixed = (flags & RDZV_FIXED_RANKS) != 0, apart = !(flags & RDZV_IN_JOB_STORE);
     char own[300];
     snprintf(own, sizeof own, "%s:%d", a->store.addr, a->store.port);
-    rdzv_etcd_opts eo = {.endpoints = c->rdzv_endpoints, .cacert = c->rdzv.cacert,
-                         .cert = c->rdzv.cert, .key = c->rdzv.key, .user = c->rdzv.user,
-                         .password = c->rdzv.password,
-                         /* a member that does not answer within half a heartbeat
-                          * is passed over before the leases notice */
-                         .timeout_ms = (int)(c->rdzv.keep_alive_interval * 500 > 1000
-                                                 ? c->rdzv.keep_alive_interval * 500
-                                                 : 1000)};
-    rdzv_opts o = {.host = a->store.host ? "127.0.0.1" : a->store.addr, .port = a->store.port,
-                   .etcd = is_etcd(c) ? &eo : NULL, .key_prefix = c->rdzv.key_prefix,
-                   .store_addr = is_etcd(c) ? own : NULL,
+    /* A cluster member that does not answer within half a heartbeat is
+     * passed over before the leases notice. */
+    int member_ms = (int)(c->rdzv.keep_alive_interval * 500);
+    rdzv_opts o = {.backend = c->rdzv_backend,
+                   .where = agent_config_rdzv_endpoint(c, (int)(c->rdzv.join_timeout * 1000),
+                                                       member_ms > 1000 ? member_ms : 1000),
+                   .key_prefix = c->rdzv.key_prefix, .store_addr = apart ? own : NULL,
                    .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
                    .node_rank = fixed && c->node_rank < 0 ? 0 : c->node_rank,
                    .strict_ranks = fixed,
@@ -752,7 +732,11 @@ static int open_rendezvous(agent *a) {
                    .last_call_timeout = c->rdzv.last_call_timeout,
                    .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
                    .on_beat = on_beat,
-                   .clear_own_store = is_etcd(c) && a->store.host ? clear_own_store : NULL, .ctx = a};
+                   .clear_own_store = apart && a->store.host ? clear_own_store : NULL, .ctx = a};
+    if (!apart) { /* the job's store: this agent's own, or where it was found */
+        o.where.host = a->store.host ? "127.0.0.1" : a->store.addr;
+        o.where.port = a->store.port;
+    }
     char err[512];
     int rc = rdzv_open(&o, &a->rd, err, sizeof err);
     if (rc) log_error("%s", err);

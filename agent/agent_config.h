@@ -5,6 +5,8 @@
 #ifndef DDPRUN_AGENT_AGENT_CONFIG_H
 #define DDPRUN_AGENT_AGENT_CONFIG_H
 
+#include "rendezvous/rdzv_backend.h"
+
 /* --redirects / --tee: which of a worker's streams go to files (redirect)
  * or to both the console and files (tee). 0 none, 1 stdout, 2 stderr,
  * 3 both; per local rank through "0:1,1:2" maps. */
@@ -72,7 +74,8 @@ typedef struct {
     nproc_mode nproc_mode;      /* --nproc-per-node */
     int nproc_per_node;         /* resolved count (cpu: cores, gpu: GPUs, auto: GPUs or cores) */
     int node_rank;              /* --node-rank; -1 when unset */
-    char rdzv_backend[16];      /* "static" (default), "c10d" or "etcd-v3" */
+    const rdzv_backend *rdzv_backend; /* static (default), c10d or etcd-v3: its flags say */
+                                /* how it differs (rendezvous/rdzv_backend.h) */
     char *rdzv_endpoints;       /* --rdzv-endpoint as given (etcd-v3: every member) */
     char *rdzv_host;            /* --rdzv-endpoint host; NULL when unset; IPv6 without [] */
     int rdzv_port;              /* its port, default 29400; 0 (--standalone): a free port */
@@ -118,5 +121,18 @@ typedef struct {
 
 /* The effective STREAM_* of a spec for one local rank. */
 int stream_for_rank(const stream_spec *spec, int local_rank);
+
+/* Where the job's store is, as the configuration names it: with a
+ * RDZV_FIXED_RANKS backend (torchrun's static rendezvous) --master-addr and
+ * --master-port (torchrun's default 29500), else --rdzv-endpoint's host and
+ * port. *host NULL: no address was given. */
+void agent_config_store(const agent_config *c, const char **host, int *port);
+
+/* Where the backend keeps the job's keys (a store: where
+ * agent_config_store says), with the TLS and authentication of
+ * --rdzv-conf; connect_timeout_ms for a store, request_timeout_ms for a
+ * cluster. */
+rdzv_endpoint agent_config_rdzv_endpoint(const agent_config *c, int connect_timeout_ms,
+                                         int request_timeout_ms);
 
 #endif

@@ -17,8 +17,6 @@
 #include "common/log.h"
 #include "rendezvous/store_client.h"
 
-static int is_etcd(const agent_config *c) { return strcmp(c->rdzv_backend, "etcd-v3") == 0; }
-
 /* Whether host names this machine (a loopback address, or one of its own). */
 static int is_local_address(const char *host) {
     char me[256];
@@ -77,7 +75,7 @@ static int probe_store(const char *host, int port) {
  * a fixed default port would let a second such job on the machine join
  * the first one's rendezvous as a spare. */
 static int own_single_node_store(const agent_config *c) {
-    return strcmp(c->rdzv_backend, "static") == 0 && c->max_nodes == 1 && c->master_port < 0 &&
+    return (c->rdzv_backend->flags & RDZV_FIXED_RANKS) && c->max_nodes == 1 && c->master_port < 0 &&
            !c->master_addr && !c->rdzv_host;
 }
 
@@ -103,18 +101,19 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
     memset(s, 0, sizeof *s);
     int host_it, port;
     const char *addr;
-    if (is_etcd(c)) { /* the rendezvous is in etcd; every agent has a store for its workers */
+    unsigned flags = c->rdzv_backend->flags;
+    if (!(flags & RDZV_IN_JOB_STORE)) { /* the keys are elsewhere: a store for its workers */
         addr = hostname, port = 0, host_it = 1;
     } else if (c->standalone || own_single_node_store(c)) {
         addr = "127.0.0.1", port = 0, host_it = 1;
-    } else if (strcmp(c->rdzv_backend, "static") == 0) {
-        addr = c->master_addr ? c->master_addr : c->rdzv_host ? c->rdzv_host : "127.0.0.1";
-        port = c->master_port > 0 ? c->master_port : c->rdzv_host ? c->rdzv_port : 29500;
+    } else if (flags & RDZV_FIXED_RANKS) {
+        agent_config_store(c, &addr, &port);
+        if (!addr) addr = "127.0.0.1";
         host_it = c->node_rank <= 0;
     } else {
         if (!c->rdzv_host) {
-            log_error("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (or use "
-                      "--standalone on a single node)");
+            log_error("--rdzv-backend=%s needs --rdzv-endpoint=%s", c->rdzv_backend->name,
+                      c->rdzv_backend->endpoint);
             return -EINVAL;
         }
         addr = c->rdzv_host, port = c->rdzv_port;
@@ -134,7 +133,7 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
     }
     if (rc == 0) {
         s->port = bound;
-        if (is_etcd(c))
+        if (!(flags & RDZV_IN_JOB_STORE))
             log_debug("this node's store for its workers is on port %d", bound);
         else if (own_single_node_store(c))
             log_info("a single-node job without --master-port: its store is on a free port, "
@@ -146,7 +145,7 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
     if (rc == UV_EADDRINUSE)
         log_error("port %d on this host is in use by another program (not a ddprun store); "
                   "choose another %s port",
-                  port, strcmp(c->rdzv_backend, "static") == 0 ? "--master-port" : "--rdzv-endpoint");
+                  port, flags & RDZV_FIXED_RANKS ? "--master-port" : "--rdzv-endpoint");
     else
         log_error("cannot host the rendezvous store on port %d: %s", port, uv_strerror(rc));
     return rc;

@@ -52,7 +52,7 @@ typedef struct {
     const char *start_method; /* checked, then unused */
     int prog;                 /* index in argv of PROGRAM */
     const char *completion;   /* --print-completion SHELL */
-    const char *etcd_alias;   /* --rdzv-backend etcd or etcd-v2: said once, taken as etcd-v3 */
+    const char *backend_alias; /* --rdzv-backend in torchrun's other spelling: said once */
 } parse_state;
 
 /* ---- errors and strings ---- */
@@ -212,17 +212,17 @@ static int apply_node_rank(const opts_arg *a) {
 static int apply_rdzv_backend(const opts_arg *a) {
     const char *val = a->val;
     state_of(a)->slurm_given |= SLURM_GIVEN_RDZV_BACKEND;
-    if (strcmp(val, "static") == 0 || strcmp(val, "c10d") == 0 || strcmp(val, "etcd-v3") == 0) {
-        snprintf(cfg_of(a)->rdzv_backend, sizeof cfg_of(a)->rdzv_backend, "%s", val);
+    int alias;
+    const rdzv_backend *b = rdzv_backend_find(val, &alias);
+    if (b) {
+        cfg_of(a)->rdzv_backend = b;
+        state_of(a)->backend_alias = alias ? val : NULL; /* torchrun's spelling */
         return 0;
     }
-    if (strcmp(val, "etcd") == 0 || strcmp(val, "etcd-v2") == 0) { /* torchrun's spellings */
-        snprintf(cfg_of(a)->rdzv_backend, sizeof cfg_of(a)->rdzv_backend, "etcd-v3");
-        state_of(a)->etcd_alias = val;
-        return 0;
-    }
-    return opts_fail(a, "%s: '%s' is not a rendezvous backend (expected static, c10d or etcd-v3)",
-                     a->src, val);
+    char names[128];
+    rdzv_backend_names(names, sizeof names);
+    return opts_fail(a, "%s: '%s' is not a rendezvous backend (expected %s)", a->src, val,
+                     names);
 }
 
 /* torchrun's rule for host names and addresses: letters, digits, '_', '.',
@@ -754,7 +754,7 @@ static int set_defaults(agent_config *cfg) {
     cfg->nproc_mode = NPROC_NUMBER;
     cfg->nproc_per_node = 1;
     cfg->node_rank = -1;
-    snprintf(cfg->rdzv_backend, sizeof cfg->rdzv_backend, "static");
+    cfg->rdzv_backend = rdzv_backend_find("static", NULL);
     cfg->rdzv_port = DEFAULT_RDZV_PORT;
     cfg->rdzv = (rdzv_conf){.join_timeout = 600, .last_call_timeout = 30, .close_timeout = 30,
                             .keep_alive_interval = 5, .keep_alive_max_attempt = 3,
@@ -803,7 +803,7 @@ static int apply_standalone_mode(agent_config *cfg, parse_state *st) {
                     st->nnodes_src, cfg->min_nodes, cfg->max_nodes);
     char id[37];
     random_uuid(id);
-    snprintf(cfg->rdzv_backend, sizeof cfg->rdzv_backend, "c10d");
+    cfg->rdzv_backend = rdzv_backend_find("c10d", NULL);
     cfg->rdzv_port = 0;
     if (set_str(&cfg->rdzv_host, "localhost") || set_str(&cfg->rdzv_id, id)) return -ENOMEM;
     return 0;
@@ -833,22 +833,18 @@ static int validate(agent_config *cfg, parse_state *st) {
         return fail(st, "-m/--module and --no-python cannot be used together: -m runs PROGRAM "
                     "as a Python module, --no-python runs it without Python");
     if (cfg->standalone && (rc = apply_standalone_mode(cfg, st))) return rc;
-    if (strcmp(cfg->rdzv_backend, "static") == 0 && (rc = check_static(cfg, st))) return rc;
-    if (strcmp(cfg->rdzv_backend, "c10d") == 0 && !cfg->rdzv_host)
-        return fail(st, "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT], the store every "
-                    "node meets at (or --standalone on a single node)");
-    if (strcmp(cfg->rdzv_backend, "etcd-v3") == 0 && !cfg->rdzv_host)
-        return fail(st, "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...], "
-                    "every member of the etcd cluster");
-    if (strcmp(cfg->rdzv_backend, "etcd-v3") != 0 && cfg->rdzv_endpoints &&
+    const rdzv_backend *b = cfg->rdzv_backend;
+    if ((b->flags & RDZV_FIXED_RANKS) && (rc = check_static(cfg, st))) return rc;
+    if (!(b->flags & RDZV_FIXED_RANKS) && !cfg->rdzv_host)
+        return fail(st, "--rdzv-backend=%s needs --rdzv-endpoint=%s", b->name, b->endpoint);
+    if (!(b->flags & RDZV_MANY_ENDPOINTS) && cfg->rdzv_endpoints &&
         strchr(cfg->rdzv_endpoints, ','))
-        return fail(st, "--rdzv-endpoint: '%s' lists several members, which only --rdzv-backend "
-                    "etcd-v3 takes (the %s backend meets at one store)", cfg->rdzv_endpoints,
-                    cfg->rdzv_backend);
-    if (st->etcd_alias)
-        log_info("--rdzv-backend %s: ddprun speaks etcd's v3 API to %s (torchrun's %s backend "
-                 "used the v2 API, which etcd 3.6 removed)", st->etcd_alias, cfg->rdzv_endpoints,
-                 st->etcd_alias);
+        return fail(st, "--rdzv-endpoint: '%s' lists several members, which the %s backend "
+                    "does not take (it meets at one store): only a cluster's does",
+                    cfg->rdzv_endpoints, b->name);
+    if (st->backend_alias)
+        log_info("--rdzv-backend %s: %s %s (%s)", st->backend_alias, b->alias_says,
+                 cfg->rdzv_endpoints, b->alias_why);
     if (cfg->node_rank >= cfg->max_nodes)
         return fail(st, "%s: %d is not below the number of nodes (%d); node ranks run from "
                     "0 to %d", st->node_rank_src, cfg->node_rank, cfg->max_nodes,

@@ -177,10 +177,10 @@ static int take_rendezvous(slurm_env_args *a, const step_shape *s, agent_config 
     }
     if (cfg->max_nodes < 2) return 0;
     if (!(a->given & SLURM_GIVEN_RDZV_BACKEND)) {
-        snprintf(cfg->rdzv_backend, sizeof cfg->rdzv_backend, "c10d");
+        cfg->rdzv_backend = rdzv_backend_find("c10d", NULL);
         took(t, "--rdzv-backend c10d");
     }
-    int static_with_master = strcmp(cfg->rdzv_backend, "static") == 0 && cfg->master_addr;
+    int static_with_master = (cfg->rdzv_backend->flags & RDZV_FIXED_RANKS) && cfg->master_addr;
     if (a->given & SLURM_GIVEN_RDZV_ENDPOINT || static_with_master) return 0;
     return take_endpoint(a, s, cfg, t);
 }

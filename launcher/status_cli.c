@@ -185,25 +185,16 @@ int status_main(int argc, char **argv, char **environ_) {
         if (rc != 1) fprintf(stderr, "ddprun status: %s\n", err);
         return rc == 1 ? 0 : 2;
     }
-    int etcd = strcmp(cfg.rdzv_backend, "etcd-v3") == 0;
-    const char *host = cfg.rdzv_host;
-    int port = cfg.rdzv_port;
-    if (strcmp(cfg.rdzv_backend, "static") == 0 && cfg.master_addr) {
-        host = cfg.master_addr;
-        port = cfg.master_port > 0 ? cfg.master_port : 29500;
-    }
-    if (!host || (!etcd && port <= 0)) {
+    rdzv_endpoint where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
+    int cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;
+    if (!where.host || (!cluster && where.port <= 0)) {
         fprintf(stderr, "ddprun status: which job? give --rdzv-endpoint HOST:PORT (the store, "
                         "or etcd's members) and --rdzv-id\n");
         config_free(&cfg);
         return 2;
     }
-    rdzv_etcd_opts eo = {.endpoints = cfg.rdzv_endpoints, .cacert = cfg.rdzv.cacert,
-                         .cert = cfg.rdzv.cert, .key = cfg.rdzv.key, .user = cfg.rdzv.user,
-                         .password = cfg.rdzv.password, .timeout_ms = 3000};
-    rdzv_inspect_opts io = {.host = host, .port = port, .etcd = etcd ? &eo : NULL,
-                            .key_prefix = cfg.rdzv.key_prefix, .run_id = cfg.rdzv_id,
-                            .timeout_ms = 3000};
+    rdzv_inspect_opts io = {.backend = cfg.rdzv_backend, .where = where,
+                            .key_prefix = cfg.rdzv.key_prefix, .run_id = cfg.rdzv_id};
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
     int tty = isatty(STDOUT_FILENO), code = 0;

@@ -33,8 +33,9 @@ struct rdzv {
      * and the agent's main thread reads (rdzv_end_round, rdzv_poke). */
     pthread_mutex_t mu;
     rdzv_opts o;
-    int on_etcd; /* the etcd-v3 backend */
-    char *run_id, *hostname, *store_host;
+    int in_job_store; /* RDZV_IN_JOB_STORE: the keys share the workers' store, and */
+                      /* keys can be owned by a connection (alive/<agent>) */
+    char *run_id, *hostname;
     char prefix[256];
     char agent_id[96];
     rdzv_kv *c;                 /* the rendezvous thread's handle; owns alive/<id> */
@@ -135,15 +136,17 @@ static void make_agent_id(rdzv *r) {
     snprintf(r->agent_id, sizeof r->agent_id, "%s:%d:%08x", r->hostname, (int)getpid(), rnd);
 }
 
-/* Why the first request to etcd failed (rc), in words: a client that
- * asks a member at once whether it is etcd (and authenticates) says. */
-static void etcd_trouble(const rdzv_etcd_opts *eo, int rc, char *err, size_t errlen) {
-    char why[1024] = "";
+/* The first request failed: the place answers but will not serve (a store
+ * that is not ours, etcd refusing us), or it does not answer after all. */
+static void first_request_failed(const rdzv *r, int rc, char *err, size_t errlen) {
     rdzv_kv *probe = NULL;
-    if (rdzv_kv_etcd_open(eo, &probe, why, sizeof why) != 0)
-        snprintf(err, errlen, "cannot use etcd at %s for the rendezvous: %s", eo->endpoints, why);
+    char why[1024] = "";
+    if (r->o.backend->open(&r->o.where, 0, &probe, why, sizeof why) != 0)
+        snprintf(err, errlen, "%s", why);
+    else if (r->in_job_store)
+        snprintf(err, errlen, "%s is not a ddprun store (%s)", r->c->where, strerror(-rc));
     else
-        snprintf(err, errlen, "etcd at %s: %s", eo->endpoints, strerror(-rc));
+        snprintf(err, errlen, "%s: %s", r->c->where, strerror(-rc));
     kv_close(probe);
 }
 
@@ -155,58 +158,35 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     /* The caller's options may live on its stack: keep a copy of the
      * store address that every later round's description carries. */
     r->o.store_addr = o->store_addr ? strdup(o->store_addr) : NULL;
-    r->o.etcd = NULL; /* likewise: only whether it is etcd is kept (on_etcd) */
-    r->on_etcd = o->etcd != NULL;
+    r->in_job_store = (o->backend->flags & RDZV_IN_JOB_STORE) != 0;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
-    r->store_host = strdup(o->host ? o->host : "etcd");
     r->member_round = -1;
     r->poked_round = -1;
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->prefix, sizeof r->prefix, "%s%s/", o->key_prefix ? o->key_prefix : "/ddprun/",
              o->run_id);
     make_agent_id(r);
-    int tmo = (int)(o->join_timeout * 1000), rc;
-    if (o->etcd) {
-        char why[1024] = "";
-        /* The heartbeat's lease, the first request, finds out whether etcd
-         * is there; if not, etcd_trouble() asks why. */
-        rdzv_etcd_opts quiet = *o->etcd;
-        quiet.no_probe = 1;
-        rc = rdzv_kv_etcd_open(&quiet, &r->c, why, sizeof why);
-        for (int i = 0; rc == 0 && i < NSIDE; i++)
-            rc = rdzv_kv_etcd_open(&quiet, &r->side[i], why, sizeof why);
-        if (rc) {
-            snprintf(err, errlen, "cannot use etcd at %s for the rendezvous: %s", o->etcd->endpoints,
-                     why);
-            rdzv_close(r);
-            return rc;
-        }
-    } else {
-        rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->c);
-        for (int i = 0; rc == 0 && i < NSIDE; i++)
-            rc = rdzv_kv_store_open(o->host, o->port, tmo, &r->side[i]);
-        if (rc) {
-            snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host,
-                     o->port, strerror(-rc));
-            rdzv_close(r);
-            return rc;
-        }
-    }
-    char k[KEY_MAX];
-    rc = beat_again(r);
-    /* alive/ goes with the store connection; on etcd it would go with the
-     * heartbeat's lease, as hb/ does: one key says it there */
-    if (rc == 0 && !r->on_etcd)
-        rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
-    if (rc && o->etcd) {
-        etcd_trouble(o->etcd, rc, err, errlen);
+    /* The heartbeat's lease, the first request, finds out whether the
+     * place serves us; if not, first_request_failed() asks why. */
+    int rc = o->backend->open(&o->where, 1, &r->c, err, errlen);
+    for (int i = 0; rc == 0 && i < NSIDE; i++)
+        rc = o->backend->open(&o->where, 1, &r->side[i], err, errlen);
+    if (rc) {
         rdzv_close(r);
         return rc;
     }
+    /* The endpoint's strings may live on the caller's stack too. */
+    memset(&r->o.where, 0, sizeof r->o.where);
+    char k[KEY_MAX];
+    rc = beat_again(r);
+    /* alive/ goes with the store connection; elsewhere it would go with the
+     * heartbeat's lease, as hb/ does: one key says it there */
+    if (rc == 0 && r->in_job_store)
+        rc = kv_set_owned(r->c, key(r, k, "alive/%s", r->agent_id), "1", 1, 0);
     if (rc) {
-        snprintf(err, errlen, "the store at %s:%d is not a ddprun store (%s)", o->host, o->port,
-                 strerror(-rc));
+        r->o.where = o->where;
+        first_request_failed(r, rc, err, errlen);
         rdzv_close(r);
         return rc;
     }
@@ -220,7 +200,6 @@ void rdzv_close(rdzv *r) {
     for (int i = 0; i < NSIDE; i++) kv_close(r->side[i]);
     free(r->run_id);
     free(r->hostname);
-    free(r->store_host);
     free((char *)r->o.store_addr);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -315,8 +294,8 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
             return -ETIMEDOUT;
         }
     }
-    snprintf(err, errlen, "rendezvous '%s': lost the store at %s:%d: %s", r->run_id,
-             r->store_host, r->o.port, strerror(-rc));
+    snprintf(err, errlen, "rendezvous '%s': lost %s: %s", r->run_id, r->c->where,
+             strerror(-rc));
     return rc;
 }
 
@@ -416,7 +395,7 @@ static int fill_result(rdzv *r, int round, rdzv_result *res) {
         }
         res->world_size += r->nodes[i].nproc;
     }
-    if (r->on_etcd && r->nnodes > 0)
+    if (!r->in_job_store && r->nnodes > 0)
         snprintf(res->master_store, sizeof res->master_store, "%s", r->nodes[0].store);
     return res->group_rank >= 0 ? 0 : -EPROTO;
 }
@@ -540,9 +519,9 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if ((rc = fill_result(r, round, res))) return rc;
     const char *ready = key(r, k, "r%d/ready", round);
     if (res->group_rank == 0) {
-        /* The workers' store is the rendezvous' own only without etcd; with
-         * it, node rank 0's agent hosts theirs. */
-        if (!r->on_etcd) rc = rdzv_clear_worker_keys(r->c, r->restart_count);
+        /* The workers' store is the rendezvous' own, or (elsewhere) the one
+         * node rank 0's agent hosts for them. */
+        if (r->in_job_store) rc = rdzv_clear_worker_keys(r->c, r->restart_count);
         else if (r->o.clear_own_store) rc = r->o.clear_own_store(r->o.ctx, r->restart_count);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
@@ -587,7 +566,7 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
         keys[nk] = key(r, buf[nk], "r%d/waiting/1", round), conds[nk++] = STORE_COND_EXISTS;
     for (int i = 0; i < n; i++) {
         if (strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
-        if (!r->on_etcd)
+        if (r->in_job_store)
             keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
         keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
     }
@@ -658,7 +637,7 @@ static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
         char k2[KEY_MAX];
         const char *both[] = {key(r, k, "hb/%s", ids[i]), key(r, k2, "alive/%s", ids[i])};
         int yes = 0;
-        rc = kv_check(c, r->on_etcd ? 1 : 2, both, &yes); /* one round trip: both must be there */
+        rc = kv_check(c, r->in_job_store ? 2 : 1, both, &yes); /* one round trip: both must be there */
         alive += yes;
     }
     free(ids);
@@ -750,6 +729,17 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
 }
 
-int rdzv_store_broken(const rdzv *r) { return kv_broken(r->c); }
+void rdzv_lost_message(const rdzv *r, int rc, char *err, size_t errlen) {
+    int broke = kv_broken(r->c); /* what broke the connection, if anything did */
+    const char *why = broke == -ETIMEDOUT || (!broke && rc == -ETIMEDOUT)
+                          ? "it stopped answering"
+                          : strerror(-(broke ? broke : rc));
+    snprintf(err, errlen, r->in_job_store
+                              ? "lost the rendezvous: %s does not answer (%s): the job cannot go "
+                                "on without it; this node stops"
+                              : "lost the rendezvous: no member of %s answers (%s): the job "
+                                "cannot go on without it; this node stops",
+             r->c->where, why);
+}
 
 const char *rdzv_where(const rdzv *r) { return r->c->where; }

@@ -32,18 +32,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rendezvous/rdzv_backend.h"
 #include "rendezvous/rdzv_kv.h"
 
 #define RDZV_MAX_NODES 4096
 
 typedef struct {
-    const char *host; /* the store (when etcd is NULL) */
-    int port;
-    const rdzv_etcd_opts *etcd; /* etcd-v3 backend: the cluster instead of a store */
+    const rdzv_backend *backend;
+    rdzv_endpoint where;      /* where the backend keeps the job's keys */
     const char *key_prefix;   /* the job's keys live under <key_prefix><run_id>/ */
                               /* (NULL: "/ddprun/") */
-    const char *store_addr;   /* etcd-v3: this agent's own store for its workers, */
-                              /* "host:port"; node rank 0's becomes MASTER_ADDR:PORT */
+    const char *store_addr;   /* a backend not RDZV_IN_JOB_STORE: this agent's own store */
+                              /* for its workers, "host:port"; node rank 0's becomes */
+                              /* MASTER_ADDR:PORT */
     const char *run_id;
     int min_nodes, max_nodes;
     int node_rank;            /* >= 0: this node's rank if it can have it; -1: by host name */
@@ -58,8 +59,8 @@ typedef struct {
     /* After each renewal of the heartbeat (now: the monotonic clock, ms),
      * for the agent's metrics. */
     void (*on_beat)(void *ctx, int64_t now_ms);
-    /* etcd-v3, on node rank 0 of a round before the others' workers may
-     * start: clears what workers with this restart count left in this
+    /* Not RDZV_IN_JOB_STORE, on node rank 0 of a round before the others'
+     * workers may start: clears what workers with this restart count left in this
      * agent's own store in an earlier round (0 or a negative errno). */
     int (*clear_own_store)(void *ctx, int restart_count);
     void *ctx;
@@ -134,9 +135,11 @@ int rdzv_poke(rdzv *r, int side);
  * round ends otherwise, or timeout. 0 when all finished. */
 int rdzv_exit_barrier(rdzv *r, double timeout_s);
 
-/* After a call failed: the error that broke the connection to the store
- * (store_client_broken), or 0. From the thread that makes the calls. */
-int rdzv_store_broken(const rdzv *r);
+/* After rdzv_watch failed with rc: that the rendezvous is lost, where and
+ * why, in words for the log ("lost the rendezvous: the store at h:p does
+ * not answer (it stopped answering): ..."). From the thread that makes the
+ * calls. */
+void rdzv_lost_message(const rdzv *r, int rc, char *err, size_t errlen);
 /* "the store at h:p" or "etcd at h1:2379,...", for messages. */
 const char *rdzv_where(const rdzv *r);
 

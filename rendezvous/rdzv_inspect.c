@@ -283,16 +283,8 @@ int rdzv_inspect(const rdzv_inspect_opts *o, json_t **out, char *err, size_t err
     job j = {0};
     snprintf(j.prefix, sizeof j.prefix, "%s%s/", o->key_prefix ? o->key_prefix : "/ddprun/",
              o->run_id);
-    int rc;
-    char why[512] = "";
-    if (o->etcd) rc = rdzv_kv_etcd_open(o->etcd, &j.kv, why, sizeof why);
-    else rc = rdzv_kv_store_open(o->host, o->port, o->timeout_ms, &j.kv);
-    if (rc) {
-        if (o->etcd) snprintf(err, errlen, "cannot reach etcd at %s: %s", o->etcd->endpoints, why);
-        else snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s", o->host,
-                      o->port, strerror(-rc));
-        return rc;
-    }
+    int rc = o->backend->open(&o->where, 0, &j.kv, err, errlen);
+    if (rc) return rc;
     json_t *res = json_pack("{s:s, s:s}", "run_id", o->run_id, "where", j.kv->where);
     rc = res ? inspect(&j, o, res) : -ENOMEM;
     if (rc) {

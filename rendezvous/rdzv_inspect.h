@@ -6,15 +6,13 @@
 
 #include <jansson.h>
 
-#include "rendezvous/rdzv_kv.h"
+#include "rendezvous/rdzv_backend.h"
 
 typedef struct {
-    const char *host; /* the store (c10d, static), or */
-    int port;
-    const rdzv_etcd_opts *etcd; /* etcd-v3 */
+    const rdzv_backend *backend;
+    rdzv_endpoint where;        /* where it keeps the job's keys */
     const char *key_prefix;     /* NULL: "/ddprun/" */
     const char *run_id;
-    int timeout_ms;             /* connecting to the store */
 } rdzv_inspect_opts;
 
 /* The job as a JSON object (*out, the caller's):

@@ -19,7 +19,7 @@ for h in 2 3; do
     pid=PID_storelost_h$h
     wait_exit 60 "${!pid}"
     [ "$RC" -ne 0 ] || { dump "storelost.h$h"; die "host $h's ddprun exited 0 without its store"; }
-    grep -q "lost the rendezvous store at $(netbed_addr 1):$port .*cannot go on without it" \
+    grep -q "lost the rendezvous: the store at $(netbed_addr 1):$port does not answer .*cannot go on without it" \
         "$TMP/storelost.h$h.err" || { dump "storelost.h$h"; die "host $h's message does not name the store"; }
     echo "host $h: exit $RC after $(($(now_ms) - t0)) ms"
 done

@@ -52,7 +52,7 @@ TEST(config_defaults) {
     CHECK_EQ(c.nproc_mode, NPROC_NUMBER);
     CHECK_EQ(c.nproc_per_node, 1);
     CHECK_EQ(c.node_rank, -1);
-    CHECK_STR(c.rdzv_backend, "static");
+    CHECK_STR(c.rdzv_backend->name, "static");
     CHECK(c.rdzv_host == NULL);
     CHECK_EQ(c.rdzv_port, 29400);
     CHECK_STR(c.rdzv_id, "none");
@@ -82,7 +82,7 @@ TEST(config_accepts_hyphen_and_underscore_spellings) {
                         "c10d", "--rdzv_endpoint", "h1", "--rdzv-id", "j1", "x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 2);
     CHECK_EQ(c.max_restarts, 3);
-    CHECK_STR(c.rdzv_backend, "c10d");
+    CHECK_STR(c.rdzv_backend->name, "c10d");
     CHECK_STR(c.rdzv_id, "j1");
     config_free(&c);
     CHECK_EQ(parse(ARGS("--nproc-per-node", "2", "--max-restarts=3", "--rdzv_id=j2", "x.py"),
@@ -126,7 +126,7 @@ TEST(config_pet_environment_gives_defaults) {
     CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
     CHECK_EQ(c.nproc_per_node, 3);
     CHECK_EQ(c.max_restarts, 2);
-    CHECK_STR(c.rdzv_backend, "c10d");
+    CHECK_STR(c.rdzv_backend->name, "c10d");
     CHECK_STR(c.rdzv_host, "head");
     CHECK_EQ(c.rdzv_port, 1234);
     CHECK_EQ(c.max_nodes, 4);
@@ -353,11 +353,11 @@ TEST(config_rdzv_backend_etcd) {
                 "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]");
     check_fails(no_env, ARGS("--rdzv-backend", "zk", "x.py"), "expected static, c10d or etcd-v3");
     check_fails(no_env, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "a:1,b:2", "x.py"),
-                "lists several members, which only --rdzv-backend etcd-v3 takes");
+                "lists several members, which the c10d backend does not take");
     CHECK_EQ(parse(ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e1:2379,e2:2379",
                         "--rdzv-conf", "cacert=/ca.pem,user=u,password=p,key_prefix=/jobs/",
                         "x.py"), &c), 0);
-    CHECK_STR(c.rdzv_backend, "etcd-v3");
+    CHECK_STR(c.rdzv_backend->name, "etcd-v3");
     CHECK_STR(c.rdzv_endpoints, "e1:2379,e2:2379");
     CHECK_STR(c.rdzv_host, "e1");
     CHECK_STR(c.rdzv.cacert, "/ca.pem");
@@ -420,7 +420,7 @@ TEST(config_standalone_sets_its_own_rendezvous) {
     CHECK_EQ(parse(ARGS("--standalone", "--rdzv-endpoint", "elsewhere:5", "--rdzv-id", "mine",
                         "--nproc-per-node", "4", "x.py"), &c), 0);
     CHECK_EQ(c.standalone, 1);
-    CHECK_STR(c.rdzv_backend, "c10d");
+    CHECK_STR(c.rdzv_backend->name, "c10d");
     CHECK_STR(c.rdzv_host, "localhost");
     CHECK_EQ(c.rdzv_port, 0);
     CHECK_EQ(strlen(c.rdzv_id), 36);

@@ -22,7 +22,10 @@ static void agent_init(agent_t *a, store_fixture *f, const char *host, int min, 
     memset(a, 0, sizeof *a);
     a->f = f;
     snprintf(a->host, sizeof a->host, "%s", host);
-    a->o = (rdzv_opts){.host = "127.0.0.1", .port = f->port, .run_id = "job", .min_nodes = min,
+    a->o = (rdzv_opts){.backend = rdzv_backend_find("c10d", NULL),
+                       .where = {.host = "127.0.0.1", .port = f->port,
+                                 .connect_timeout_ms = 10000},
+                       .run_id = "job", .min_nodes = min,
                        .max_nodes = max, .node_rank = -1, .nproc = 2, .hostname = a->host,
                        .join_timeout = 10, .last_call_timeout = 0.3, .heartbeat = 1,
                        .max_restarts = 3};
@@ -237,5 +240,45 @@ TEST(rdzv_exit_barrier_waits_for_every_node) {
     CHECK_EQ(late.rc, -EPIPE);
     rdzv_close(late.r);
     close_all(a, 2);
+    fixture_stop(&f);
+}
+
+/* The backends' table: every row complete, found by its name or by
+ * torchrun's other spellings, and the flags that set them apart. */
+TEST(rdzv_backends_by_name) {
+    int alias = -1;
+    const rdzv_backend *c10d = rdzv_backend_find("c10d", &alias);
+    CHECK(c10d && alias == 0 && (c10d->flags & RDZV_IN_JOB_STORE));
+    CHECK(!(c10d->flags & (RDZV_FIXED_RANKS | RDZV_MANY_ENDPOINTS)));
+    const rdzv_backend *st = rdzv_backend_find("static", NULL);
+    CHECK(st && (st->flags & RDZV_FIXED_RANKS) && (st->flags & RDZV_IN_JOB_STORE));
+    const rdzv_backend *etcd = rdzv_backend_find("etcd-v2", &alias);
+    CHECK(etcd && alias == 1);
+    CHECK_STR(etcd->name, "etcd-v3");
+    CHECK(!(etcd->flags & RDZV_IN_JOB_STORE) && (etcd->flags & RDZV_MANY_ENDPOINTS));
+    CHECK(etcd->alias_says && etcd->alias_why);
+    CHECK(rdzv_backend_find("zookeeper", &alias) == NULL);
+    char names[128];
+    rdzv_backend_names(names, sizeof names);
+    CHECK_STR(names, "static, c10d or etcd-v3");
+    const rdzv_backend *all[] = {st, c10d, etcd};
+    for (int i = 0; i < 3; i++) CHECK(all[i]->open && all[i]->endpoint && all[i]->aliases);
+}
+
+/* Lost: the message names where the keys were, not the workers' store. */
+TEST(rdzv_lost_names_the_store) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a;
+    agent_init(&a, &f, "node1", 1, 1);
+    char err[512];
+    rdzv *r = NULL;
+    CHECK_EQ(rdzv_open(&a.o, &r, err, sizeof err), 0);
+    rdzv_lost_message(r, -ETIMEDOUT, err, sizeof err);
+    char want[128];
+    snprintf(want, sizeof want, "lost the rendezvous: the store at 127.0.0.1:%d does not answer "
+             "(it stopped answering)", f.port);
+    CHECK(strncmp(err, want, strlen(want)) == 0);
+    rdzv_close(r);
     fixture_stop(&f);
 }

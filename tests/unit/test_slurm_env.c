@@ -43,7 +43,7 @@ TEST(slurm_env_several_nodes_meet_at_the_first_host) {
     CHECK_EQ(c.max_nodes, 4);
     CHECK_EQ(c.node_rank, 2);
     CHECK_STR(c.rdzv_id, "77");
-    CHECK_STR(c.rdzv_backend, "c10d");
+    CHECK_STR(c.rdzv_backend->name, "c10d");
     CHECK_STR(c.rdzv_host, "node01");
     CHECK_EQ(c.rdzv_port, slurm_step_port(77, 0));
     CHECK_EQ(c.nproc_per_node, 2);
@@ -59,7 +59,7 @@ TEST(slurm_env_one_node_keeps_its_own_store) {
     CHECK_EQ(c.node_rank, 0);
     CHECK_STR(c.rdzv_id, "5");
     /* static and no endpoint: the agent hosts a store on a free port */
-    CHECK_STR(c.rdzv_backend, "static");
+    CHECK_STR(c.rdzv_backend->name, "static");
     CHECK(c.rdzv_host == NULL);
     config_free(&c);
 }
@@ -75,19 +75,19 @@ TEST(slurm_env_flags_win) {
     CHECK_STR(c.rdzv_id, "mine");
     CHECK_STR(c.rdzv_host, "head");
     CHECK_EQ(c.rdzv_port, 1234);
-    CHECK_STR(c.rdzv_backend, "c10d"); /* not given: Slurm's, since 8 nodes may come */
+    CHECK_STR(c.rdzv_backend->name, "c10d"); /* not given: Slurm's, since 8 nodes may come */
     config_free(&c);
     /* An explicit static backend stays, and meets at --master-addr. */
     CHECK_EQ(parse_in(env, ARGS("--rdzv-backend", "static", "--master-addr", "10.0.0.9", TRAIN),
                       &c), 0);
-    CHECK_STR(c.rdzv_backend, "static");
+    CHECK_STR(c.rdzv_backend->name, "static");
     CHECK(c.rdzv_host == NULL);
     CHECK_EQ(c.node_rank, 2);
     CHECK_EQ(c.max_nodes, 4);
     config_free(&c);
     /* Without one, the static backend meets at the first host too. */
     CHECK_EQ(parse_in(env, ARGS("--rdzv-backend", "static", TRAIN), &c), 0);
-    CHECK_STR(c.rdzv_backend, "static");
+    CHECK_STR(c.rdzv_backend->name, "static");
     CHECK_STR(c.rdzv_host, "node01");
     config_free(&c);
 }
@@ -124,7 +124,7 @@ TEST(slurm_env_batch_script_and_several_tasks_per_node_take_nothing) {
         CHECK_EQ(c.max_nodes, 1);
         CHECK_EQ(c.node_rank, -1);
         CHECK_STR(c.rdzv_id, "none");
-        CHECK_STR(c.rdzv_backend, "static");
+        CHECK_STR(c.rdzv_backend->name, "static");
         CHECK(c.rdzv_host == NULL);
         config_free(&c);
     }
@@ -172,7 +172,7 @@ TEST(slurm_env_standalone_on_one_node_keeps_its_own_id) {
                    "SLURM_STEP_NUM_TASKS=1", "SLURM_NODEID=0", "SLURM_STEP_NODELIST=vm", NULL};
     agent_config c;
     CHECK_EQ(parse_in(env, ARGS("--standalone", TRAIN), &c), 0);
-    CHECK_STR(c.rdzv_backend, "c10d");
+    CHECK_STR(c.rdzv_backend->name, "c10d");
     CHECK_STR(c.rdzv_host, "localhost");
     CHECK(strcmp(c.rdzv_id, "5") != 0 && strlen(c.rdzv_id) == 36);
     config_free(&c);
