@@ -3,6 +3,7 @@
  * plus a read of the ranks' files, so there is no caching. */
 #include "agent/metrics_http.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -85,7 +86,7 @@ static int listen_on(const metrics_http_opts *o, int *bound, char *err, size_t e
         if (fd < 0) continue;
         int one = 1, zero = 0;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6) /* every interface, IPv4 too */
+        if (ai->ai_family == AF_INET6) /* "::" is every interface, IPv4's too */
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0)
             break;
@@ -94,18 +95,17 @@ static int listen_on(const metrics_http_opts *o, int *bound, char *err, size_t e
         fd = -1;
     }
     freeaddrinfo(res);
-    const char *where = o->host ? o->host : "this host";
     if (fd < 0 && rc == -EADDRINUSE)
         snprintf(err, errlen,
                  "%s: port %d on %s is in use by another program; choose another port (0 for "
                  "a free one)",
-                 o->setting, o->port, where);
+                 o->setting, o->port, o->host);
     else if (fd < 0 && rc == -EACCES)
         snprintf(err, errlen, "%s: not allowed to listen on port %d (ports below 1024 need "
                  "root); choose another port", o->setting, o->port);
     else if (fd < 0)
         snprintf(err, errlen, "%s: cannot listen on port %d of %s: %s", o->setting, o->port,
-                 where, strerror(-rc));
+                 o->host, strerror(-rc));
     if (fd < 0) return rc;
     struct sockaddr_storage sa;
     socklen_t len = sizeof sa;
@@ -118,6 +118,7 @@ static int listen_on(const metrics_http_opts *o, int *bound, char *err, size_t e
 int metrics_http_start(const metrics_http_opts *o, agent_metrics *m, metrics_http **out,
                        int *bound, char *err, size_t errlen) {
     *out = NULL;
+    assert(o->host); /* the caller chooses the default (agent.c: 127.0.0.1) */
     metrics_http *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
     h->m = m, h->metrics = o->metrics, h->health = o->health;

@@ -20,7 +20,7 @@ typedef struct metrics_http metrics_http;
 
 typedef struct {
     const char *setting; /* how messages name it: "--metrics-port" */
-    const char *host;    /* the address to listen on; NULL: every interface */
+    const char *host;    /* the address to listen on ("127.0.0.1", "0.0.0.0", "::") */
     int port;            /* 0: a free port (see *bound) */
     int metrics;         /* serve /metrics */
     int health;          /* serve /health and / */
