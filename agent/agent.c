@@ -836,12 +836,19 @@ static int start_metrics(agent *a) {
                        .max_restarts = c->max_restarts};
     if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
     int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
+    /* A port given without a host listens on loopback only: anyone who can
+     * reach the port sees the job's state, so every interface (0.0.0.0 or
+     * [::]) is something to ask for. The default lives here alone: the
+     * launcher leaves the host NULL, and metrics_http takes what it is given. */
+    const char *loopback = "127.0.0.1";
     metrics_http_opts o[2] = {
         {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
-         .host = c->metrics_host, .port = c->metrics_port, .metrics = 1, .health = shared},
+         .host = c->metrics_host ? c->metrics_host : loopback, .port = c->metrics_port,
+         .metrics = 1, .health = shared},
         {.setting = getenv("TORCHELASTIC_HEALTH_CHECK_PORT") ? "TORCHELASTIC_HEALTH_CHECK_PORT"
                                                              : "--health-check-port",
-         .host = c->health_host, .port = c->health_port, .health = 1}};
+         .host = c->health_host ? c->health_host : loopback, .port = c->health_port,
+         .health = 1}};
     for (int i = 0; i < 2; i++) {
         if (o[i].port < 0 || (i == 1 && shared)) continue;
         char err[512];
@@ -851,8 +858,9 @@ static int start_metrics(agent *a) {
             log_error("%s", err);
             return rc;
         }
-        log_info("%s: serving http://%s:%d/%s", o[i].setting, o[i].host ? o[i].host : a->hostname,
-                 port, i == 0 ? "metrics" : "health");
+        int v6 = strchr(o[i].host, ':') != NULL; /* a URL brackets an IPv6 address */
+        log_info("%s: serving http://%s%s%s:%d/%s", o[i].setting, v6 ? "[" : "", o[i].host,
+                 v6 ? "]" : "", port, i == 0 ? "metrics" : "health");
     }
     return 0;
 }

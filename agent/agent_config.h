@@ -110,7 +110,7 @@ typedef struct {
     int nsignals;
     numa_mode numa_binding;     /* --numa-binding */
     int event_log_console;      /* --event-log-handler console: events on stderr as JSON */
-    char *metrics_host;         /* --metrics-port [HOST:]PORT: HOST, NULL: every interface */
+    char *metrics_host;         /* --metrics-port [HOST:]PORT: HOST, NULL: 127.0.0.1 */
     int metrics_port;           /* its PORT (0: a free one); -1: no metrics server */
     char *health_host;          /* --health-check-port or TORCHELASTIC_HEALTH_CHECK_PORT: */
     int health_port;            /* the same for GET /health; -1: none */

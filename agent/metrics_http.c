@@ -3,8 +3,8 @@
  * plus a read of the ranks' files, so there is no caching. */
 #include "agent/metrics_http.h"
 
+#include <assert.h>
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -13,70 +13,58 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "agent/http_server.h"
 #include "common/clock.h"
 
+#define TEXT "text/plain; charset=utf-8"
+#define LISTEN_BACKLOG 511 /* connections the kernel holds for accept */
+
 struct metrics_http {
-    struct MHD_Daemon *d;
+    http_server *srv;
     agent_metrics *m;
     int metrics, health;
 };
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
-                             void *data, size_t len, enum MHD_ResponseMemoryMode mode) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, data, mode);
-    if (!r) {
-        if (mode == MHD_RESPMEM_MUST_FREE) free(data);
-        return MHD_NO;
+static int text(http_reply *r, int status, const char *s) {
+    r->status = status;
+    r->type = TEXT;
+    return buf_append(&r->body, s, strlen(s));
+}
+
+static int serve_metrics(metrics_http *h, http_reply *r) {
+    if (metrics_render(h->m, clock_now_s(), &r->body) != 0) {
+        buf_clear(&r->body);
+        return text(r, 500, "out of memory rendering the metrics\n");
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
-    enum MHD_Result ok = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return ok;
+    r->status = 200;
+    r->type = "text/plain; version=0.0.4; charset=utf-8";
+    return 0;
 }
 
-static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char *s) {
-    return reply(c, code, "text/plain; charset=utf-8", (void *)s, strlen(s),
-                 MHD_RESPMEM_MUST_COPY);
-}
-
-static enum MHD_Result serve_metrics(metrics_http *h, struct MHD_Connection *c) {
-    buf_t b = BUF_INIT;
-    if (metrics_render(h->m, clock_now_s(), &b) != 0) {
-        buf_free(&b);
-        return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory rendering the metrics\n");
-    }
-    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len,
-                 MHD_RESPMEM_MUST_FREE);
-}
-
-static enum MHD_Result serve_health(metrics_http *h, struct MHD_Connection *c) {
+static int serve_health(metrics_http *h, http_reply *r) {
     char body[512];
-    int code = metrics_health(h->m, clock_now_s(), body, sizeof body);
-    return reply(c, (unsigned)code, "application/json", body, strlen(body),
-                 MHD_RESPMEM_MUST_COPY);
+    r->status = metrics_health(h->m, clock_now_s(), body, sizeof body);
+    r->type = "application/json";
+    return buf_append(&r->body, body, strlen(body));
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **req) {
-    (void)version, (void)upload, (void)req;
-    metrics_http *h = cls;
-    if (*upload_size) { /* a body nobody asked for: read and dropped */
-        *upload_size = 0;
-        return MHD_YES;
+/* The routes (http_handler_fn): GET and HEAD only; the server leaves out
+ * HEAD's body. */
+static int on_request(void *ctx, const char *method, const char *path, http_reply *r) {
+    metrics_http *h = ctx;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        r->allow = "GET, HEAD";
+        return text(r, 405, "only GET and HEAD are served\n");
     }
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
-    if (h->metrics && strcmp(url, "/metrics") == 0) return serve_metrics(h, c);
-    if (strcmp(url, "/health") == 0) return serve_health(h, c);
-    if (h->health && strcmp(url, "/") == 0) return serve_health(h, c);
+    if (h->metrics && strcmp(path, "/metrics") == 0) return serve_metrics(h, r);
+    if (strcmp(path, "/health") == 0) return serve_health(h, r);
+    if (h->health && strcmp(path, "/") == 0) return serve_health(h, r);
     char msg[160];
     snprintf(msg, sizeof msg, "not found; this port serves %s\n",
              h->metrics && h->health ? "/metrics, /health and /"
              : h->metrics           ? "/metrics and /health"
                                     : "/health and /");
-    return text(c, MHD_HTTP_NOT_FOUND, msg);
+    return text(r, 404, msg);
 }
 
 /* The listening socket, bound and listening; -errno with err written. */
@@ -98,26 +86,26 @@ static int listen_on(const metrics_http_opts *o, int *bound, char *err, size_t e
         if (fd < 0) continue;
         int one = 1, zero = 0;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6) /* every interface, IPv4 too */
+        if (ai->ai_family == AF_INET6) /* "::" is every interface, IPv4's too */
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0)
+            break;
         rc = -errno;
         close(fd);
         fd = -1;
     }
     freeaddrinfo(res);
-    const char *where = o->host ? o->host : "this host";
     if (fd < 0 && rc == -EADDRINUSE)
         snprintf(err, errlen,
                  "%s: port %d on %s is in use by another program; choose another port (0 for "
                  "a free one)",
-                 o->setting, o->port, where);
+                 o->setting, o->port, o->host);
     else if (fd < 0 && rc == -EACCES)
         snprintf(err, errlen, "%s: not allowed to listen on port %d (ports below 1024 need "
                  "root); choose another port", o->setting, o->port);
     else if (fd < 0)
         snprintf(err, errlen, "%s: cannot listen on port %d of %s: %s", o->setting, o->port,
-                 where, strerror(-rc));
+                 o->host, strerror(-rc));
     if (fd < 0) return rc;
     struct sockaddr_storage sa;
     socklen_t len = sizeof sa;
@@ -130,6 +118,7 @@ static int listen_on(const metrics_http_opts *o, int *bound, char *err, size_t e
 int metrics_http_start(const metrics_http_opts *o, agent_metrics *m, metrics_http **out,
                        int *bound, char *err, size_t errlen) {
     *out = NULL;
+    assert(o->host); /* the caller chooses the default (agent.c: 127.0.0.1) */
     metrics_http *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
     h->m = m, h->metrics = o->metrics, h->health = o->health;
@@ -138,17 +127,13 @@ int metrics_http_start(const metrics_http_opts *o, agent_metrics *m, metrics_htt
         free(h);
         return fd;
     }
-    /* Its own thread polls the socket; a scrape that hangs times out. */
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                            on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
-    if (!h->d) {
-        snprintf(err, errlen, "%s: cannot start the HTTP server on port %d", o->setting,
-                 *bound);
-        close(fd);
+    char why[256];
+    http_server_opts so = {.fd = fd, .handler = on_request, .ctx = h};
+    int rc = http_server_start(&so, &h->srv, why, sizeof why); /* closes fd if it fails */
+    if (rc) {
+        snprintf(err, errlen, "%s: port %d: %s", o->setting, *bound, why);
         free(h);
-        return -EIO;
+        return rc;
     }
     *out = h;
     return 0;
@@ -156,6 +141,6 @@ int metrics_http_start(const metrics_http_opts *o, agent_metrics *m, metrics_htt
 
 void metrics_http_stop(metrics_http *h) {
     if (!h) return;
-    MHD_stop_daemon(h->d); /* closes the listening socket too */
+    http_server_stop(h->srv); /* joins its thread, closes the listening socket too */
     free(h);
 }

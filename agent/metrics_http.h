@@ -4,12 +4,11 @@
  * server: 200 while the workers run and the heartbeat is fresh, else 503
  * with the reason. Any other path is 404, any method but GET and HEAD 405.
  *
- * The server is libmicrohttpd (Debian's libmicrohttpd-dev): a small,
- * well-kept C HTTP server library that runs on a thread of its own
- * (MHD_USE_INTERNAL_POLLING_THREAD), so a slow or stuck scraper never
- * blocks the agent's loop, and ddprun carries no HTTP parser of its own.
- * The listening socket is bound here, not by the library, so that a port
- * in use is reported naming the port and the setting that asked for it. */
+ * The server is agent/http_server.c, on a thread of its own, so a slow or
+ * stuck scraper never blocks the agent's loop; its deadline per connection
+ * and its bounded table keep the port open to everyone while some clients
+ * misbehave. The listening socket is bound here, so that a port in use is
+ * reported naming the port and the setting that asked for it. */
 #ifndef DDPRUN_AGENT_METRICS_HTTP_H
 #define DDPRUN_AGENT_METRICS_HTTP_H
 
@@ -21,7 +20,7 @@ typedef struct metrics_http metrics_http;
 
 typedef struct {
     const char *setting; /* how messages name it: "--metrics-port" */
-    const char *host;    /* the address to listen on; NULL: every interface */
+    const char *host;    /* the address to listen on ("127.0.0.1", "0.0.0.0", "::") */
     int port;            /* 0: a free port (see *bound) */
     int metrics;         /* serve /metrics */
     int health;          /* serve /health and / */

@@ -429,8 +429,10 @@ static int apply_master_addr(const opts_arg *a) {
 static int apply_local_addr(const opts_arg *a) { return set_opt_str(a, &cfg_of(a)->local_addr); }
 
 /* --metrics-port and --health-check-port: [HOST:]PORT ([::1]:PORT for
- * IPv6), where HOST is the address to listen on (default: every
- * interface) and PORT 0 asks for a free one; empty: off. */
+ * IPv6), where HOST is the address to listen on and PORT 0 asks for a free
+ * one; empty: off. Without HOST, *host stays NULL: the agent then listens
+ * on 127.0.0.1 only (agent/agent.c, start_metrics); 0.0.0.0:PORT or
+ * [::]:PORT is every interface. */
 static int apply_listen(const opts_arg *a, char **host, int *port) {
     const char *val = a->val, *colon = strrchr(val, ':');
     free(*host);
@@ -1051,10 +1053,13 @@ static const char usage_text[] =
     "  --metrics-port [HOST:]PORT\n"
     "                            serve the agent's and the workers' metrics in\n"
     "                            Prometheus' format at http://HOST:PORT/metrics; 0: a\n"
-    "                            free port, logged (default off; PET_METRICS_PORT)\n"
+    "                            free port, logged; HOST defaults to 127.0.0.1, and\n"
+    "                            0.0.0.0 or [::] is every interface (default off;\n"
+    "                            PET_METRICS_PORT)\n"
     "  --health-check-port [HOST:]PORT\n"
     "                            GET /health: 200 while the workers run and the\n"
-    "                            heartbeat is fresh, else 503 and why (default off, or\n"
+    "                            heartbeat is fresh, else 503 and why; HOST as for\n"
+    "                            --metrics-port (default off, or\n"
     "                            TORCHELASTIC_HEALTH_CHECK_PORT; PET_HEALTH_CHECK_PORT)\n"
     "\n"
     "The program:\n"
