@@ -845,8 +845,7 @@ static int start_metrics(agent *a) {
         {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
          .host = c->metrics_host ? c->metrics_host : loopback, .port = c->metrics_port,
          .metrics = 1, .health = shared},
-        {.setting = getenv("TORCHELASTIC_HEALTH_CHECK_PORT") ? "TORCHELASTIC_HEALTH_CHECK_PORT"
-                                                             : "--health-check-port",
+        {.setting = c->health_setting[0] ? c->health_setting : "--health-check-port",
          .host = c->health_host ? c->health_host : loopback, .port = c->health_port,
          .health = 1}};
     for (int i = 0; i < 2; i++) {

@@ -114,6 +114,8 @@ typedef struct {
     int metrics_port;           /* its PORT (0: a free one); -1: no metrics server */
     char *health_host;          /* --health-check-port or TORCHELASTIC_HEALTH_CHECK_PORT: */
     int health_port;            /* the same for GET /health; -1: none */
+    char health_setting[64];    /* where the health port came from, for messages */
+                                /* (--health-check-port, TORCHELASTIC_HEALTH_CHECK_PORT) */
     char **argv;                /* the command to run for each worker (NULL-terminated) */
     int argc;
     agent_env env;              /* from ddprun's environment */

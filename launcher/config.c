@@ -457,7 +457,9 @@ static int apply_metrics_port(const opts_arg *a) {
 }
 
 static int apply_health_port(const opts_arg *a) {
-    return apply_listen(a, &cfg_of(a)->health_host, &cfg_of(a)->health_port);
+    agent_config *c = cfg_of(a);
+    snprintf(c->health_setting, sizeof c->health_setting, "%s", a->src);
+    return apply_listen(a, &c->health_host, &c->health_port);
 }
 
 /* ---- the log line prefix, duplicated lines, signals ---- */
