@@ -11,96 +11,24 @@
  * COMPARE_SET on its own store connection) so that the other agents hear
  * of it within a round trip; the rendezvous thread sees the same key and
  * starts the next round while the main thread is still stopping workers. */
-#include "agent/agent.h"
+#include "agent/agent_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-#include <uv.h>
 
-#include "agent/agent_store.h"
-#include "agent/events.h"
-#include "agent/failure.h"
-#include "agent/file_timer.h"
-#include "agent/node_status.h"
-#include "agent/metrics.h"
-#include "agent/metrics_http.h"
-#include "agent/numa_binding.h"
 #include "agent/worker_env.h"
-#include "agent/worker_group.h"
+#include "common/clock.h"
 #include "common/fdlimit.h"
 #include "common/fs.h"
-#include "common/clock.h"
 #include "common/log.h"
-#include "rendezvous/rdzv.h"
 
 extern char **environ; /* the base of every worker's environment */
 
-typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent_state;
-typedef enum { EV_ROUND, EV_RESTART, EV_BARRIER, EV_LOST } ev_kind;
-
-#define MAX_EVENTS 16
-#define MAX_FAILURES 256
-
-typedef struct {
-    ev_kind kind;
-    int rc;
-    rdzv_event why;
-    rdzv_result res; /* scalars only: res.nodes belongs to the other thread */
-    char err[512];
-} agent_event;
-
-typedef struct {
-    const agent_config *cfg;
-    const char *exe;
-    uv_loop_t *loop;
-    uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */
-    uv_async_t wake;
-    pthread_t rthread;
-    int rthread_started;
-    pthread_mutex_t mu; /* guards the mailbox and the commands */
-    agent_event evq[MAX_EVENTS];
-    int nev;
-    int cmd_barrier;
-    rdzv *rd;
-    agent_store store; /* where the job's store is; its host when this agent serves it */
-    char hostname[256];
-    char log_root[2048];
-    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
-    worker_group *wg;
-    agent_state state;
-    rdzv_result cur;
-    int have_pending;
-    rdzv_result pending;
-    int exit_code;
-    int shutdown_signal;
-    int spent_restarts; /* restarts are spent after this many: the summary is due at the end */
-    failure fails[MAX_FAILURES];
-    int nfails;
-    numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
-    double group_started; /* wall clock, s: when the current workers started */
-    file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
-    char watchdog_path[400];
-    event_log *events;     /* <log root>/events.jsonl (and stderr with --event-log-handler console) */
-    double joining_since;  /* wall clock, s: when it began to join the present round */
-    double state_since;    /* wall clock, s: when the published state last changed */
-    const char *told;      /* the state last published */
-    char (*last_exit)[128]; /* per local rank: how its last worker ended */
-    int store_lost;        /* the rendezvous is gone: publish nothing more */
-    uv_timer_t status_timer; /* publishes a burst of changes once (tell) */
-    int prev_group_size;   /* the last round's node count (0: none yet) */
-    agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
-    metrics_http *http[2];   /* /metrics; /health on a port of its own */
-    char metrics_dir[480];   /* DDPRUN_METRICS_DIR: where the ranks write theirs ("": none) */
-} agent;
 
 /* Every change of the agent's state goes through here: the metrics'
  * ddprun_agent_state and the health check follow it. */
@@ -210,8 +138,6 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
 static void on_workers_started(worker_group *g);
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
-static void tell(agent *a, const char *state);
-static void record_event(agent *a, const char *name, const char *node_state, json_t *extra);
 
 /* The ranks of an earlier group wrote their metrics under their old
  * ranks: gone before the new group writes its own. */
@@ -308,130 +234,35 @@ static void on_workers_started(worker_group *g) {
              a->cur.restart_count, c->max_restarts, a->cur.round);
     json_t *pids = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(pids, json_integer(g->w[i].pid));
-    record_event(a, "ddprun.agent.workers_started", "RUNNING",
+    agent_record_event(a, "ddprun.agent.workers_started", "RUNNING",
                 json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
                           a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
-    tell(a, a->state == ST_RUNNING ? "running" : a->told);
+    agent_tell(a, a->state == ST_RUNNING ? "running" : a->told);
 }
 
 /* ---- what the agent tells: `ddprun status` and the event log ----------------- */
 
-/* Publishes this agent's status now (its state: the last one told). */
-static void publish_status(agent *a) {
-    uv_timer_stop(&a->status_timer);
-    if (!a->rd || a->store_lost || !a->told) return;
-    const agent_config *c = a->cfg;
-    int member = a->cur.group_world_size > 0 && a->state != ST_RDZV;
-    node_status st = {.agent_id = rdzv_agent_id(a->rd), .host = a->hostname, .role = c->role,
-                      .state = a->told, .pid = (int)getpid(),
-                      .node_rank = member ? a->cur.group_rank : -1, .round = a->cur.round,
-                      .group_world_size = member ? a->cur.group_world_size : 0,
-                      .world_size = member ? a->cur.world_size : 0,
-                      .restart_count = a->cur.restart_count, .max_restarts = c->max_restarts,
-                      .nproc = c->nproc_per_node, .min_nodes = c->min_nodes,
-                      .max_nodes = c->max_nodes, .since = a->state_since, .wg = a->wg,
-                      .last_exit = a->last_exit};
-    char *json = node_status_json(&st);
-    int rc = json ? rdzv_publish_status(a->rd, 0, json) : -ENOMEM;
-    if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
-    free(json);
-}
 
-static void on_status_timer(uv_timer_t *t) { publish_status(t->data); }
 
-/* Notes this agent's state for `ddprun status` (see node_status.h). What
- * changes in a burst (the group starting, its workers exiting one after
- * another) goes out once, STATUS_COALESCE_MS after the first change: on
- * etcd each write is a raft commit. */
-#define STATUS_COALESCE_MS 500
-static void tell(agent *a, const char *state) {
-    if (!a->told || strcmp(a->told, state) != 0) a->state_since = clock_wall_s();
-    a->told = state;
-    if (!uv_is_active((uv_handle_t *)&a->status_timer))
-        uv_timer_start(&a->status_timer, on_status_timer, STATUS_COALESCE_MS, 0);
-}
 
-/* An agent event: torchrun's rendezvous event fields, plus `extra`'s
- * (taken). */
-static void record_event(agent *a, const char *name, const char *node_state, json_t *extra) {
-    const agent_config *c = a->cfg;
-    char master[300] = "";
-    if (a->cur.master_store[0]) snprintf(master, sizeof master, "%s", a->cur.master_store);
-    else if (a->cur.group_world_size > 0)
-        snprintf(master, sizeof master, "%s:%d", a->store.addr, a->store.port);
-    json_t *md = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "run_id",
-                           c->rdzv_id, "hostname", a->hostname, "pid", (int)getpid(), "role",
-                           c->role, "rdzv_backend", c->rdzv_backend->name, "node_state", node_state,
-                           "master_endpoint", master, "rank",
-                           a->cur.group_world_size > 0 ? a->cur.group_rank : -1,
-                           "round", a->cur.round, "restart_count", a->cur.restart_count);
-    if (md && extra) json_object_update(md, extra);
-    json_decref(extra);
-    if (md) event_log_write(a->events, name, "AGENT", md);
-}
-
-static void joining(agent *a) {
-    a->joining_since = clock_wall_s();
-    tell(a, "rendezvous");
-    record_event(a, "ddprun.rendezvous.joining", "INIT", NULL);
-}
 
 /* ---- decisions --------------------------------------------------------------- */
 
-static void report_exhausted(agent *a, int restarts);
 
 static void finish(agent *a, int code) {
     /* The summary comes last, once every worker has stopped, so that it
      * is not lost among what the stopping workers and the agent say. */
-    if (a->spent_restarts) report_exhausted(a, a->spent_restarts);
+    if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
-    tell(a, how);
-    publish_status(a); /* the last word, at once */
-    record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
+    agent_tell(a, how);
+    agent_publish_status(a); /* the last word, at once */
+    agent_record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
                 json_pack("{s:i, s:s}", "exit_code", code, "outcome", how));
     a->exit_code = code;
     uv_stop(a->loop);
 }
 
-static const char *program_name(const agent_config *c) {
-    for (int i = 0; c->argv[i]; i++) {
-        const char *s = c->argv[i];
-        if (s[0] != '-' && strcmp(s, "python3") != 0 && !strstr(s, "python")) return s;
-    }
-    return c->argv[0];
-}
 
-/* Restarts are spent: print torchrun's summary from every node's failures
- * of the last round that failed. */
-static void report_exhausted(agent *a, int restarts) {
-    log_error("the worker group failed %d time%s; --max-restarts=%d is spent", restarts,
-              restarts == 1 ? "" : "s", a->cfg->max_restarts);
-    char *all = rdzv_failures(a->rd, 0);
-    failure *fs = calloc(MAX_FAILURES, sizeof *fs); /* too large for the stack */
-    if (!fs) {
-        free(all);
-        return;
-    }
-    int n = 0, last_round = -1;
-    for (char *line = all ? strtok(all, "\n") : NULL; line && n < MAX_FAILURES;
-         line = strtok(NULL, "\n")) {
-        if (failure_from_json(line, &fs[n]) != 0) continue;
-        if (fs[n].round > last_round) last_round = fs[n].round;
-        n++;
-    }
-    free(all);
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        if (fs[i].round == last_round) fs[k++] = fs[i];
-        else failure_free(&fs[i]);
-    }
-    if (k == 0) /* the store had none: fall back to what this node saw */
-        for (int i = 0; i < a->nfails; i++) fs[k++] = a->fails[i], a->fails[i].message = NULL,
-                                             a->fails[i].traceback = NULL;
-    failure_print_summary(stderr, program_name(a->cfg), fs, k);
-    for (int i = 0; i < k; i++) failure_free(&fs[i]);
-    free(fs);
-}
 
 static void stop_workers(agent *a, int sig) {
     if (a->wg && !a->wg->idle) worker_group_stop(a->wg, sig, a->cfg->shutdown_timeout);
@@ -439,12 +270,12 @@ static void stop_workers(agent *a, int sig) {
 
 static void round_formed(agent *a) {
     const rdzv_result *r = &a->cur;
-    record_event(a, "ddprun.rendezvous.round_formed", "RUNNING",
+    agent_record_event(a, "ddprun.rendezvous.round_formed", "RUNNING",
                 json_pack("{s:i, s:i, s:f}", "group_world_size", r->group_world_size,
                           "world_size", r->world_size, "duration_s",
                           clock_wall_s() - a->joining_since));
     if (a->prev_group_size && a->prev_group_size != r->group_world_size)
-        record_event(a, "ddprun.agent.scale", "RUNNING",
+        agent_record_event(a, "ddprun.agent.scale", "RUNNING",
                     json_pack("{s:i, s:i}", "from_nodes", a->prev_group_size, "to_nodes",
                               r->group_world_size));
     a->prev_group_size = r->group_world_size;
@@ -491,10 +322,10 @@ static void on_restart(agent *a, rdzv_event why) {
              why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                     : "the group's membership changed");
     set_state(a, ST_STOPPING);
-    record_event(a, "ddprun.agent.restart", "RUNNING",
+    agent_record_event(a, "ddprun.agent.restart", "RUNNING",
                 json_pack("{s:s}", "why", why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                                                  : "the membership changed"));
-    tell(a, "stopping");
+    agent_tell(a, "stopping");
     stop_workers(a, SIGTERM);
 }
 
@@ -535,41 +366,19 @@ static void on_wake(uv_async_t *h) {
     }
 }
 
-/* --event-log-handler console: the worker's end as torchrun's event. */
-static void record_worker_event(const agent *a, const worker *w, const char *state,
-                                const char *raw_error) {
-    const agent_config *c = a->cfg;
-    worker_event e = {.run_id = c->rdzv_id, .role = c->role, .hostname = a->hostname,
-                      .rdzv_backend = c->rdzv_backend->name, .state = state,
-                      .global_rank = w->global_rank, .group_rank = a->cur.group_rank,
-                      .pid = w->pid, .agent_restarts = a->cur.restart_count,
-                      .exit_code = w->term_signal ? -w->term_signal : w->exit_status,
-                      .run_time_s = w->exit_time - a->group_started, .raw_error = raw_error};
-    event_worker_status(a->events, &e);
-}
 
-static void note_exit(agent *a, const worker *w) {
-    if (!a->last_exit || w->local_rank >= a->cfg->nproc_per_node) return;
-    char *s = a->last_exit[w->local_rank];
-    if (w->term_signal)
-        snprintf(s, sizeof a->last_exit[0], "signal SIG%s (round %d)", sigabbrev_np(w->term_signal),
-                 a->cur.round);
-    else
-        snprintf(s, sizeof a->last_exit[0], "exit code %d (round %d)", (int)w->exit_status,
-                 a->cur.round);
-}
 
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
-    note_exit(a, w);
+    agent_note_exit(a, w);
     metrics_worker_exited(a->metrics, w->local_rank,
                           a->state != ST_RUNNING ? METRICS_W_TERMINATED
                           : failed               ? METRICS_W_FAILED
                                                  : METRICS_W_SUCCEEDED);
     if (!failed || a->state != ST_RUNNING) {
-        record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
-        tell(a, a->told ? a->told : "running");
+        agent_record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
+        agent_tell(a, a->told ? a->told : "running");
         return;
     }
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
@@ -586,15 +395,15 @@ static void on_worker_exit(worker_group *g, worker *w) {
             f->message = why;
         }
     }
-    record_worker_event(a, w, "FAILED", f->message);
+    agent_record_worker_event(a, w, "FAILED", f->message);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
               w->global_rank, w->pid, f->message);
     set_state(a, ST_STOPPING);
     stop_workers(a, SIGTERM);
-    record_event(a, "ddprun.agent.restart", "FAILED",
+    agent_record_event(a, "ddprun.agent.restart", "FAILED",
                 json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", w->global_rank,
                           "failed_pid", w->pid));
-    tell(a, "stopping");
+    agent_tell(a, "stopping");
     char *json = failure_to_json(f);
     int rc = json ? rdzv_record_failure(a->rd, 0, json) : -ENOMEM;
     free(json);
@@ -612,7 +421,7 @@ static void on_group_idle(worker_group *g) {
         if (a->cur.group_world_size > 1)
             log_info("all %d local workers finished; waiting for the other nodes", g->n);
         set_state(a, ST_BARRIER);
-        tell(a, "finishing");
+        agent_tell(a, "finishing");
         pthread_mutex_lock(&a->mu);
         a->cmd_barrier = 1;
         pthread_mutex_unlock(&a->mu);
@@ -623,7 +432,7 @@ static void on_group_idle(worker_group *g) {
     worker_group_free(a->wg);
     a->wg = NULL;
     set_state(a, ST_RDZV);
-    joining(a);
+    agent_joining(a);
     if (a->have_pending) {
         a->have_pending = 0;
         a->cur = a->pending;
@@ -652,217 +461,17 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 /* ---- run ------------------------------------------------------------------------- */
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-/* Without --log-dir nobody asked for the files (the error files have been
- * read by then): leave nothing behind in /tmp. */
-static void remove_tmp_root(agent *a) {
-    if (a->tmp_root[0]) nftw(a->tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int make_log_root(agent *a) {
-    const agent_config *c = a->cfg;
-    if (c->log_dir) {
-        snprintf(a->log_root, sizeof a->log_root, "%s/%s", c->log_dir, c->rdzv_id);
-    } else {
-        char tmpl[256];
-        snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());
-        if (!mkdtemp(tmpl)) return -errno;
-        snprintf(a->tmp_root, sizeof a->tmp_root, "%s", tmpl);
-        snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
-    }
-    int rc = fs_mkdir_p(a->log_root);
-    if (rc) log_error("cannot create the log directory %s: %s", a->log_root, strerror(-rc));
-    return rc;
-}
-
-static int open_event_log(agent *a) {
-    char path[2200], err[2400];
-    snprintf(path, sizeof path, "%s/events.jsonl", a->log_root);
-    a->events = event_log_open(path, a->cfg->event_log_console, err, sizeof err);
-    if (!a->events) {
-        log_error("%s", err);
-        return -EIO;
-    }
-    a->last_exit = calloc((size_t)a->cfg->nproc_per_node, sizeof *a->last_exit);
-    return a->last_exit ? 0 : -ENOMEM;
-}
-
-/* The rendezvous renewed the heartbeat (on its thread). */
-static void on_beat(void *ctx, int64_t now_ms) {
-    metrics_heartbeat(((agent *)ctx)->metrics, (double)now_ms / 1000);
-}
-
-/* etcd-v3: node rank 0's own store serves the workers; what workers of an
- * earlier round with the same restart count left there goes before the
- * rendezvous lets the other nodes start theirs (on its thread; the c10d
- * rendezvous does this for its store itself). */
-static int clear_own_store(void *ctx, int restart_count) {
-    agent *a = ctx;
-    rdzv_kv *kv = NULL;
-    int rc = rdzv_kv_store_open("127.0.0.1", a->store.port, 2000, &kv);
-    if (rc == 0) rc = rdzv_clear_worker_keys(kv, restart_count);
-    if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
-    kv_close(kv);
-    return 0; /* the round goes on: a fresh store has nothing to clear */
-}
-
-static int open_rendezvous(agent *a) {
-    const agent_config *c = a->cfg;
-    unsigned flags = c->rdzv_backend->flags;
-    int fixed = (flags & RDZV_FIXED_RANKS) != 0, apart = !(flags & RDZV_IN_JOB_STORE);
-    char own[300];
-    snprintf(own, sizeof own, "%s:%d", a->store.addr, a->store.port);
-    /* A cluster member that does not answer within half a heartbeat is
-     * passed over before the leases notice. */
-    int member_ms = (int)(c->rdzv.keep_alive_interval * 500);
-    rdzv_opts o = {.backend = c->rdzv_backend,
-                   .where = agent_config_rdzv_endpoint(c, (int)(c->rdzv.join_timeout * 1000),
-                                                       member_ms > 1000 ? member_ms : 1000),
-                   .key_prefix = c->rdzv.key_prefix, .store_addr = apart ? own : NULL,
-                   .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
-                   .node_rank = fixed && c->node_rank < 0 ? 0 : c->node_rank,
-                   .strict_ranks = fixed,
-                   .nproc = c->nproc_per_node, .hostname = a->hostname,
-                   .join_timeout = c->rdzv.join_timeout,
-                   .last_call_timeout = c->rdzv.last_call_timeout,
-                   .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
-                   .on_beat = on_beat,
-                   .clear_own_store = apart && a->store.host ? clear_own_store : NULL, .ctx = a};
-    if (!apart) { /* the job's store: this agent's own, or where it was found */
-        o.where.host = a->store.host ? "127.0.0.1" : a->store.addr;
-        o.where.port = a->store.port;
-    }
-    char err[512];
-    int rc = rdzv_open(&o, &a->rd, err, sizeof err);
-    if (rc) log_error("%s", err);
-    return rc;
-}
-
-/* --numa-binding: the CPUs of every local rank, chosen once (the machine
- * does not change between restarts) and said. */
-static int plan_numa_binding(agent *a) {
-    const agent_config *c = a->cfg;
-    if (c->numa_binding == NUMA_NONE) return 0;
-    int n = c->nproc_per_node, *gpu = calloc((size_t)n, sizeof *gpu);
-    if (!gpu) return -ENOMEM;
-    for (int i = 0; i < n; i++) { /* the GPU CUDA numbers as local rank i, if known */
-        char g[64], *end;
-        long v = strtol(worker_env_gpu(c->env.cuda_visible_devices, i, g, sizeof g), &end, 10);
-        gpu[i] = *end || v < 0 ? -1 : (int)v;
-    }
-    char err[512];
-    int rc = numa_plan_make(c->numa_binding, n, gpu, &a->numa, err, sizeof err);
-    free(gpu);
-    if (rc) {
-        log_error("%s", err);
-        return rc;
-    }
-    for (int i = 0; i < n; i++)
-        log_info("--numa-binding %s: local rank %d on CPUs %s (%s)",
-                 numa_mode_name(c->numa_binding), i, a->numa.cpus[i], a->numa.near[i]);
-    if (!a->numa.this_system)
-        log_warn("--numa-binding: the topology read is not this machine's (HWLOC_SYNTHETIC or "
-                 "HWLOC_XMLFILE is set): the plan above is not applied");
-    return 0;
-}
-
-/* The watchdog may signal a process only if it is one of this agent's
- * workers or something it started (its process group is the worker's). */
-static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
-    agent *a = ctx;
-    pid_t pg = getpgid(pid);
-    for (int i = 0; a->wg && i < a->wg->n; i++) {
-        const worker *w = &a->wg->w[i];
-        if (w->running && w->pid > 0 && (pid == w->pid || pg == w->pid)) {
-            snprintf(name, len, "local rank %d (rank %d, pid %d)", w->local_rank, w->global_rank,
-                     (int)pid);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* torchrun's TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
- * requests on TORCHELASTIC_TIMER_FILE (or a new FIFO), which the workers
- * are told. */
-static int start_watchdog(agent *a) {
-    const agent_env *env = &a->cfg->env;
-    if (!env->file_timer) return 0;
-    if (env->timer_file)
-        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s", env->timer_file);
-    else
-        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s/watchdog_timer_%d_%ld",
-                 env->tmpdir, (int)getpid(), (long)time(NULL));
-    char err[1300];
-    a->watchdog = file_timer_start(a->loop, a->watchdog_path, watchdog_owner, a, err, sizeof err);
-    if (!a->watchdog) {
-        log_error("TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", err);
-        return -EIO;
-    }
-    log_info("worker watchdog: serving torch's FileTimer requests on %s", a->watchdog_path);
-    return 0;
-}
 
 
-/* --metrics-port and the health check port (--health-check-port or
- * torchrun's TORCHELASTIC_HEALTH_CHECK_PORT): the registry, the ranks'
- * directory, and one server, or two when the ports differ. */
-static int start_metrics(agent *a) {
-    const agent_config *c = a->cfg;
-    if (c->metrics_port < 0 && c->health_port < 0) return 0;
-    if (c->metrics_port >= 0) {
-        if (snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s/metrics", a->log_root) >=
-            (int)sizeof a->metrics_dir) {
-            log_error("--metrics-port: the metrics directory under %s would be longer than %zu "
-                      "characters; choose a shorter --log-dir", a->log_root,
-                      sizeof a->metrics_dir - 1);
-            return -ENAMETOOLONG;
-        }
-        int rc = fs_mkdir_p(a->metrics_dir);
-        if (rc) {
-            log_error("cannot create the metrics directory %s: %s", a->metrics_dir,
-                      strerror(-rc));
-            return rc;
-        }
-    }
-    metrics_opts mo = {.run_id = c->rdzv_id, .role = c->role, .node = a->hostname,
-                       .rank_dir = a->metrics_dir[0] ? a->metrics_dir : NULL,
-                       .heartbeat_interval = c->rdzv.keep_alive_interval,
-                       .max_restarts = c->max_restarts};
-    if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
-    int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
-    /* A port given without a host listens on loopback only: anyone who can
-     * reach the port sees the job's state, so every interface (0.0.0.0 or
-     * [::]) is something to ask for. The default lives here alone: the
-     * launcher leaves the host NULL, and metrics_http takes what it is given. */
-    const char *loopback = "127.0.0.1";
-    metrics_http_opts o[2] = {
-        {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
-         .host = c->metrics_host ? c->metrics_host : loopback, .port = c->metrics_port,
-         .metrics = 1, .health = shared},
-        {.setting = c->health_setting[0] ? c->health_setting : "--health-check-port",
-         .host = c->health_host ? c->health_host : loopback, .port = c->health_port,
-         .health = 1}};
-    for (int i = 0; i < 2; i++) {
-        if (o[i].port < 0 || (i == 1 && shared)) continue;
-        char err[512];
-        int port = 0, rc = metrics_http_start(&o[i], a->metrics, &a->http[i], &port, err,
-                                              sizeof err);
-        if (rc) {
-            log_error("%s", err);
-            return rc;
-        }
-        int v6 = strchr(o[i].host, ':') != NULL; /* a URL brackets an IPv6 address */
-        log_info("%s: serving http://%s%s%s:%d/%s", o[i].setting, v6 ? "[" : "", o[i].host,
-                 v6 ? "]" : "", port, i == 0 ? "metrics" : "health");
-    }
-    return 0;
-}
+
+
+
+
+
+
+
+
+
 
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
@@ -894,14 +503,14 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (make_log_root(a) || open_event_log(a) || start_metrics(a) || plan_numa_binding(a) ||
-        start_watchdog(a) || agent_store_setup(cfg, a->hostname, &a->store) ||
-        open_rendezvous(a))
+    if (agent_make_log_root(a) || agent_open_event_log(a) || agent_start_metrics(a) || agent_plan_numa_binding(a) ||
+        agent_start_watchdog(a) || agent_store_setup(cfg, a->hostname, &a->store) ||
+        agent_open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     set_state(a, ST_RDZV);
-    joining(a);
+    agent_joining(a);
     pthread_create(&a->rthread, NULL, rdzv_thread, a);
     a->rthread_started = 1;
     uv_run(a->loop, UV_RUN_DEFAULT);
@@ -912,7 +521,7 @@ out:
     fflush(stdout);
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
-    remove_tmp_root(a);
+    agent_remove_tmp_root(a);
     event_log_close(a->events);
     free(a->last_exit);
     numa_plan_free(&a->numa);

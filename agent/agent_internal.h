@@ -1,0 +1,113 @@
+/* The agent's state, shared by the files that make it up: agent.c (the
+ * state machine and the rendezvous thread's mailbox), agent_report.c (what
+ * it tells: `ddprun status`, the event log, the failure summary) and
+ * agent_services.c (what it starts and stops around the workers: the log
+ * directory, the event log, metrics, the watchdog, NUMA binding, the
+ * rendezvous). Only these files include it. */
+#ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
+#define DDPRUN_AGENT_AGENT_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <uv.h>
+
+#include "agent/agent.h"
+#include "agent/agent_store.h"
+#include "agent/events.h"
+#include "agent/failure.h"
+#include "agent/file_timer.h"
+#include "agent/metrics.h"
+#include "agent/metrics_http.h"
+#include "agent/numa_binding.h"
+#include "agent/worker_group.h"
+#include "rendezvous/rdzv.h"
+
+typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent_state;
+typedef enum { EV_ROUND, EV_RESTART, EV_BARRIER, EV_LOST } ev_kind;
+
+#define MAX_EVENTS 16
+#define MAX_FAILURES 256
+
+typedef struct {
+    ev_kind kind;
+    int rc;
+    rdzv_event why;
+    rdzv_result res; /* scalars only: res.nodes belongs to the other thread */
+    char err[512];
+} agent_event;
+
+typedef struct {
+    const agent_config *cfg;
+    const char *exe;
+    uv_loop_t *loop;
+    uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */
+    uv_async_t wake;
+    pthread_t rthread;
+    int rthread_started;
+    pthread_mutex_t mu; /* guards the mailbox and the commands */
+    agent_event evq[MAX_EVENTS];
+    int nev;
+    int cmd_barrier;
+    rdzv *rd;
+    agent_store store; /* where the job's store is; its host when this agent serves it */
+    char hostname[256];
+    char log_root[2048];
+    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
+    worker_group *wg;
+    agent_state state;
+    rdzv_result cur;
+    int have_pending;
+    rdzv_result pending;
+    int exit_code;
+    int shutdown_signal;
+    int spent_restarts; /* restarts are spent after this many: the summary is due at the end */
+    failure fails[MAX_FAILURES];
+    int nfails;
+    numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
+    double group_started; /* wall clock, s: when the current workers started */
+    file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
+    char watchdog_path[400];
+    event_log *events;     /* <log root>/events.jsonl (and stderr with --event-log-handler console) */
+    double joining_since;  /* wall clock, s: when it began to join the present round */
+    double state_since;    /* wall clock, s: when the published state last changed */
+    const char *told;      /* the state last published */
+    char (*last_exit)[128]; /* per local rank: how its last worker ended */
+    int store_lost;        /* the rendezvous is gone: publish nothing more */
+    uv_timer_t status_timer; /* publishes a burst of changes once (tell) */
+    int prev_group_size;   /* the last round's node count (0: none yet) */
+    agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
+    metrics_http *http[2];   /* /metrics; /health on a port of its own */
+    char metrics_dir[480];   /* DDPRUN_METRICS_DIR: where the ranks write theirs ("": none) */
+} agent;
+
+/* ---- agent_report.c: what the agent tells ---- */
+
+/* Publishes this agent's status now (its state: the last one told). */
+void agent_publish_status(agent *a);
+/* Notes this agent's state for `ddprun status`; a burst goes out once. */
+void agent_tell(agent *a, const char *state);
+/* An agent event: torchrun's rendezvous event fields, plus `extra`'s (taken). */
+void agent_record_event(agent *a, const char *name, const char *node_state, json_t *extra);
+/* The agent joins a round: told and recorded. */
+void agent_joining(agent *a);
+/* Restarts are spent: torchrun's summary from every node's failures of
+ * the last round that failed. */
+void agent_report_exhausted(agent *a, int restarts);
+/* --event-log-handler console: a worker's end as torchrun's event. */
+void agent_record_worker_event(const agent *a, const worker *w, const char *state,
+                               const char *raw_error);
+/* How local rank w's last worker ended, for `ddprun status`. */
+void agent_note_exit(agent *a, const worker *w);
+
+/* ---- agent_services.c: what the agent starts around its workers ---- */
+
+/* Each returns 0, or a negative errno after logging why. */
+int agent_make_log_root(agent *a);
+void agent_remove_tmp_root(agent *a);
+int agent_open_event_log(agent *a);
+int agent_start_metrics(agent *a);
+int agent_plan_numa_binding(agent *a);
+int agent_start_watchdog(agent *a);
+int agent_open_rendezvous(agent *a);
+
+#endif

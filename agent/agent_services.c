@@ -1,0 +1,228 @@
+/* What the agent starts and stops around its workers (see
+ * agent_internal.h): the log directory, the event log, the metrics and
+ * health servers, NUMA binding, the worker watchdog, and the rendezvous. */
+#include "agent/agent_internal.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/worker_env.h"
+#include "common/fs.h"
+#include "common/log.h"
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Without --log-dir nobody asked for the files (the error files have been
+ * read by then): leave nothing behind in /tmp. */
+void agent_remove_tmp_root(agent *a) {
+    if (a->tmp_root[0]) nftw(a->tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int agent_make_log_root(agent *a) {
+    const agent_config *c = a->cfg;
+    if (c->log_dir) {
+        snprintf(a->log_root, sizeof a->log_root, "%s/%s", c->log_dir, c->rdzv_id);
+    } else {
+        char tmpl[256];
+        snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());
+        if (!mkdtemp(tmpl)) return -errno;
+        snprintf(a->tmp_root, sizeof a->tmp_root, "%s", tmpl);
+        snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
+    }
+    int rc = fs_mkdir_p(a->log_root);
+    if (rc) log_error("cannot create the log directory %s: %s", a->log_root, strerror(-rc));
+    return rc;
+}
+
+int agent_open_event_log(agent *a) {
+    char path[2200], err[2400];
+    snprintf(path, sizeof path, "%s/events.jsonl", a->log_root);
+    a->events = event_log_open(path, a->cfg->event_log_console, err, sizeof err);
+    if (!a->events) {
+        log_error("%s", err);
+        return -EIO;
+    }
+    a->last_exit = calloc((size_t)a->cfg->nproc_per_node, sizeof *a->last_exit);
+    return a->last_exit ? 0 : -ENOMEM;
+}
+
+/* The rendezvous renewed the heartbeat (on its thread). */
+static void on_beat(void *ctx, int64_t now_ms) {
+    metrics_heartbeat(((agent *)ctx)->metrics, (double)now_ms / 1000);
+}
+
+/* etcd-v3: node rank 0's own store serves the workers; what workers of an
+ * earlier round with the same restart count left there goes before the
+ * rendezvous lets the other nodes start theirs (on its thread; the c10d
+ * rendezvous does this for its store itself). */
+static int clear_own_store(void *ctx, int restart_count) {
+    agent *a = ctx;
+    rdzv_kv *kv = NULL;
+    int rc = rdzv_kv_store_open("127.0.0.1", a->store.port, 2000, &kv);
+    if (rc == 0) rc = rdzv_clear_worker_keys(kv, restart_count);
+    if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
+    kv_close(kv);
+    return 0; /* the round goes on: a fresh store has nothing to clear */
+}
+
+int agent_open_rendezvous(agent *a) {
+    const agent_config *c = a->cfg;
+    unsigned flags = c->rdzv_backend->flags;
+    int fixed = (flags & RDZV_FIXED_RANKS) != 0, apart = !(flags & RDZV_IN_JOB_STORE);
+    char own[300];
+    snprintf(own, sizeof own, "%s:%d", a->store.addr, a->store.port);
+    /* A cluster member that does not answer within half a heartbeat is
+     * passed over before the leases notice. */
+    int member_ms = (int)(c->rdzv.keep_alive_interval * 500);
+    rdzv_opts o = {.backend = c->rdzv_backend,
+                   .where = agent_config_rdzv_endpoint(c, (int)(c->rdzv.join_timeout * 1000),
+                                                       member_ms > 1000 ? member_ms : 1000),
+                   .key_prefix = c->rdzv.key_prefix, .store_addr = apart ? own : NULL,
+                   .run_id = c->rdzv_id, .min_nodes = c->min_nodes, .max_nodes = c->max_nodes,
+                   .node_rank = fixed && c->node_rank < 0 ? 0 : c->node_rank,
+                   .strict_ranks = fixed,
+                   .nproc = c->nproc_per_node, .hostname = a->hostname,
+                   .join_timeout = c->rdzv.join_timeout,
+                   .last_call_timeout = c->rdzv.last_call_timeout,
+                   .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
+                   .on_beat = on_beat,
+                   .clear_own_store = apart && a->store.host ? clear_own_store : NULL, .ctx = a};
+    if (!apart) { /* the job's store: this agent's own, or where it was found */
+        o.where.host = a->store.host ? "127.0.0.1" : a->store.addr;
+        o.where.port = a->store.port;
+    }
+    char err[512];
+    int rc = rdzv_open(&o, &a->rd, err, sizeof err);
+    if (rc) log_error("%s", err);
+    return rc;
+}
+
+/* --numa-binding: the CPUs of every local rank, chosen once (the machine
+ * does not change between restarts) and said. */
+int agent_plan_numa_binding(agent *a) {
+    const agent_config *c = a->cfg;
+    if (c->numa_binding == NUMA_NONE) return 0;
+    int n = c->nproc_per_node, *gpu = calloc((size_t)n, sizeof *gpu);
+    if (!gpu) return -ENOMEM;
+    for (int i = 0; i < n; i++) { /* the GPU CUDA numbers as local rank i, if known */
+        char g[64], *end;
+        long v = strtol(worker_env_gpu(c->env.cuda_visible_devices, i, g, sizeof g), &end, 10);
+        gpu[i] = *end || v < 0 ? -1 : (int)v;
+    }
+    char err[512];
+    int rc = numa_plan_make(c->numa_binding, n, gpu, &a->numa, err, sizeof err);
+    free(gpu);
+    if (rc) {
+        log_error("%s", err);
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        log_info("--numa-binding %s: local rank %d on CPUs %s (%s)",
+                 numa_mode_name(c->numa_binding), i, a->numa.cpus[i], a->numa.near[i]);
+    if (!a->numa.this_system)
+        log_warn("--numa-binding: the topology read is not this machine's (HWLOC_SYNTHETIC or "
+                 "HWLOC_XMLFILE is set): the plan above is not applied");
+    return 0;
+}
+
+/* The watchdog may signal a process only if it is one of this agent's
+ * workers or something it started (its process group is the worker's). */
+static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
+    agent *a = ctx;
+    pid_t pg = getpgid(pid);
+    for (int i = 0; a->wg && i < a->wg->n; i++) {
+        const worker *w = &a->wg->w[i];
+        if (w->running && w->pid > 0 && (pid == w->pid || pg == w->pid)) {
+            snprintf(name, len, "local rank %d (rank %d, pid %d)", w->local_rank, w->global_rank,
+                     (int)pid);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* torchrun's TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
+ * requests on TORCHELASTIC_TIMER_FILE (or a new FIFO), which the workers
+ * are told. */
+int agent_start_watchdog(agent *a) {
+    const agent_env *env = &a->cfg->env;
+    if (!env->file_timer) return 0;
+    if (env->timer_file)
+        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s", env->timer_file);
+    else
+        snprintf(a->watchdog_path, sizeof a->watchdog_path, "%s/watchdog_timer_%d_%ld",
+                 env->tmpdir, (int)getpid(), (long)time(NULL));
+    char err[1300];
+    a->watchdog = file_timer_start(a->loop, a->watchdog_path, watchdog_owner, a, err, sizeof err);
+    if (!a->watchdog) {
+        log_error("TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", err);
+        return -EIO;
+    }
+    log_info("worker watchdog: serving torch's FileTimer requests on %s", a->watchdog_path);
+    return 0;
+}
+
+/* --metrics-port and the health check port (--health-check-port or
+ * torchrun's TORCHELASTIC_HEALTH_CHECK_PORT): the registry, the ranks'
+ * directory, and one server, or two when the ports differ. */
+int agent_start_metrics(agent *a) {
+    const agent_config *c = a->cfg;
+    if (c->metrics_port < 0 && c->health_port < 0) return 0;
+    if (c->metrics_port >= 0) {
+        if (snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s/metrics", a->log_root) >=
+            (int)sizeof a->metrics_dir) {
+            log_error("--metrics-port: the metrics directory under %s would be longer than %zu "
+                      "characters; choose a shorter --log-dir", a->log_root,
+                      sizeof a->metrics_dir - 1);
+            return -ENAMETOOLONG;
+        }
+        int rc = fs_mkdir_p(a->metrics_dir);
+        if (rc) {
+            log_error("cannot create the metrics directory %s: %s", a->metrics_dir,
+                      strerror(-rc));
+            return rc;
+        }
+    }
+    metrics_opts mo = {.run_id = c->rdzv_id, .role = c->role, .node = a->hostname,
+                       .rank_dir = a->metrics_dir[0] ? a->metrics_dir : NULL,
+                       .heartbeat_interval = c->rdzv.keep_alive_interval,
+                       .max_restarts = c->max_restarts};
+    if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
+    int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
+    /* A port given without a host listens on loopback only: anyone who can
+     * reach the port sees the job's state, so every interface (0.0.0.0 or
+     * [::]) is something to ask for. The default lives here alone: the
+     * launcher leaves the host NULL, and metrics_http takes what it is given. */
+    const char *loopback = "127.0.0.1";
+    metrics_http_opts o[2] = {
+        {.setting = shared ? "--metrics-port (also the health check port)" : "--metrics-port",
+         .host = c->metrics_host ? c->metrics_host : loopback, .port = c->metrics_port,
+         .metrics = 1, .health = shared},
+        {.setting = c->health_setting[0] ? c->health_setting : "--health-check-port",
+         .host = c->health_host ? c->health_host : loopback, .port = c->health_port,
+         .health = 1}};
+    for (int i = 0; i < 2; i++) {
+        if (o[i].port < 0 || (i == 1 && shared)) continue;
+        char err[512];
+        int port = 0, rc = metrics_http_start(&o[i], a->metrics, &a->http[i], &port, err,
+                                              sizeof err);
+        if (rc) {
+            log_error("%s", err);
+            return rc;
+        }
+        int v6 = strchr(o[i].host, ':') != NULL; /* a URL brackets an IPv6 address */
+        log_info("%s: serving http://%s%s%s:%d/%s", o[i].setting, v6 ? "[" : "", o[i].host,
+                 v6 ? "]" : "", port, i == 0 ? "metrics" : "health");
+    }
+    return 0;
+}
