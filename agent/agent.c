@@ -282,7 +282,7 @@ static void round_formed(agent *a) {
 }
 
 static void on_round(agent *a, const agent_event *e) {
-    if (e->rc == -ECANCELED) {
+    if (e->rc == RDZV_RESTARTS_SPENT) {
         a->spent_restarts = e->res.restart_count > 0 ? e->res.restart_count : 1;
         /* the workers still stopping get their grace period, then the agent ends */
         set_state(a, ST_SHUTDOWN);
@@ -330,7 +330,7 @@ static void on_restart(agent *a, rdzv_event why) {
 }
 
 static void on_barrier(agent *a, int rc) {
-    if (rc == -ECANCELED)
+    if (rc == RDZV_ANOTHER_FAILED)
         log_warn("another node failed after this node's workers finished; leaving anyway");
     else if (rc)
         log_warn("exit barrier: not every node finished in time (%s); leaving anyway",

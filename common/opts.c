@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
+
 /* What one parse gathers before anything is applied: each option's last
  * value, and whether that came from the environment. */
 typedef struct {
@@ -24,25 +26,21 @@ typedef struct {
     size_t errlen;
 } scan;
 
-static void vfail(char *err, size_t errlen, const char *fmt, va_list ap) {
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-}
-
 static int scan_fail(scan *sc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int scan_fail(scan *sc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfail(sc->err, sc->errlen, fmt, ap);
+    int rc = err_vset(sc->err, sc->errlen, -EINVAL, fmt, ap);
     va_end(ap);
-    return -EINVAL;
+    return rc;
 }
 
 int opts_fail(const opts_arg *a, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfail(a->err, a->errlen, fmt, ap);
+    int rc = err_vset(a->err, a->errlen, -EINVAL, fmt, ap);
     va_end(ap);
-    return -EINVAL;
+    return rc;
 }
 
 int opts_bad(const opts_arg *a, const char *want) {

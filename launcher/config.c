@@ -30,6 +30,7 @@
 
 #include "agent/worker_group.h"
 #include "agent/worker_output.h"
+#include "common/err.h"
 #include "common/log.h"
 #include "common/opts.h"
 #include "launcher/slurm_env.h"
@@ -60,13 +61,11 @@ typedef struct {
 static int fail(parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int fail(parse_state *st, const char *fmt, ...) {
-    if (st->err && st->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(st->err, st->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = err_vset(st->err, st->errlen, -EINVAL, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 static int fail_nomem(const opts_arg *a) {

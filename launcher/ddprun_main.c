@@ -15,6 +15,7 @@
 #include "agent/agent.h"
 #include "agent/worker_group.h"
 #include "common/log.h"
+#include "common/opts.h"
 #include "launcher/config.h"
 #include "launcher/status_cli.h"
 
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
     agent_config cfg;
     char err[1024];
     int rc = config_parse(argc, argv, environ, &cfg, err, sizeof err);
-    if (rc == 1) return 0; /* --help */
+    if (rc == OPTS_HELP_GIVEN) return 0; /* printed */
     if (rc) {
         fprintf(stderr, "ddprun: %s\n", err);
         return 2;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/hostlist.h"
+#include "common/err.h"
 #include "common/log.h"
 #include "common/opts.h"
 #include "common/slurm.h"
@@ -35,13 +36,11 @@ static const char *env_first(char **env, const char *const *names, const char **
 static int fail(slurm_env_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int fail(slurm_env_args *a, const char *fmt, ...) {
-    if (a->err && a->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(a->err, a->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = err_vset(a->err, a->errlen, -EINVAL, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* A whole number from Slurm: 0, 1 when unset, or -EINVAL with a message

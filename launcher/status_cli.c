@@ -155,7 +155,7 @@ static int own_flags(int argc, char **argv, int *json, double *watch, char **res
             }
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
-            return 1;
+            return OPTS_HELP_GIVEN;
         } else {
             rest[(*nrest)++] = argv[i];
         }
@@ -175,15 +175,15 @@ int status_main(int argc, char **argv, char **environ_) {
     int rc = own_flags(argc, argv, &json, &watch, rest, &nrest);
     if (rc) {
         free(rest);
-        return rc == 1 ? 0 : 2;
+        return rc == OPTS_HELP_GIVEN ? 0 : 2;
     }
     agent_config cfg;
     char err[1024];
     rc = config_parse(nrest, rest, environ_, &cfg, err, sizeof err);
     free(rest);
     if (rc) {
-        if (rc != 1) fprintf(stderr, "ddprun status: %s\n", err);
-        return rc == 1 ? 0 : 2;
+        if (rc != OPTS_HELP_GIVEN) fprintf(stderr, "ddprun status: %s\n", err);
+        return rc == OPTS_HELP_GIVEN ? 0 : 2;
     }
     rdzv_endpoint where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
     int cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;

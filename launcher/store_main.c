@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     log_init("ddprun-store");
     store_server_opts o = {.port = 29400};
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc) return rc == OPTS_HELP_GIVEN ? 0 : 2;
     o.token = getenv("DDPRUN_STORE_TOKEN");
     fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);

@@ -16,6 +16,7 @@
 #include "common/base64.h"
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/log.h"
 
 #define MAX_MEMBERS 16
@@ -64,7 +65,7 @@ static int fail(etcd_client *c, int rc, const char *fmt, ...) __attribute__((for
 static int fail(etcd_client *c, int rc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    err_vset(c->err, sizeof c->err, rc, fmt, ap);
     va_end(ap);
     return rc;
 }

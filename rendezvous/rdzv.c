@@ -477,6 +477,9 @@ static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long
 }
 
 /* One attempt at the current round; 1 means "go round again". */
+/* try_round's "the round moved on: try the next one". */
+#define ROUND_AGAIN (RDZV_ANOTHER_FAILED + 1)
+
 static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, size_t errlen) {
     char k[KEY_MAX];
     long cur = 0, restarts = 0, st = -1, closed_job = 0, expect = 0;
@@ -494,11 +497,11 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
         return -EPIPE;
     }
-    if (restarts > r->o.max_restarts) return -ECANCELED;
+    if (restarts > r->o.max_restarts) return RDZV_RESTARTS_SPENT;
     if (st >= 0) { /* closed: ours that just ended, or one we arrived too late for */
         if (r->member_round == round) rc = wait_next_round(r, round, deadline, err, errlen);
         else rc = wait_as_late_node(r, round, st, deadline, err, errlen);
-        return rc ? rc : 1;
+        return rc ? rc : ROUND_AGAIN;
     }
     int64_t idx;
     char desc[512];
@@ -510,7 +513,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (rc) return rc;
     if (idx > n) { /* the round closed just before our index was counted */
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
-        return rc ? rc : 1;
+        return rc ? rc : ROUND_AGAIN;
     }
     pthread_mutex_lock(&r->mu);
     rc = read_members(r, round, n, err, errlen);
@@ -543,8 +546,8 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen) {
     int64_t deadline = clock_now_ms() + (int64_t)(r->o.join_timeout * 1000);
     int rc;
-    while ((rc = try_round(r, res, deadline, err, errlen)) == 1) {}
-    if (rc == -ECANCELED) res->restart_count = r->restart_count;
+    while ((rc = try_round(r, res, deadline, err, errlen)) == ROUND_AGAIN) {}
+    if (rc == RDZV_RESTARTS_SPENT) res->restart_count = r->restart_count;
     return rc;
 }
 
@@ -726,7 +729,7 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     size_t idx;
     rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), 0,
                         &idx);
-    return rc ? rc : (idx == 0 ? 0 : -ECANCELED);
+    return rc ? rc : (idx == 0 ? 0 : RDZV_ANOTHER_FAILED);
 }
 
 void rdzv_lost_message(const rdzv *r, int rc, char *err, size_t errlen) {

@@ -101,13 +101,20 @@ void rdzv_close(rdzv *r);
 /* This agent's id in the store. */
 const char *rdzv_agent_id(const rdzv *r);
 
+/* What rdzv_next and rdzv_exit_barrier return besides 0 and a negative
+ * errno: named results, positive, so that none passes for an error. */
+typedef enum {
+    RDZV_RESTARTS_SPENT = 100, /* the job failed more than --max-restarts times */
+    RDZV_NOT_NEEDED,           /* a spare whose job finished without it */
+    RDZV_ANOTHER_FAILED,       /* the exit barrier: another node's workers failed */
+} rdzv_outcome;
+
 /* Joins the next round and returns once it is closed and ready. -ETIMEDOUT
  * (message names who came) if too few nodes joined within join_timeout;
- * -ECANCELED if restarts are exhausted (res->restart_count tells how many);
+ * RDZV_RESTARTS_SPENT (res->restart_count tells how many were spent);
  * RDZV_NOT_NEEDED if this node stood by (a spare, or waiting to be
  * admitted) and the job finished without it (torch's graceful exit of a
  * redundant node: not a failure); -EPIPE if the job had finished before. */
-#define RDZV_NOT_NEEDED (-ESHUTDOWN)
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen);
 
 /* Blocks up to timeout_ms watching the running round; renews the
@@ -132,7 +139,8 @@ int rdzv_publish_status(rdzv *r, int side, const char *json);
 int rdzv_poke(rdzv *r, int side);
 
 /* Exit barrier: waits until every node of the round has finished, or the
- * round ends otherwise, or timeout. 0 when all finished. */
+ * round ends otherwise, or timeout. 0 when all finished;
+ * RDZV_ANOTHER_FAILED when the round ended with a failure elsewhere. */
 int rdzv_exit_barrier(rdzv *r, double timeout_s);
 
 /* After rdzv_watch failed with rc: that the rendezvous is lost, where and

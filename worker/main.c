@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "plot") == 0) return plot_main(argc - 1, argv + 1);
     train_config c;
     int rc = parse(argc, argv, &c);
-    if (rc == 1) return 0;
+    if (rc == OPTS_HELP_GIVEN) return 0;
     if (rc) return 2; /* a bad command line, as for every program here */
     return train_run(&c);
 }

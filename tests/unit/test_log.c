@@ -1,10 +1,12 @@
 /* Unit tests of common/log.c's rate-limited lines. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
 #include "tests/unit/test.h"
 
@@ -48,4 +50,14 @@ TEST(log_rated_holds_back_a_flood) {
     CHECK_EQ(count_lines(out), 1);
     CHECK(strstr(out, "client 100: bad (and 90 more like it in the last 10 s, not shown)\n"));
     free(out);
+}
+
+/* err_set: the message where there is a buffer, the code back either way. */
+TEST(err_set_writes_and_returns) {
+    char err[32] = "old";
+    CHECK_EQ(err_set(err, sizeof err, -EINVAL, "--port: '%s' is not a port", "x"), -EINVAL);
+    CHECK_STR(err, "--port: 'x' is not a port");
+    CHECK_EQ(err_set(NULL, 0, -ENOENT, "nowhere to say it"), -ENOENT);
+    CHECK_EQ(err_set(err, 8, -E2BIG, "%s", "a long message cut"), -E2BIG);
+    CHECK_STR(err, "a long ");
 }

@@ -190,7 +190,7 @@ TEST(rdzv_failure_restarts_count_until_exhausted) {
     CHECK_EQ(rdzv_end_round(a[1].r, 0, RDZV_EV_FAILURE), 0);
     for (int i = 0; i < 2; i++) {
         agent_join(&a[i]);
-        CHECK_EQ(a[i].rc, -ECANCELED);
+        CHECK_EQ(a[i].rc, RDZV_RESTARTS_SPENT);
         CHECK_EQ(a[i].res.restart_count, 2);
     }
     close_all(a, 2);
