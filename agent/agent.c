@@ -169,7 +169,8 @@ static int start_workers(agent *a) {
     worker_env_ctx ctx = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
                           .store_port = a->store.port, .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
-                          .metrics_dir = a->metrics_dir, .numa = &a->numa};
+                          .metrics_dir = a->metrics_dir, .numa = &a->numa,
+                          .snapshot_dir = a->snapshots.path};
     if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
              a->cur.restart_count);
@@ -503,9 +504,9 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (agent_make_log_root(a) || agent_open_event_log(a) || agent_start_metrics(a) || agent_plan_numa_binding(a) ||
-        agent_start_watchdog(a) || agent_store_setup(cfg, a->hostname, &a->store) ||
-        agent_open_rendezvous(a))
+    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) || agent_open_event_log(a) ||
+        agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
+        agent_store_setup(cfg, a->hostname, &a->store) || agent_open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
@@ -521,6 +522,7 @@ out:
     fflush(stdout);
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
+    snapshot_dir_remove(&a->snapshots);
     agent_remove_tmp_root(a);
     event_log_close(a->events);
     free(a->last_exit);

@@ -67,6 +67,7 @@ typedef struct {
     int file_timer;             /* TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer */
     char *timer_file;           /* TORCHELASTIC_TIMER_FILE; NULL: a new FIFO under tmpdir */
     char *tmpdir;               /* TMPDIR, or /tmp */
+    char *shm_dir;              /* DDPRUN_SHM_DIR, or /dev/shm: where snapshot directories go */
 } agent_env;
 
 typedef struct {

@@ -19,6 +19,7 @@
 #include "agent/metrics.h"
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
+#include "agent/snapshot_dir.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rdzv.h"
 
@@ -53,6 +54,7 @@ typedef struct {
     char hostname[256];
     char log_root[2048];
     char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
+    snapshot_dir snapshots; /* DDPRUN_SNAPSHOT_DIR: the workers' state in memory */
     worker_group *wg;
     agent_state state;
     rdzv_result cur;
@@ -104,6 +106,7 @@ void agent_note_exit(agent *a, const worker *w);
 /* Each returns 0, or a negative errno after logging why. */
 int agent_make_log_root(agent *a);
 void agent_remove_tmp_root(agent *a);
+int agent_make_snapshot_dir(agent *a);
 int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);
 int agent_plan_numa_binding(agent *a);

@@ -44,6 +44,22 @@ int agent_make_log_root(agent *a) {
     return rc;
 }
 
+/* DDPRUN_SNAPSHOT_DIR: in memory, or (with a warning) on disk. */
+int agent_make_snapshot_dir(agent *a) {
+    char disk[2200], why[600];
+    snprintf(disk, sizeof disk, "%s/snapshots", a->log_root);
+    int rc = snapshot_dir_make(&a->snapshots, a->cfg->env.shm_dir, disk, why, sizeof why);
+    if (rc) {
+        log_error("cannot make the workers' snapshot directory under %s or %s: %s",
+                  a->cfg->env.shm_dir, disk, strerror(-rc));
+        return rc;
+    }
+    if (!a->snapshots.in_memory)
+        log_warn("%s; the workers' snapshot directory (DDPRUN_SNAPSHOT_DIR) is on disk: %s",
+                 why, a->snapshots.path);
+    return 0;
+}
+
 int agent_open_event_log(agent *a) {
     char path[2200], err[2400];
     snprintf(path, sizeof path, "%s/events.jsonl", a->log_root);

@@ -11,7 +11,7 @@
 #include "rendezvous/rdzv.h"
 
 /* The most variables worker_env_vars sets. */
-#define WORKER_ENV_MAX 27
+#define WORKER_ENV_MAX 28
 #define WORKER_ENV_LEN 512
 
 typedef struct {
@@ -22,6 +22,7 @@ typedef struct {
     int agent_pid;          /* DDPRUN_AGENT_PID: the exec helper checks its parent */
     const char *timer_file; /* the watchdog's FIFO; NULL: no watchdog */
     const char *metrics_dir; /* where ranks write their metrics; NULL: none */
+    const char *snapshot_dir; /* DDPRUN_SNAPSHOT_DIR; NULL: none */
     const numa_plan *numa;  /* --numa-binding's CPUs per local rank; NULL: none */
 } worker_env_ctx;
 

@@ -891,6 +891,8 @@ static int read_agent_env(agent_config *cfg, char **env) {
 #undef DUP
     v = opts_getenv(env, "TMPDIR");
     if (!(e->tmpdir = strdup(v && *v ? v : "/tmp"))) return -ENOMEM;
+    v = opts_getenv(env, "DDPRUN_SHM_DIR");
+    if (!(e->shm_dir = strdup(v && *v ? v : "/dev/shm"))) return -ENOMEM;
     if (e->timer_file && !*e->timer_file) free(e->timer_file), e->timer_file = NULL;
     e->omp_num_threads_set = opts_getenv(env, "OMP_NUM_THREADS") != NULL;
     e->nccl_async_set = opts_getenv(env, "NCCL_ASYNC_ERROR_HANDLING") != NULL;
@@ -935,6 +937,7 @@ void config_free(agent_config *cfg) {
     cfg->rdzv_endpoints = NULL;
     agent_env *e = &cfg->env;
     free(e->cuda_visible_devices), free(e->store_token), free(e->timer_file), free(e->tmpdir);
+    free(e->shm_dir);
     memset(e, 0, sizeof *e);
     char **strs[] = {&cfg->rdzv.cacert, &cfg->rdzv.cert, &cfg->rdzv.key, &cfg->rdzv.user,
                      &cfg->rdzv.password, &cfg->rdzv.key_prefix};

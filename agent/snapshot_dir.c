@@ -1,0 +1,75 @@
+/* See snapshot_dir.h. */
+#include "agent/snapshot_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fs.h"
+
+#define PREFIX "ddprun-snap."
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tree(const char *path) {
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes the directories under root of agents no longer running (the pid
+ * in the name is gone): what an agent killed with SIGKILL could not. */
+static void sweep(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    char path[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(PREFIX), &end, 10);
+        if (*end != '.' || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        remove_tree(path);
+    }
+    closedir(d);
+}
+
+static int make_under(snapshot_dir *d, const char *root) {
+    int n = snprintf(d->path, sizeof d->path, "%s/" PREFIX "%d.XXXXXX", root, (int)getpid());
+    if (n >= (int)sizeof d->path) return -ENAMETOOLONG;
+    if (!mkdtemp(d->path)) {
+        int rc = -errno;
+        d->path[0] = '\0';
+        return rc;
+    }
+    return 0;
+}
+
+int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_root, char *why,
+                      size_t whylen) {
+    memset(d, 0, sizeof *d);
+    why[0] = '\0';
+    sweep(mem_root);
+    int rc = make_under(d, mem_root);
+    if (rc == 0) {
+        d->in_memory = 1;
+        return 0;
+    }
+    snprintf(why, whylen, "cannot make a directory in %s: %s", mem_root, strerror(-rc));
+    if ((rc = fs_mkdir_p(disk_root)) == 0) rc = make_under(d, disk_root);
+    return rc;
+}
+
+void snapshot_dir_remove(snapshot_dir *d) {
+    if (d->path[0]) remove_tree(d->path);
+    d->path[0] = '\0';
+}

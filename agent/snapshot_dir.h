@@ -1,0 +1,29 @@
+/* The snapshot directory: a directory in memory (tmpfs, /dev/shm) that the
+ * agent makes for its workers, that survives their restarts, and that goes
+ * when the agent ends. The workers find it in DDPRUN_SNAPSHOT_DIR: a
+ * training script saves its state there every step (torch.save costs a
+ * memory copy, not a disk write) and loads it when it starts again, so a
+ * restart loses at most the step under way. Where /dev/shm cannot be used,
+ * the directory is on disk under the agent's log directory. */
+#ifndef DDPRUN_AGENT_SNAPSHOT_DIR_H
+#define DDPRUN_AGENT_SNAPSHOT_DIR_H
+
+#include <stddef.h>
+
+typedef struct {
+    char path[512]; /* "" until made */
+    int in_memory;  /* made under the memory root (else on disk) */
+} snapshot_dir;
+
+/* Makes a fresh directory under mem_root ("ddprun-snap.<pid>.XXXXXX"),
+ * or, when that cannot be done, under disk_root; why says what went wrong
+ * with mem_root ("" when nothing did). Before that, removes what agents
+ * that are gone (killed with SIGKILL) left under mem_root. 0, or -errno
+ * when neither could be made. */
+int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_root, char *why,
+                      size_t whylen);
+
+/* Removes the directory and all in it. */
+void snapshot_dir_remove(snapshot_dir *d);
+
+#endif
