@@ -39,7 +39,9 @@ static void expected(const dataset *d, backend_dtype dt, int epoch, int64_t pos,
     float nchw[BATCH * C * H * W];
     sampler_epoch_order(N, SEED, epoch, 1, order);
     sampler_rank_batch(order, N, pos, WORLD, RANK, BATCH, idx);
-    dataset_batch(d, idx, BATCH, 1, SEED, epoch, nchw, y);
+    char err[256];
+    if (dataset_batch(d, idx, BATCH, 1, SEED, epoch, nchw, y, err, sizeof err))
+        test_fail(__FILE__, __LINE__, "%s", err);
     for (int i = 0; i < BATCH; i++)
         for (int ch = 0; ch < C; ch++)
             for (int p = 0; p < H * W; p++) {
@@ -55,7 +57,8 @@ static void check_step(loader *l, const dataset *d, backend *be, int epoch, int6
     int32_t ywant[BATCH];
     const void *x;
     const int32_t *y;
-    loader_get(l, epoch, pos, &x, &y);
+    char err[256];
+    if (loader_get(l, epoch, pos, &x, &y, err, sizeof err)) test_fail(__FILE__, __LINE__, "%s", err);
     expected(d, be->act, epoch, pos, want, ywant);
     size_t bytes = (size_t)BATCH * C * H * W * backend_act_size(be);
     if (memcmp(x, want, bytes) != 0 || memcmp(y, ywant, sizeof ywant) != 0)

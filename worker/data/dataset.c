@@ -47,8 +47,10 @@
 #define PARALLEL_MIN_VALUES (1 << 16)
 #ifdef _OPENMP
 #define PARALLEL_FOR_IF_PARALLEL _Pragma("omp parallel for schedule(static) if (parallel)")
+#define CRITICAL _Pragma("omp critical(dataset_batch_error)")
 #else
 #define PARALLEL_FOR_IF_PARALLEL
+#define CRITICAL
 #endif
 
 typedef enum { DS_STORED, DS_SYNTHETIC } ds_kind;
@@ -570,23 +572,36 @@ static void augment_sample(const dataset *d, float *x, uint64_t seed, int epoch,
     }
 }
 
-int32_t dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
-                       float *x) {
+int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                   float *x, int32_t *y, char *err, size_t errlen) {
+    (void)err, (void)errlen; /* no format here fails per sample */
     assert(index >= 0 && index < d->n);
-    int32_t y = d->kind == DS_SYNTHETIC ? synthetic_sample(d, index, x)
-                                        : stored_sample(d, index, x);
+    *y = d->kind == DS_SYNTHETIC ? synthetic_sample(d, index, x) : stored_sample(d, index, x);
     if (augment) augment_sample(d, x, seed, epoch, index);
-    return y;
+    return 0;
 }
 
 /* Each sample depends only on (seed, epoch, index), so filling them in
- * parallel gives the same batch as filling them in order. */
-void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
-                   int epoch, float *x, int32_t *y) {
+ * parallel gives the same batch as filling them in order; and of several
+ * failures the one reported is the first in idx's order, whichever thread
+ * met it first. */
+int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
+                  int epoch, float *x, int32_t *y, char *err, size_t errlen) {
     size_t count = (size_t)d->c * d->h * d->w;
-    int parallel = (size_t)n * count >= PARALLEL_MIN_VALUES;
+    int parallel = (size_t)n * count >= PARALLEL_MIN_VALUES, rc = 0, failed_at = n;
     (void)parallel; /* unused without OpenMP */
     PARALLEL_FOR_IF_PARALLEL
-    for (int i = 0; i < n; i++)
-        y[i] = dataset_sample(d, idx[i], augment, seed, epoch, x + (size_t)i * count);
+    for (int i = 0; i < n; i++) {
+        char why[512];
+        int r = dataset_sample(d, idx[i], augment, seed, epoch, x + (size_t)i * count, &y[i], why,
+                               sizeof why);
+        if (r) {
+            CRITICAL
+            if (i < failed_at) {
+                failed_at = i, rc = r;
+                set_err(err, errlen, "%s", why);
+            }
+        }
+    }
+    return rc;
 }

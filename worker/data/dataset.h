@@ -51,12 +51,17 @@ int dataset_classes(const dataset *d);
  * (seed, epoch, idx[i]). The padding is zero before normalisation (black,
  * as torchvision's RandomCrop before Normalize), so a stored set pads with
  * -mean/std; synthetic data pads with 0. Pure and thread-safe; large
- * batches are filled by OpenMP threads, with the same result. */
-void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
-                   int epoch, float *x, int32_t *y);
-/* One sample of dataset_batch's: x (C x H x W floats) and its label,
- * the same whichever thread draws it and whenever. */
-int32_t dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
-                       float *x);
+ * batches are filled by OpenMP threads, with the same result. 0, or the
+ * error of the first sample in idx's order that failed (see
+ * dataset_sample), whichever thread drew it. */
+int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
+                  int epoch, float *x, int32_t *y, char *err, size_t errlen);
+/* One sample of dataset_batch's: x (C x H x W floats) and *y its label,
+ * the same whichever thread draws it and whenever. 0, or -errno with err
+ * naming the sample and what failed: the sets read into memory at open
+ * never fail here, but a format that reads its files per sample can (a
+ * file gone or damaged since). */
+int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                   float *x, int32_t *y, char *err, size_t errlen);
 
 #endif
