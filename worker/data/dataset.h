@@ -1,6 +1,9 @@
 /* ddp-train's data sets: Fashion-MNIST and MNIST IDX files, CIFAR-10
  * binary batches and deterministic synthetic data, with normalisation and
- * augmentation. Which samples a rank takes is sampler.h's business.
+ * augmentation. Each format is a file of its own behind one interface
+ * (ds_format.h), found by name in a table (ds_table.c); this header is all
+ * the rest of the worker sees. Which samples a rank takes is sampler.h's
+ * business.
  *
  * Everything random is a pure function of (seed, epoch, sample index), never
  * of the rank or the world size, so that the same global batch is the same
@@ -16,7 +19,7 @@
 typedef struct dataset dataset;
 
 typedef struct {
-    const char *name;   /* "fashion-mnist", "mnist", "cifar10" or "synthetic" */
+    const char *name;   /* a format's name: one of dataset_format_name's */
     /* NULL: /usr/share/datasets/fashion-mnist for fashion-mnist; mnist and
      * cifar10 need one. IDX files are read as NAME.gz, or as NAME when only
      * the uncompressed file is there; CIFAR-10's data_batch_1..5.bin and
@@ -33,11 +36,16 @@ typedef struct {
                          * label, so a model can learn it; not normalised */
 } dataset_opts;
 
+/* The formats' names (--data's), in the table's order: the i-th, or NULL
+ * past the last. */
+const char *dataset_format_name(size_t i);
+
 /* Opens a data set (stored sets are read fully into memory, a few hundred
  * MB at most; synthetic samples are made on demand in dataset_batch). 0,
  * or -ENOENT / -EINVAL (-ENOMEM, other -errno) with a message naming the
  * file and the problem (missing, truncated, wrong magic, wrong shape, bad
- * label) and what to do. */
+ * label) and what to do; an unknown name is -EINVAL with a message listing
+ * the names. */
 int dataset_open(const dataset_opts *o, dataset **out, char *err, size_t errlen);
 void dataset_close(dataset *d);
 int64_t dataset_size(const dataset *d);
