@@ -133,15 +133,25 @@ int dataset_classes(const dataset *d) { return d->info.classes; }
 /* ---- Normalisation and augmentation ----------------------------------- */
 
 /* A DS_BYTES sample's bytes, at the start of x, become its floats in
- * place: from the last to the first, so that each float (the 4 bytes at
- * 4i) overwrites only bytes already read (those at i and above). The
- * bytes are read as unsigned char, which may alias the floats. */
+ * place, a block at a time from the last block to the first: a block's
+ * bytes are copied out first, and its floats (the 4 bytes at 4i for byte
+ * i) then overwrite only bytes at or past the block's start, which are
+ * read already. The bytes are read as unsigned char, which may alias the
+ * floats. */
 static void normalise_in_place(const dataset *d, float *x) {
+    enum { BLOCK = 256 };
+    unsigned char bytes[BLOCK];
     const unsigned char *px = (const unsigned char *)x;
     size_t plane = (size_t)d->info.h * d->info.w;
     for (int ch = d->info.c - 1; ch >= 0; ch--) {
         const float *lut = d->lut[ch];
-        for (size_t i = (size_t)ch * plane + plane; i-- > (size_t)ch * plane;) x[i] = lut[px[i]];
+        size_t first = (size_t)ch * plane;
+        for (size_t end = first + plane; end > first;) {
+            size_t b = end - first > BLOCK ? end - BLOCK : first;
+            memcpy(bytes, px + b, end - b);
+            for (size_t i = b; i < end; i++) x[i] = lut[bytes[i - b]];
+            end = b;
+        }
     }
 }
 
