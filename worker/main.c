@@ -5,6 +5,7 @@
  *   ddp-train inspect PATH         print a checkpoint's header as JSON
  *   ddp-train plot METRICS         draw a --metrics file's training curve
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 #include "common/log.h"
 #include "common/opts.h"
+#include "worker/data/dataset.h"
+#include "worker/model/arch.h"
 #include "worker/plot/plot.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/train.h"
@@ -35,8 +38,10 @@ static const char usage_tail[] =
     "\n"
     "SIGTERM: the current step finishes, a checkpoint is written, and ddp-train exits 0.\n";
 
-static const opts_choice data_sets[] = {
-    {"fashion-mnist", 0}, {"mnist", 0}, {"cifar10", 0}, {"synthetic", 0}, {NULL, 0}};
+/* The most names one table (data sets, models) may hold here, and the
+ * width of a help text's lines (they start in column 28 of 80). */
+#define MAX_NAMES 64
+#define HELP_WIDTH 52
 static const opts_choice schedules[] = {
     {"cosine", SCHED_COSINE}, {"step", SCHED_STEP}, {"constant", SCHED_CONSTANT}, {NULL, 0}};
 static const opts_choice devices[] = {{"auto", BACKEND_AUTO}, {"cpu", BACKEND_CPU},
@@ -45,6 +50,39 @@ static const opts_choice precisions[] = {
     {"fp32", PRECISION_FP32}, {"tf32", PRECISION_TF32}, {"bf16", PRECISION_BF16}, {NULL, 0}};
 
 static train_config *config_of(const opts_arg *a) { return a->ctx; }
+
+/* A name table's names (name(0) up to the first NULL) as an option's
+ * choices, ending with {NULL, 0}: what the option takes is what the
+ * table holds, and its error says so. */
+static void choices_of(const char *(*name)(size_t), opts_choice *out, size_t max) {
+    size_t i = 0;
+    for (; name(i) && i + 1 < max; i++) out[i] = (opts_choice){name(i), 0};
+    assert(!name(i)); /* MAX_NAMES is too small for the table */
+    out[i] = (opts_choice){NULL, 0};
+}
+
+/* "a (default), b, c or d": a table's names for a help text, the default
+ * marked, a line broken before a name that would take it (and the
+ * separator after the name, which may end it) past HELP_WIDTH. */
+static const char *names_help(const char *(*name)(size_t), const char *dflt, char *buf,
+                              size_t len) {
+    size_t n = 0, col = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; name(i) && n < len; i++) {
+        const char *sep = i == 0 ? "" : name(i + 1) ? ", " : " or ";
+        const char *mark = strcmp(name(i), dflt) == 0 ? " (default)" : "";
+        size_t item = strlen(name(i)) + strlen(mark);
+        size_t next = !name(i + 1) ? 0 : !name(i + 2) ? strlen(" or") : strlen(",");
+        if (i > 0 && col + strlen(sep) + item + next > HELP_WIDTH) {
+            /* The separator, less its last space, ends the line. */
+            n += (size_t)snprintf(buf + n, len - n, "%.*s\n", (int)strlen(sep) - 1, sep);
+            sep = "", col = 0;
+        }
+        if (n < len) n += (size_t)snprintf(buf + n, len - n, "%s%s%s", sep, name(i), mark);
+        col += strlen(sep) + item;
+    }
+    return buf;
+}
 
 /* --input-shape CxHxW, the whole value. */
 static int apply_shape(const opts_arg *a) {
@@ -89,13 +127,18 @@ static int print_usage(const opts_spec *spec) {
  * or -EINVAL with the message printed. */
 static int parse(int argc, char **argv, train_config *c) {
     train_config_defaults(c);
+    /* The models and data sets are their tables' (arch.c, ds_table.c). An
+     * unknown model is arch_build's error, after the command line. */
+    opts_choice data_sets[MAX_NAMES];
+    char model_help[512], data_help[512];
+    choices_of(dataset_format_name, data_sets, MAX_NAMES);
+    names_help(arch_name, c->model, model_help, sizeof model_help);
+    names_help(dataset_format_name, c->data, data_help, sizeof data_help);
     const opts_opt table[] = {
         {"model", 0, OPTS_BUF, .target = c->model, .size = sizeof c->model, .metavar = "NAME",
-         .section = "Model and data:",
-         .help = "resnet20|32|44|56|110 (CIFAR-style) or\n"
-                 "resnet18|34|50|101|152 (default resnet20)"},
+         .section = "Model and data:", .help = model_help},
         {"data", 0, OPTS_BUF, .target = c->data, .size = sizeof c->data, .choices = data_sets,
-         .metavar = "NAME", .help = "fashion-mnist (default), mnist, cifar10 or synthetic"},
+         .metavar = "NAME", .help = data_help},
         {"data-dir", 0, OPTS_BUF, .target = c->data_dir, .size = sizeof c->data_dir,
          .metavar = "DIR", .help = "where the data set's files are (fashion-mnist\n"
                                    "default: /usr/share/datasets/fashion-mnist)"},

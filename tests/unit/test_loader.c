@@ -1,13 +1,16 @@
 /* The input pipeline (worker/train/loader.c): every batch it hands out is
  * the one the sampler and the data set give for that step, converted to
  * NHWC in the backend's type, whatever the thread count; across an
- * epoch's end; after a jump (a resume); and it builds ahead while the
- * caller is away. */
+ * epoch's end; after a jump (a resume); it builds ahead while the caller
+ * is away; and a sample that cannot be drawn fails its batch, naming the
+ * batch's first such sample whatever the threads. */
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "tests/unit/test.h"
 #include "worker/backend/bf16.h"
+#include "worker/data/ds_format.h"
 #include "worker/data/sampler.h"
 #include "worker/train/loader.h"
 
@@ -39,7 +42,9 @@ static void expected(const dataset *d, backend_dtype dt, int epoch, int64_t pos,
     float nchw[BATCH * C * H * W];
     sampler_epoch_order(N, SEED, epoch, 1, order);
     sampler_rank_batch(order, N, pos, WORLD, RANK, BATCH, idx);
-    dataset_batch(d, idx, BATCH, 1, SEED, epoch, nchw, y);
+    char err[256];
+    if (dataset_batch(d, idx, BATCH, 1, SEED, epoch, nchw, y, err, sizeof err))
+        test_fail(__FILE__, __LINE__, "%s", err);
     for (int i = 0; i < BATCH; i++)
         for (int ch = 0; ch < C; ch++)
             for (int p = 0; p < H * W; p++) {
@@ -55,7 +60,8 @@ static void check_step(loader *l, const dataset *d, backend *be, int epoch, int6
     int32_t ywant[BATCH];
     const void *x;
     const int32_t *y;
-    loader_get(l, epoch, pos, &x, &y);
+    char err[256];
+    if (loader_get(l, epoch, pos, &x, &y, err, sizeof err)) test_fail(__FILE__, __LINE__, "%s", err);
     expected(d, be->act, epoch, pos, want, ywant);
     size_t bytes = (size_t)BATCH * C * H * W * backend_act_size(be);
     if (memcmp(x, want, bytes) != 0 || memcmp(y, ywant, sizeof ywant) != 0)
@@ -132,6 +138,63 @@ TEST(loader_builds_ahead) {
     loader_stats(l, &gets, &ready);
     CHECK_EQ(ready, 0);
     loader_destroy(l);
+    be->ops->destroy(be);
+    dataset_close(d);
+}
+
+/* A format whose samples of index 3 mod 5 fail, as files gone would make
+ * one that reads a file per sample fail; the others are zeros. */
+static int flaky_open(const dataset_format *f, const dataset_opts *o, void **state,
+                      ds_info *info, char *err, size_t errlen) {
+    (void)f, (void)o, (void)err, (void)errlen;
+    *state = NULL;
+    *info = (ds_info){.n = N, .c = C, .h = H, .w = W, .classes = 10, .pixels = DS_FLOATS};
+    return 0;
+}
+
+static int flaky_sample(const void *state, int64_t index, void *px, int32_t *label, char *err,
+                        size_t errlen) {
+    (void)state;
+    if (index % 5 == 3) {
+        snprintf(err, errlen, "sample %lld is gone", (long long)index);
+        return -ENOENT;
+    }
+    memset(px, 0, C * H * W * sizeof(float));
+    *label = 0;
+    return 0;
+}
+
+static void flaky_close(void *state) { (void)state; }
+
+TEST(loader_reports_a_batchs_first_failed_sample) {
+    static const dataset_format flaky = {
+        .name = "flaky", .open = flaky_open, .sample = flaky_sample, .close = flaky_close};
+    dataset *d;
+    char err[256], want[256];
+    CHECK_EQ(ds_open_format(&flaky, &(dataset_opts){.name = "flaky"}, &d, err, sizeof err), 0);
+    backend *be = open_backend(0);
+    int counts[] = {0, 1, 3}, failed = 0, whole = 0;
+    for (int k = 0; k < 3; k++) {
+        loader *l = make(d, be, counts[k]);
+        for (int epoch = 0; epoch < 2; epoch++)
+            for (int64_t pos = 0; pos < N; pos += BATCH * WORLD) {
+                int64_t order[N], idx[BATCH];
+                sampler_epoch_order(N, SEED, epoch, 1, order);
+                sampler_rank_batch(order, N, pos, WORLD, RANK, BATCH, idx);
+                int first = 0;
+                while (first < BATCH && idx[first] % 5 != 3) first++;
+                const void *x;
+                const int32_t *y;
+                int rc = loader_get(l, epoch, pos, &x, &y, err, sizeof err);
+                CHECK_EQ(rc, first < BATCH ? -ENOENT : 0);
+                failed += first < BATCH, whole += first == BATCH;
+                if (first == BATCH) continue;
+                snprintf(want, sizeof want, "sample %lld is gone", (long long)idx[first]);
+                CHECK_STR(err, want);
+            }
+        loader_destroy(l);
+    }
+    CHECK(failed > 0 && whole > 0); /* both kinds of batch were seen */
     be->ops->destroy(be);
     dataset_close(d);
 }

@@ -52,6 +52,11 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
              -EINVAL);
     CHECK(strstr(err, "unknown model 'resnet7' (choose resnet20, ") != NULL);
     CHECK(strstr(err, "resnet101 or resnet152)") != NULL);
+    /* arch_name lists the same table (--help reads it). */
+    size_t n = 0;
+    for (; arch_name(n); n++) CHECK(strstr(err, arch_name(n)) != NULL);
+    CHECK_EQ(n, 10);
+    CHECK_STR(arch_name(0), "resnet20");
     CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "input shape") != NULL);

@@ -1,6 +1,9 @@
 /* ddp-train's data sets: Fashion-MNIST and MNIST IDX files, CIFAR-10
  * binary batches and deterministic synthetic data, with normalisation and
- * augmentation. Which samples a rank takes is sampler.h's business.
+ * augmentation. Each format is a file of its own behind one interface
+ * (ds_format.h), found by name in a table (ds_table.c); this header is all
+ * the rest of the worker sees. Which samples a rank takes is sampler.h's
+ * business.
  *
  * Everything random is a pure function of (seed, epoch, sample index), never
  * of the rank or the world size, so that the same global batch is the same
@@ -16,7 +19,7 @@
 typedef struct dataset dataset;
 
 typedef struct {
-    const char *name;   /* "fashion-mnist", "mnist", "cifar10" or "synthetic" */
+    const char *name;   /* a format's name: one of dataset_format_name's */
     /* NULL: /usr/share/datasets/fashion-mnist for fashion-mnist; mnist and
      * cifar10 need one. IDX files are read as NAME.gz, or as NAME when only
      * the uncompressed file is there; CIFAR-10's data_batch_1..5.bin and
@@ -33,11 +36,16 @@ typedef struct {
                          * label, so a model can learn it; not normalised */
 } dataset_opts;
 
+/* The formats' names (--data's), in the table's order: the i-th, or NULL
+ * past the last. */
+const char *dataset_format_name(size_t i);
+
 /* Opens a data set (stored sets are read fully into memory, a few hundred
  * MB at most; synthetic samples are made on demand in dataset_batch). 0,
  * or -ENOENT / -EINVAL (-ENOMEM, other -errno) with a message naming the
  * file and the problem (missing, truncated, wrong magic, wrong shape, bad
- * label) and what to do. */
+ * label) and what to do; an unknown name is -EINVAL with a message listing
+ * the names. */
 int dataset_open(const dataset_opts *o, dataset **out, char *err, size_t errlen);
 void dataset_close(dataset *d);
 int64_t dataset_size(const dataset *d);
@@ -51,12 +59,17 @@ int dataset_classes(const dataset *d);
  * (seed, epoch, idx[i]). The padding is zero before normalisation (black,
  * as torchvision's RandomCrop before Normalize), so a stored set pads with
  * -mean/std; synthetic data pads with 0. Pure and thread-safe; large
- * batches are filled by OpenMP threads, with the same result. */
-void dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
-                   int epoch, float *x, int32_t *y);
-/* One sample of dataset_batch's: x (C x H x W floats) and its label,
- * the same whichever thread draws it and whenever. */
-int32_t dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
-                       float *x);
+ * batches are filled by OpenMP threads, with the same result. 0, or the
+ * error of the first sample in idx's order that failed (see
+ * dataset_sample), whichever thread drew it. */
+int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint64_t seed,
+                  int epoch, float *x, int32_t *y, char *err, size_t errlen);
+/* One sample of dataset_batch's: x (C x H x W floats) and *y its label,
+ * the same whichever thread draws it and whenever. 0, or -errno with err
+ * naming the sample and what failed: the sets read into memory at open
+ * never fail here, but a format that reads its files per sample can (a
+ * file gone or damaged since). */
+int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                   float *x, int32_t *y, char *err, size_t errlen);
 
 #endif

@@ -20,6 +20,8 @@ static const struct {
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
+const char *arch_name(size_t i) { return i < NARCHS ? archs[i].name : NULL; }
+
 static void unknown(const char *name, char *err, size_t errlen) {
     int n = snprintf(err, errlen, "--model: unknown model '%s' (choose ", name);
     for (size_t i = 0; i < NARCHS && n >= 0 && (size_t)n < errlen; i++)

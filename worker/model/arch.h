@@ -14,4 +14,8 @@
  * shape or an input too small for the architecture. */
 int arch_build(backend *be, const model_spec *spec, model **out, char *err, size_t errlen);
 
+/* The architectures' names (--model's), in the table's order: the i-th,
+ * or NULL past the last. */
+const char *arch_name(size_t i);
+
 #endif

@@ -27,6 +27,9 @@ typedef struct {
     int64_t pos;
     uint64_t seq;         /* the order of requests: the oldest is filled first */
     int next, done, busy; /* samples handed out, samples finished, threads inside */
+    int failed_at;        /* the first sample that could not be drawn (batch: none) */
+    int rc;               /* its error, and what dataset_sample said */
+    char err[512];
     int64_t *idx;
     void *x;
     int32_t *y;
@@ -75,12 +78,27 @@ void loader_to_nhwc(const float *chw, int c, int hw, backend_dtype dt, void *out
 
 /* ---- drawing samples (any thread) --------------------------------------------------- */
 
-static void build(loader *l, slot *s, int from, int to, float *tmp) {
+/* Draws samples [from, to) of s; a failure ends the chunk, and the
+ * position of the sample that failed is returned (to: none did). */
+static int build(loader *l, slot *s, int from, int to, float *tmp, int *rc, char *err,
+                 size_t errlen) {
     const loader_opts *o = &l->o;
     for (int i = from; i < to; i++) {
-        s->y[i] = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp);
+        *rc = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp, &s->y[i], err,
+                             errlen);
+        if (*rc) return i;
         loader_to_nhwc(tmp, l->c, l->hw, o->be->act, (char *)s->x + (size_t)i * l->sample_bytes);
     }
+    return to;
+}
+
+/* Under the lock: a failure at sample i of s, kept if it is the batch's
+ * first so far (in the batch's order, so that the same failure is reported
+ * whichever thread meets it first). */
+static void failed(slot *s, int i, int rc, const char *err) {
+    if (i >= s->failed_at) return;
+    s->failed_at = i, s->rc = rc;
+    snprintf(s->err, sizeof s->err, "%s", err);
 }
 
 /* Under the lock: the next samples to draw, from `only` or else from the
@@ -100,7 +118,7 @@ static slot *take_work(loader *l, slot *only, int *from, int *to) {
     return best;
 }
 
-/* Under the lock: k samples of s are drawn. */
+/* Under the lock: k samples of s are drawn, or failed. */
 static void finish(loader *l, slot *s, int k) {
     s->busy--;
     s->done += k;
@@ -116,6 +134,7 @@ static void finish(loader *l, slot *s, int k) {
 
 static void *pool_thread(void *arg) {
     loader *l = arg;
+    char err[512];
     pthread_mutex_lock(&l->mu);
     int me = l->started++;
     for (;;) {
@@ -124,8 +143,9 @@ static void *pool_thread(void *arg) {
         while (!l->stop && !(s = take_work(l, NULL, &from, &to))) pthread_cond_wait(&l->work, &l->mu);
         if (l->stop) break;
         pthread_mutex_unlock(&l->mu);
-        build(l, s, from, to, l->scratch[me]);
+        int rc = 0, at = build(l, s, from, to, l->scratch[me], &rc, err, sizeof err);
         pthread_mutex_lock(&l->mu);
+        if (at < to) failed(s, at, rc, err);
         finish(l, s, to - from);
     }
     pthread_mutex_unlock(&l->mu);
@@ -166,6 +186,7 @@ static slot *enqueue(loader *l, int epoch, int64_t pos) {
     sampler_rank_batch(order_of(l, epoch), l->n, pos, l->o.world, l->o.rank, l->o.batch, s->idx);
     s->epoch = epoch, s->pos = pos, s->seq = l->seq++;
     s->next = s->done = s->busy = s->dropped = 0;
+    s->failed_at = l->o.batch, s->rc = 0;
     s->state = SLOT_FILLING;
     l->tail_epoch = epoch, l->tail_pos = pos;
     pthread_cond_broadcast(&l->work);
@@ -201,7 +222,9 @@ static slot *find_or_request(loader *l, int epoch, int64_t pos) {
     return s;
 }
 
-void loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y) {
+int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y, char *err,
+               size_t errlen) {
+    char why[512];
     pthread_mutex_lock(&l->mu);
     if (l->served) l->served->state = SLOT_FREE;
     l->served = NULL;
@@ -217,15 +240,19 @@ void loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t
             continue;
         }
         pthread_mutex_unlock(&l->mu);
-        build(l, w, from, to, l->scratch[l->o.threads]);
+        int rc = 0, at = build(l, w, from, to, l->scratch[l->o.threads], &rc, why, sizeof why);
         pthread_mutex_lock(&l->mu);
+        if (at < to) failed(w, at, rc, why);
         finish(l, w, to - from);
     }
     s->state = SLOT_SERVED;
     l->served = s;
+    int rc = s->rc;
+    if (rc) snprintf(err, errlen, "%s", s->err);
     pthread_mutex_unlock(&l->mu);
     *x = s->x;
     *y = s->y;
+    return rc;
 }
 
 void loader_stats(const loader *l, int64_t *gets, int64_t *ready) {

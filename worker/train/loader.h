@@ -43,8 +43,11 @@ int loader_create(const loader_opts *o, loader **out, char *err, size_t errlen);
  * activation type, *y the labels. Both stay as they are until the next
  * loader_get, which may refill them: by then the caller must be done with
  * them, an upload_async of them included (a sync in between). Waits until
- * the batch is built. */
-void loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y);
+ * the batch is built. 0, or the error of the batch's first sample (in the
+ * batch's order) that dataset_sample could not draw, with its message in
+ * err; the batch is then incomplete. */
+int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y, char *err,
+               size_t errlen);
 /* Gets so far, and how many of them found their batch already built. */
 void loader_stats(const loader *l, int64_t *gets, int64_t *ready);
 void loader_destroy(loader *l);

@@ -135,19 +135,25 @@ static int queue_inputs(trainer *t) {
     dataset_shape(t->train, &ch, &h, &w);
     if (!b->fixed_ready) {
         const void *x;
-        loader_get(b->loader, t->at.epoch, t->at.pos, &x, &b->y_step);
+        char err[512];
+        int rc = loader_get(b->loader, t->at.epoch, t->at.pos, &x, &b->y_step, err, sizeof err);
+        if (rc)
+            return trainer_fail(t, rc, "training step %lld failed: %s",
+                                (long long)t->at.global_step, err);
         be->ops->upload_async(be, b->x, x, (size_t)t->batch * ch * h * w * backend_act_size(be));
         b->fixed_ready = c->fixed_batch;
     }
     *b->lr_host = (float)step_lr(t);
     be->ops->upload_async(be, b->lr, b->lr_host, sizeof *b->lr);
-    return model_set_labels(t->m, b->y_step, t->batch);
+    int rc = model_set_labels(t->m, b->y_step, t->batch);
+    if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", t->batch);
+    return 0;
 }
 
 int step_train(trainer *t, float stats[4]) {
     model *m = t->m;
     int rc = queue_inputs(t);
-    if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", t->batch);
+    if (rc) return rc;
     /* Collectives report failures where they are waited for: here, on a
      * GPU, where the step's work is waited for. */
     if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
@@ -168,12 +174,15 @@ static int test_batch(trainer *t, int n, float tot[3]) {
     model *m = t->m;
     int ch, h, w;
     dataset_shape(t->test, &ch, &h, &w);
-    dataset_batch(t->test, t->buf.idx, n, 0, 0, 0, t->buf.x_nchw, t->buf.y);
+    char err[512];
+    int rc = dataset_batch(t->test, t->buf.idx, n, 0, 0, 0, t->buf.x_nchw, t->buf.y, err,
+                           sizeof err);
+    if (rc) return trainer_fail(t, rc, "evaluation failed: %s", err);
     upload_batch(t, n, ch, h, w);
     void *logits;
     double loss;
     int correct;
-    int rc = model_set_labels(m, t->buf.y, n);
+    rc = model_set_labels(m, t->buf.y, n);
     if (rc == 0) rc = model_forward(m, t->buf.x, n, 0, &logits);
     if (rc == 0) rc = model_loss(m, n);
     if (rc == 0) rc = model_read_loss(m, &loss, &correct);

@@ -14,7 +14,7 @@
 
 typedef struct {
     char model[32];        /* --model */
-    char data[32];         /* --data: fashion-mnist, mnist, cifar10, synthetic */
+    char data[32];         /* --data: a format's name (worker/data/ds_table.c) */
     char data_dir[1024];   /* --data-dir */
     int in_c, in_h, in_w;  /* --input-shape (synthetic; else from the data) */
     int classes;           /* --classes (synthetic) */
