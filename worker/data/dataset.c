@@ -69,8 +69,7 @@ static int set_normalisation(dataset *d, char *err, size_t errlen) {
     const ds_info *in = &d->info;
     d->lut = malloc((size_t)in->c * sizeof *d->lut);
     if (!d->lut) {
-        ds_err(err, errlen, "out of memory opening a data set");
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM, "out of memory opening a data set");
     }
     for (int ch = 0; ch < in->c; ch++)
         for (int v = 0; v < 256; v++)
@@ -84,8 +83,7 @@ int ds_open_format(const dataset_format *f, const dataset_opts *o, dataset **out
     if (err && errlen) err[0] = '\0';
     dataset *d = calloc(1, sizeof *d);
     if (!d) {
-        ds_err(err, errlen, "out of memory opening a data set");
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM, "out of memory opening a data set");
     }
     d->f = f;
     int rc = f->open(f, o, &d->state, &d->info, err, errlen);
@@ -240,8 +238,8 @@ int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint
         if (r) {
             CRITICAL
             if (i < failed_at) {
-                failed_at = i, rc = r;
-                ds_err(err, errlen, "%s", why);
+                failed_at = i;
+                rc = err_set(err, errlen, r, "%s", why);
             }
         }
     }

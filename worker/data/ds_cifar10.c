@@ -34,8 +34,7 @@ static int cifar_dir(const char *dir, const char *first, char *out, size_t len, 
         if (ds_file_exists(probe)) found = sub;
     }
     if (strlen(found) >= len) {
-        ds_err(err, errlen, "the path %s is too long", found);
-        return -ENAMETOOLONG;
+        return err_set(err, errlen, -ENAMETOOLONG, "the path %s is too long", found);
     }
     memcpy(out, found, strlen(found) + 1);
     return 0;
@@ -47,15 +46,15 @@ static int cifar_count(const char *path, int64_t *records, char *err, size_t err
     struct stat st;
     if (stat(path, &st) != 0) {
         int e = errno;
-        ds_err(err, errlen, "cannot open %s: %s (unpack cifar-10-binary.tar.gz and pass its "
-                            "folder as --data-dir)", path, strerror(e));
-        return -e;
+        return err_set(err, errlen, -e,
+                       "cannot open %s: %s (unpack cifar-10-binary.tar.gz and pass its "
+                       "folder as --data-dir)", path, strerror(e));
     }
     if (st.st_size <= 0 || st.st_size % CIFAR_RECORD != 0) {
-        ds_err(err, errlen, "%s is truncated or not a CIFAR-10 batch: %lld bytes is not a whole, "
-                            "non-zero number of %d-byte records", path, (long long)st.st_size,
-               CIFAR_RECORD);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "%s is truncated or not a CIFAR-10 batch: %lld bytes is not a whole, "
+                       "non-zero number of %d-byte records", path, (long long)st.st_size,
+                       CIFAR_RECORD);
     }
     *records = st.st_size / CIFAR_RECORD;
     return 0;
@@ -67,20 +66,18 @@ static int cifar_read(ds_stored *d, const char *path, int64_t first, int64_t rec
     FILE *f = fopen(path, "rb");
     if (!f) {
         int e = errno;
-        ds_err(err, errlen, "cannot open %s: %s", path, strerror(e));
-        return -e;
+        return err_set(err, errlen, -e, "cannot open %s: %s", path, strerror(e));
     }
     int rc = 0;
     for (int64_t i = first; i < first + records && rc == 0; i++) {
         uint8_t *label = &d->labels[i], *px = d->pixels + (size_t)i * CIFAR_PIXELS;
         if (fread(label, 1, 1, f) != 1 || fread(px, 1, CIFAR_PIXELS, f) != CIFAR_PIXELS) {
-            ds_err(err, errlen, "%s is truncated: record %lld is incomplete", path,
-                   (long long)(i - first));
-            rc = -EINVAL;
+            rc = err_set(err, errlen, -EINVAL, "%s is truncated: record %lld is incomplete", path,
+                         (long long)(i - first));
         } else if (*label >= CIFAR_CLASSES) {
-            ds_err(err, errlen, "%s: label %u of record %lld is not below %d (corrupt file?)", path,
-                   *label, (long long)(i - first), CIFAR_CLASSES);
-            rc = -EINVAL;
+            rc = err_set(err, errlen, -EINVAL,
+                         "%s: label %u of record %lld is not below %d (corrupt file?)", path,
+                         *label, (long long)(i - first), CIFAR_CLASSES);
         }
     }
     fclose(f);
@@ -102,8 +99,8 @@ static int cifar_load(ds_stored *d, const char *dir, const char **files, int nfi
     d->pixels = malloc((size_t)total * CIFAR_PIXELS);
     d->labels = malloc((size_t)total);
     if (!d->pixels || !d->labels) {
-        ds_err(err, errlen, "out of memory loading CIFAR-10 (%lld samples)", (long long)total);
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM,
+                       "out of memory loading CIFAR-10 (%lld samples)", (long long)total);
     }
     int64_t first = 0;
     for (int i = 0; i < nfiles; first += records[i], i++) {
@@ -123,17 +120,16 @@ static int cifar_open(const dataset_format *f, const dataset_opts *o, void **sta
     static const char *test_files[] = {"test_batch.bin"};
     const char **files = o->train ? train_files : test_files;
     if (!o->dir) {
-        ds_err(err, errlen, "the cifar10 data set needs --data-dir: the folder holding "
-                            "data_batch_1.bin .. data_batch_5.bin and test_batch.bin");
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "the cifar10 data set needs --data-dir: the folder holding "
+                       "data_batch_1.bin .. data_batch_5.bin and test_batch.bin");
     }
     char dir[PATH_MAX];
     int rc = cifar_dir(o->dir, files[0], dir, sizeof dir, err, errlen);
     if (rc) return rc;
     ds_stored *d = calloc(1, sizeof *d);
     if (!d) {
-        ds_err(err, errlen, "out of memory opening a data set");
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM, "out of memory opening a data set");
     }
     d->bytes = CIFAR_PIXELS;
     rc = cifar_load(d, dir, files, o->train ? 5 : 1, err, errlen);

@@ -9,20 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void ds_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "common/err.h"
 
 int ds_join_path(char *out, size_t len, const char *dir, const char *name, char *err,
                  size_t errlen) {
     int n = snprintf(out, len, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= len) {
-        ds_err(err, errlen, "the path %s/%s is too long", dir, name);
-        return -ENAMETOOLONG;
+        return err_set(err, errlen, -ENAMETOOLONG, "the path %s/%s is too long", dir, name);
     }
     return 0;
 }

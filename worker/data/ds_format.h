@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
 #include "worker/data/dataset.h"
 
 /* What a format's samples hold. */
@@ -69,10 +70,7 @@ extern const dataset_format *const ds_formats[];
 int ds_open_format(const dataset_format *f, const dataset_opts *o, dataset **out, char *err,
                    size_t errlen);
 
-/* ---- What the formats share (ds_format.c) ----------------------------- */
-
-/* The one way a data set error is written: printf into err (if any). */
-void ds_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ---- What the formats share (ds_format.c; messages: common/err.h) ---- */
 
 /* dir + "/" + name into out; a path too long for out is an error
  * (-ENAMETOOLONG, with a message), not a silently truncated name that

@@ -65,15 +65,15 @@ static int idx_open(const idx_source *s, const char *name, char *path, size_t pl
     int rc = ds_join_path(path, plen, s->dir, gz, err, errlen);
     if (rc == 0 && !ds_file_exists(path)) {
         rc = ds_join_path(path, plen, s->dir, name, err, errlen);
-        if (rc == 0 && !ds_file_exists(path)) rc = ds_join_path(path, plen, s->dir, gz, err, errlen);
+        if (rc == 0 && !ds_file_exists(path))
+            rc = ds_join_path(path, plen, s->dir, gz, err, errlen);
     }
     if (rc) return rc;
     errno = 0;
     *out = gzopen(path, "rb");
     if (!*out) {
         int e = errno ? errno : ENOMEM;
-        ds_err(err, errlen, "cannot open %s: %s%s", path, strerror(e), s->hint);
-        return -e;
+        return err_set(err, errlen, -e, "cannot open %s: %s%s", path, strerror(e), s->hint);
     }
     gzbuffer(*out, 1 << 17);
     return 0;
@@ -92,17 +92,16 @@ static int gz_read_exact(gzFile f, const char *path, const char *what, void *buf
             const char *msg = gzerror(f, &zerr);
             if (zerr == Z_ERRNO) {
                 int e = errno ? errno : EIO;
-                ds_err(err, errlen, "cannot read %s: %s", path, strerror(e));
-                return -e;
+                return err_set(err, errlen, -e, "cannot read %s: %s", path, strerror(e));
             }
-            ds_err(err, errlen, "%s is truncated or corrupt (%s) after %zu of the %zu bytes of %s",
-                   path, msg, done, n, what);
-            return -EINVAL;
+            return err_set(err, errlen, -EINVAL,
+                           "%s is truncated or corrupt (%s) after %zu of the %zu bytes of %s",
+                           path, msg, done, n, what);
         }
         if (got == 0) {
-            ds_err(err, errlen, "%s is truncated: it ends after %zu of the %zu bytes of %s", path,
-                   done, n, what);
-            return -EINVAL;
+            return err_set(err, errlen, -EINVAL,
+                           "%s is truncated: it ends after %zu of the %zu bytes of %s", path,
+                           done, n, what);
         }
         done += (size_t)got;
     }
@@ -113,19 +112,19 @@ static int idx_check_images_header(const uint8_t *hdr, const char *path, char *e
                                    size_t errlen) {
     uint32_t magic = be32(hdr), count = be32(hdr + 4), rows = be32(hdr + 8), cols = be32(hdr + 12);
     if (magic != IDX_IMAGES_MAGIC) {
-        ds_err(err, errlen, "%s is not an IDX image file: magic number %u, expected %u", path,
-               magic, IDX_IMAGES_MAGIC);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "%s is not an IDX image file: magic number %u, expected %u", path,
+                       magic, IDX_IMAGES_MAGIC);
     }
     if (count == 0 || count > IDX_MAX_COUNT) {
-        ds_err(err, errlen, "%s claims %u images, which is not plausible (corrupt header?)", path,
-               count);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "%s claims %u images, which is not plausible (corrupt header?)", path,
+                       count);
     }
     if (rows != IDX_SIDE || cols != IDX_SIDE) {
-        ds_err(err, errlen, "%s holds %ux%u images, expected %dx%d", path, rows, cols, IDX_SIDE,
-               IDX_SIDE);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "%s holds %ux%u images, expected %dx%d", path, rows, cols, IDX_SIDE,
+                       IDX_SIDE);
     }
     return 0;
 }
@@ -146,8 +145,7 @@ static int idx_read_images(ds_stored *d, const idx_source *s, char *path, size_t
     size_t bytes = (size_t)d->n * d->bytes;
     d->pixels = malloc(bytes);
     if (!d->pixels) {
-        ds_err(err, errlen, "out of memory reading %s (%zu bytes)", path, bytes);
-        rc = -ENOMEM;
+        rc = err_set(err, errlen, -ENOMEM, "out of memory reading %s (%zu bytes)", path, bytes);
         goto out;
     }
     rc = gz_read_exact(f, path, "the pixels", d->pixels, bytes, err, errlen);
@@ -159,9 +157,9 @@ out:
 static int idx_check_labels(const ds_stored *d, const char *path, char *err, size_t errlen) {
     for (int64_t i = 0; i < d->n; i++) {
         if (d->labels[i] >= IDX_CLASSES) {
-            ds_err(err, errlen, "%s: label %u of sample %lld is not below %d (corrupt file?)", path,
-                   d->labels[i], (long long)i, IDX_CLASSES);
-            return -EINVAL;
+            return err_set(err, errlen, -EINVAL,
+                           "%s: label %u of sample %lld is not below %d (corrupt file?)", path,
+                           d->labels[i], (long long)i, IDX_CLASSES);
         }
     }
     return 0;
@@ -178,21 +176,19 @@ static int idx_read_labels(ds_stored *d, const idx_source *s, const char *images
     if (rc) goto out;
     rc = gz_read_exact(f, path, "the header", hdr, sizeof hdr, err, errlen);
     if (rc) goto out;
-    rc = -EINVAL;
     if (be32(hdr) != IDX_LABELS_MAGIC) {
-        ds_err(err, errlen, "%s is not an IDX label file: magic number %u, expected %u", path,
-               be32(hdr), IDX_LABELS_MAGIC);
+        rc = err_set(err, errlen, -EINVAL, "%s is not an IDX label file: magic number %u, "
+                     "expected %u", path, be32(hdr), IDX_LABELS_MAGIC);
         goto out;
     }
     if (be32(hdr + 4) != (uint64_t)d->n) {
-        ds_err(err, errlen, "%s holds %u labels but %s holds %lld images", path, be32(hdr + 4),
-               images_path, (long long)d->n);
+        rc = err_set(err, errlen, -EINVAL, "%s holds %u labels but %s holds %lld images", path,
+                     be32(hdr + 4), images_path, (long long)d->n);
         goto out;
     }
-    rc = -ENOMEM;
     d->labels = malloc((size_t)d->n);
     if (!d->labels) {
-        ds_err(err, errlen, "out of memory reading %s", path);
+        rc = err_set(err, errlen, -ENOMEM, "out of memory reading %s", path);
         goto out;
     }
     rc = gz_read_exact(f, path, "the labels", d->labels, (size_t)d->n, err, errlen);
@@ -207,8 +203,7 @@ static int idx_open_set(const dataset_format *f, const dataset_opts *o, void **s
                         ds_info *info, char *err, size_t errlen) {
     const idx_set *set = f->variant;
     if (!o->dir && !set->dir) {
-        ds_err(err, errlen, "%s", set->no_dir);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL, "%s", set->no_dir);
     }
     idx_source s = {
         .dir = o->dir ? o->dir : set->dir,
@@ -217,8 +212,7 @@ static int idx_open_set(const dataset_format *f, const dataset_opts *o, void **s
     };
     ds_stored *d = calloc(1, sizeof *d);
     if (!d) {
-        ds_err(err, errlen, "out of memory opening a data set");
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM, "out of memory opening a data set");
     }
     d->bytes = IDX_SIDE * IDX_SIDE;
     char images_path[PATH_MAX];

@@ -30,20 +30,19 @@ static int synthetic_open(const dataset_format *f, const dataset_opts *o, void *
     (void)f;
     int c = o->c ? o->c : 3, h = o->h ? o->h : 32, w = o->w ? o->w : 32;
     if (c < 0 || h < 0 || w < 0 || (int64_t)c * h * w > (1 << 26)) {
-        ds_err(err, errlen, "synthetic data: input shape %dx%dx%d is not valid (--input-shape "
-                            "CxHxW, positive, at most 2^26 values)", o->c, o->h, o->w);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "synthetic data: input shape %dx%dx%d is not valid (--input-shape "
+                       "CxHxW, positive, at most 2^26 values)", o->c, o->h, o->w);
     }
     if (o->classes < 0 || o->size < 0) {
-        ds_err(err, errlen, "synthetic data: classes (%d) and size (%lld) must not be "
-                            "negative (0 picks the default)",
-               o->classes, (long long)o->size);
-        return -EINVAL;
+        return err_set(err, errlen, -EINVAL,
+                       "synthetic data: classes (%d) and size (%lld) must not be "
+                       "negative (0 picks the default)",
+                       o->classes, (long long)o->size);
     }
     synthetic *s = malloc(sizeof *s);
     if (!s) {
-        ds_err(err, errlen, "out of memory opening a data set");
-        return -ENOMEM;
+        return err_set(err, errlen, -ENOMEM, "out of memory opening a data set");
     }
     *s = (synthetic){.c = c, .h = h, .w = w, .classes = o->classes ? o->classes : 10,
                      .seed = o->seed, .stream = o->train ? SYNTH_STREAM_TRAIN : SYNTH_STREAM_TEST};
