@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/opts.h"
+#include "worker/model/arch.h"
 #include "worker/plot/plot.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/train.h"
@@ -89,11 +90,13 @@ static int print_usage(const opts_spec *spec) {
  * or -EINVAL with the message printed. */
 static int parse(int argc, char **argv, train_config *c) {
     train_config_defaults(c);
+    /* --model's names from arch.c's table, which arch_build reads too. */
+    char names[256], model_help[300];
+    arch_help(names, sizeof names);
+    snprintf(model_help, sizeof model_help, "%s;\ndefault %s", names, c->model);
     const opts_opt table[] = {
         {"model", 0, OPTS_BUF, .target = c->model, .size = sizeof c->model, .metavar = "NAME",
-         .section = "Model and data:",
-         .help = "resnet20|32|44|56|110 (CIFAR-style) or\n"
-                 "resnet18|34|50|101|152 (default resnet20)"},
+         .section = "Model and data:", .help = model_help},
         {"data", 0, OPTS_BUF, .target = c->data, .size = sizeof c->data, .choices = data_sets,
          .metavar = "NAME", .help = "fashion-mnist (default), mnist, cifar10 or synthetic"},
         {"data-dir", 0, OPTS_BUF, .target = c->data_dir, .size = sizeof c->data_dir,
