@@ -130,9 +130,10 @@ static int parse(int argc, char **argv, train_config *c) {
     /* The models and data sets are their tables' (arch.c, ds_table.c). An
      * unknown model is arch_build's error, after the command line. */
     opts_choice data_sets[MAX_NAMES];
-    char model_help[512], data_help[512];
+    char names[256], model_help[300], data_help[512];
     choices_of(dataset_format_name, data_sets, MAX_NAMES);
-    names_help(arch_name, c->model, model_help, sizeof model_help);
+    arch_help(names, sizeof names);
+    snprintf(model_help, sizeof model_help, "%s;\ndefault %s", names, c->model);
     names_help(dataset_format_name, c->data, data_help, sizeof data_help);
     const opts_opt table[] = {
         {"model", 0, OPTS_BUF, .target = c->model, .size = sizeof c->model, .metavar = "NAME",

@@ -15,7 +15,9 @@
  * before it differ in their last bits, so they are held to 1e-2; fp32 sums
  * of bf16 data (batch-norm statistics, the bias gradient) stay at 1e-5,
  * and the exact operations stay exact. A test of the weight cache checks
- * that the GPU sees weights change through every way they can.
+ * that the GPU sees weights change through every way they can. The CUDA
+ * backend's table is made from backend.h's list, so an operation left out
+ * fails to compile; here it is also checked whole (backend_missing_op).
  *
  * Exits 77 ("skipped: no GPU") when no GPU is visible, 1 if a check fails.
  * `gpu-ops --device-count` prints the number of visible GPUs (for the
@@ -663,6 +665,10 @@ static int run_mode(ctx *t, backend_precision p) {
         return 1;
     }
     t->act = t->gpu->act;
+    const char *missing = backend_missing_op(t->gpu->ops);
+    check(t, !missing && t->gpu->ops->record_begin,
+          "the CUDA backend has every operation of backend.h, recording included (missing: %s)",
+          missing ? missing : t->gpu->ops->record_begin ? "none" : "record_begin");
     int mismatch = t->cpu->act != t->gpu->act;
     check(t, !mismatch, "both backends hold activations as %s", t->mode);
     printf("%s: comparing %s with %s\n", t->mode, t->gpu->ops->name, t->cpu->ops->name);

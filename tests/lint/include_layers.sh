@@ -5,9 +5,10 @@
 # back up. Between folders: common < proto < rendezvous < agent < launcher;
 # the worker takes only common and the store's client and thread from
 # rendezvous. Inside the worker: backend, data < comm < model < train <
-# main.c. The communicator's transports (shared memory, TCP ring,
-# bootstrap, the call's deadline) include none of its fronts (comm.h,
-# comm_internal.h, devcomm.h). Prints every arrow that breaks a rule.
+# main.c. The communicator's parts below its front (shared memory, TCP
+# ring, bootstrap, the call's deadline, the asynchronous queue) include
+# none of its fronts (comm.h, devcomm.h). Prints every arrow that breaks a
+# rule.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exec /usr/bin/python3 - <<'PY'
@@ -17,8 +18,8 @@ FOLDERS = {"common": 0, "proto": 1, "rendezvous": 2, "agent": 3, "launcher": 4}
 WORKER_MAY_USE = {"common/", "rendezvous/store_client.h", "rendezvous/store_thread.h",
                   "rendezvous/store_server.h"}
 WORKER_LAYERS = {"backend": 0, "data": 0, "comm": 1, "model": 2, "train": 3, "plot": 3, "": 4}
-TRANSPORTS = re.compile(r"worker/comm/comm_(shm|ring|bootstrap|call)\.[ch]$")
-FRONTS = {"worker/comm/comm.h", "worker/comm/comm_internal.h", "worker/comm/devcomm.h"}
+TRANSPORTS = re.compile(r"worker/comm/comm_(shm|ring|bootstrap|call|async)\.[ch]$")
+FRONTS = {"worker/comm/comm.h", "worker/comm/devcomm.h"}
 
 def worker_layer(path):
     parts = path.split("/")
@@ -39,7 +40,7 @@ def why_not(src, dst):
     if a != b and WORKER_LAYERS[b] >= WORKER_LAYERS[a]:
         return f"worker/{a or 'main.c'} may not include worker/{b}/ (layers: backend, data < comm < model < train < main.c)"
     if TRANSPORTS.search(src) and dst in FRONTS:
-        return "a transport must not include the communicator's front"
+        return "a part below the communicator's front must not include it"
     return None
 
 files = [f for top in list(FOLDERS) + ["worker"] for ext in ("c", "h", "cu")

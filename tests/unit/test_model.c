@@ -66,6 +66,18 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
     b->ops->destroy(b);
 }
 
+/* --model's help is arch.c's table: every name in it, a family to a line;
+ * a short buffer is cut, terminated. */
+TEST(model_help_lists_the_table) {
+    char help[256];
+    arch_help(help, sizeof help);
+    CHECK_STR(help, "resnet20|32|44|56|110 (CIFAR-style) or\n"
+                    "resnet18|34|50|101|152 (ImageNet-style)");
+    char cut[12];
+    arch_help(cut, sizeof cut);
+    CHECK_STR(cut, "resnet20|32");
+}
+
 static float *input(int n, int h, int c, unsigned seed) {
     float *x = malloc((size_t)n * h * h * c * sizeof *x);
     for (int i = 0; i < n * h * h * c; i++) {

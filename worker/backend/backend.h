@@ -88,108 +88,163 @@ typedef struct {
     int p, q;
 } pool_shape;
 
+/* The operations of backend_ops, in the table's order, each as
+ * X(KIND, RET, NAME, PARAMS, ARGS): the table's field is RET (*NAME)
+ * PARAMS, and ARGS names PARAMS' parameters, for code that passes a call
+ * on. This one list makes the fields below, the CUDA backend's table
+ * (every operation NAME is its function cuda_NAME), the bf16 emulation's
+ * table and forwarding wrappers (cpu_bf16.c), and backend_missing_op.
+ * KIND says what an operation touches, which is what a backend that wraps
+ * another needs to know:
+ *   PLAIN       no activations (memory as bytes, fp32 parameters and
+ *               statistics, waiting), and it returns a value;
+ *   PLAIN_VOID  the same, returning nothing (C passes the two on
+ *               differently);
+ *   ACT         activations, elements of b->act, which a wrapper converts;
+ *   RECORD      recording a step: NULL where the backend cannot record
+ *               (all three or none), so a capability;
+ *   DESTROY     the backend's end.
+ * docs/architecture.md lists what else a new operation touches. */
+#define BACKEND_OPS(X)                                                                             \
+    /* ---- memory ---- */                                                                         \
+    /* zeroed, 64-byte aligned */                                                                  \
+    X(PLAIN, void *, alloc, (backend *b, size_t bytes), (b, bytes))                                \
+    X(PLAIN_VOID, void, free, (backend *b, void *p), (b, p))                                       \
+    X(PLAIN_VOID, void, upload, (backend *b, void *dst, const void *src, size_t bytes),            \
+      (b, dst, src, bytes))                                                                        \
+    /* Like upload, but queued: it may return before the copy is made, so                          \
+     * src must stay as it is until the next sync (or download). From                              \
+     * alloc_host memory a GPU copies without the host's help. */                                  \
+    X(PLAIN_VOID, void, upload_async, (backend *b, void *dst, const void *src, size_t bytes),      \
+      (b, dst, src, bytes))                                                                        \
+    /* Host memory the backend copies from fastest (page-locked on a GPU;                          \
+     * plain on the CPU), 64-byte aligned; NULL when out of memory. */                             \
+    X(PLAIN, void *, alloc_host, (backend *b, size_t bytes), (b, bytes))                           \
+    X(PLAIN_VOID, void, free_host, (backend *b, void *p), (b, p))                                  \
+    X(PLAIN_VOID, void, download, (backend *b, void *dst, const void *src, size_t bytes),          \
+      (b, dst, src, bytes))                                                                        \
+    X(PLAIN_VOID, void, zero, (backend *b, void *p, size_t bytes), (b, p, bytes))                  \
+    /* device to device */                                                                         \
+    X(PLAIN_VOID, void, copy, (backend *b, void *dst, const void *src, size_t bytes),              \
+      (b, dst, src, bytes))                                                                        \
+    /* waits for queued work (a no-op on the CPU) */                                               \
+    X(PLAIN, int, sync, (backend *b), (b))                                                         \
+                                                                                                   \
+    /* ---- convolution ---- */                                                                    \
+    /* y = conv(x, w) */                                                                           \
+    X(ACT, int, conv_fwd,                                                                          \
+      (backend *b, const conv_shape *s, const void *x, const float *w, void *y),                   \
+      (b, s, x, w, y))                                                                             \
+    /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */        \
+    X(ACT, int, conv_bwd,                                                                          \
+      (backend *b, const conv_shape *s, const void *x, const float *w, const void *dy, void *dx,   \
+       float *dw),                                                                                 \
+      (b, s, x, w, dy, dx, dw))                                                                    \
+                                                                                                   \
+    /* ---- batch norm (bn_args above), split so that SyncBatchNorm can                            \
+     * all-reduce the sums between the operations ---- */                                          \
+    /* stats: sum and sumsq of x. */                                                               \
+    X(ACT, int, bn_stats, (backend *b, const bn_args *a), (b, a))                                  \
+    /* From sum and sumsq over count rows: mean and invstd = 1/sqrt(var +                          \
+     * eps) with the biased variance, and the running statistics updated                           \
+     * as PyTorch does: r = (1 - momentum)*r + momentum*batch, the variance                        \
+     * unbiased (count/(count-1)). Computed in double. Reads c, count, eps,                        \
+     * momentum, sum, sumsq; writes mean, invstd, running. */                                      \
+    X(PLAIN, int, bn_finalize, (backend *b, const bn_args *a), (b, a))                             \
+    /* Evaluation: mean and invstd from running (and eps). */                                      \
+    X(PLAIN, int, bn_running, (backend *b, const bn_args *a), (b, a))                              \
+    /* y = (x - mean) * invstd * gamma + beta, followed by ReLU when relu                          \
+     * is set. */                                                                                  \
+    X(ACT, int, bn_apply, (backend *b, const bn_args *a), (b, a))                                  \
+    /* With y the forward output (for the ReLU mask when relu is set), dy                          \
+     * becomes the gradient at the batch norm's output in place, and the                           \
+     * per-channel sums sum_dy and sum_dy_xhat are computed (from x, mean,                         \
+     * invstd). */                                                                                 \
+    X(ACT, int, bn_bwd_reduce, (backend *b, const bn_args *a), (b, a))                             \
+    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the                             \
+     * global row count (count as a float: all ranks' rows under                                   \
+     * SyncBatchNorm); add_to: dx += instead. Reads x, dy, mean, invstd,                           \
+     * gamma, sum_dy, sum_dy_xhat. */                                                              \
+    X(ACT, int, bn_bwd_apply, (backend *b, const bn_args *a), (b, a))                              \
+                                                                                                   \
+    /* ---- elementwise ---- */                                                                    \
+    /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */                       \
+    X(ACT, int, relu_fwd, (backend *b, size_t n, const void *x, void *y), (b, n, x, y))            \
+    X(ACT, int, relu_bwd, (backend *b, size_t n, const void *y, const void *dy, void *dx),         \
+      (b, n, y, dy, dx))                                                                           \
+    /* y = a + b, then ReLU if relu */                                                             \
+    X(ACT, int, add_fwd,                                                                           \
+      (backend *b, size_t n, const void *a, const void *x2, int relu, void *y),                    \
+      (b, n, a, x2, relu, y))                                                                      \
+    /* dst += src (activation gradients) */                                                        \
+    X(ACT, int, accumulate, (backend *b, size_t n, const void *src, void *dst), (b, n, src, dst))  \
+    /* x *= alpha (fp32: parameter gradients) */                                                   \
+    X(PLAIN, int, scale, (backend *b, size_t n, float alpha, float *x), (b, n, alpha, x))          \
+                                                                                                   \
+    /* ---- pooling ---- */                                                                        \
+    X(ACT, int, maxpool_fwd,                                                                       \
+      (backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax),                  \
+      (b, s, x, y, argmax))                                                                        \
+    X(ACT, int, maxpool_bwd,                                                                       \
+      (backend *b, const pool_shape *s, const void *dy, const int32_t *argmax, void *dx),          \
+      (b, s, dy, argmax, dx))                                                                      \
+    /* global average pooling NHWC -> NC, and back */                                              \
+    X(ACT, int, avgpool_fwd, (backend *b, int n, int hw, int c, const void *x, void *y),           \
+      (b, n, hw, c, x, y))                                                                         \
+    X(ACT, int, avgpool_bwd, (backend *b, int n, int hw, int c, const void *dy, void *dx),         \
+      (b, n, hw, c, dy, dx))                                                                       \
+                                                                                                   \
+    /* ---- the linear layer, the loss, the optimizer ---- */                                      \
+    /* y[n][out] = x[n][in] . W[out][in] + bias[out] */                                            \
+    X(ACT, int, linear_fwd,                                                                        \
+      (backend *b, int n, int in, int out, const void *x, const float *w, const float *bias,       \
+       void *y),                                                                                   \
+      (b, n, in, out, x, w, bias, y))                                                              \
+    /* dx (skipped if NULL), dw and dbias (overwritten) */                                         \
+    X(ACT, int, linear_bwd,                                                                        \
+      (backend *b, int n, int in, int out, const void *x, const float *w, const void *dy,          \
+       void *dx, float *dw, float *dbias),                                                         \
+      (b, n, in, out, x, w, dy, dx, dw, dbias))                                                    \
+    /* Softmax cross-entropy with label smoothing, averaged over n: writes                         \
+     * dlogits (already divided by n) and, into *out (backend memory, read                         \
+     * with download), the summed loss and the count of correct argmax                             \
+     * predictions. Nothing waits: a step has no host round trip. */                               \
+    X(ACT, int, xent,                                                                              \
+      (backend *b, int n, int classes, const void *logits, const int32_t *labels,                  \
+       float smoothing, void *dlogits, backend_loss *out),                                         \
+      (b, n, classes, logits, labels, smoothing, dlogits, out))                                    \
+    /* One SGD step over a whole parameter buffer: decay (a per-element                            \
+     * 0/1 mask selects which elements get weight decay), momentum, Nesterov.                      \
+     * The learning rate is read from backend memory when the step runs, so                        \
+     * a recorded step (below) follows the schedule. */                                            \
+    X(PLAIN, int, sgd,                                                                             \
+      (backend *b, size_t n, float *param, const float *grad, float *mom,                          \
+       const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,             \
+       int nesterov, int first_step),                                                              \
+      (b, n, param, grad, mom, decay_mask, lr, momentum, weight_decay, nesterov, first_step))      \
+                                                                                                   \
+    /* ---- recording a step (CUDA graphs; NULL where the backend cannot) ----                     \
+     * Between record_begin and record_end the operations are recorded, not                        \
+     * run; replay then runs them all as one launch, with the same memory, so                      \
+     * inputs change by uploading into the same buffers. replay fails with                         \
+     * -ESTALE once memory has been freed since the recording (it may have                         \
+     * been the recording's): record again. */                                                     \
+    X(RECORD, int, record_begin, (backend *b), (b))                                                \
+    X(RECORD, int, record_end, (backend *b), (b))                                                  \
+    X(RECORD, int, replay, (backend *b), (b))                                                      \
+    X(DESTROY, void, destroy, (backend *b), (b))
+
+#define BACKEND_OP_FIELD(KIND, RET, NAME, PARAMS, ARGS) RET(*NAME) PARAMS;
+
 typedef struct {
     const char *name;
-    /* memory */
-    void *(*alloc)(backend *b, size_t bytes); /* zeroed, 64-byte aligned */
-    void (*free)(backend *b, void *p);
-    void (*upload)(backend *b, void *dst, const void *src, size_t bytes);
-    /* Like upload, but queued: it may return before the copy is made, so
-     * src must stay as it is until the next sync (or download). From
-     * alloc_host memory a GPU copies without the host's help. */
-    void (*upload_async)(backend *b, void *dst, const void *src, size_t bytes);
-    /* Host memory the backend copies from fastest (page-locked on a GPU;
-     * plain on the CPU), 64-byte aligned; NULL when out of memory. */
-    void *(*alloc_host)(backend *b, size_t bytes);
-    void (*free_host)(backend *b, void *p);
-    void (*download)(backend *b, void *dst, const void *src, size_t bytes);
-    void (*zero)(backend *b, void *p, size_t bytes);
-    void (*copy)(backend *b, void *dst, const void *src, size_t bytes); /* device to device */
-    /* waits for queued work (a no-op on the CPU) */
-    int (*sync)(backend *b);
-
-    /* y = conv(x, w) */
-    int (*conv_fwd)(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
-    /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */
-    int (*conv_bwd)(backend *b, const conv_shape *s, const void *x, const float *w,
-                    const void *dy, void *dx, float *dw);
-
-    /* Batch norm (bn_args above), split so that SyncBatchNorm can
-     * all-reduce the sums between the operations.
-     * stats: sum and sumsq of x. */
-    int (*bn_stats)(backend *b, const bn_args *a);
-    /* From sum and sumsq over count rows: mean and invstd = 1/sqrt(var +
-     * eps) with the biased variance, and the running statistics updated
-     * as PyTorch does: r = (1 - momentum)*r + momentum*batch, the variance
-     * unbiased (count/(count-1)). Computed in double. Reads c, count, eps,
-     * momentum, sum, sumsq; writes mean, invstd, running. */
-    int (*bn_finalize)(backend *b, const bn_args *a);
-    /* Evaluation: mean and invstd from running (and eps). */
-    int (*bn_running)(backend *b, const bn_args *a);
-    /* y = (x - mean) * invstd * gamma + beta, followed by ReLU when relu
-     * is set. */
-    int (*bn_apply)(backend *b, const bn_args *a);
-    /* With y the forward output (for the ReLU mask when relu is set), dy
-     * becomes the gradient at the batch norm's output in place, and the
-     * per-channel sums sum_dy and sum_dy_xhat are computed (from x, mean,
-     * invstd). */
-    int (*bn_bwd_reduce)(backend *b, const bn_args *a);
-    /* dx = gamma*invstd/m * (m*dy - sum_dy - xhat*sum_dy_xhat), m the
-     * global row count (count as a float: all ranks' rows under
-     * SyncBatchNorm); add_to: dx += instead. Reads x, dy, mean, invstd,
-     * gamma, sum_dy, sum_dy_xhat. */
-    int (*bn_bwd_apply)(backend *b, const bn_args *a);
-
-    /* y = relu(x) (may be in place); dx = dy * (y > 0), in place allowed */
-    int (*relu_fwd)(backend *b, size_t n, const void *x, void *y);
-    int (*relu_bwd)(backend *b, size_t n, const void *y, const void *dy, void *dx);
-    /* y = a + b, then ReLU if relu */
-    int (*add_fwd)(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
-    /* dst += src (activation gradients) */
-    int (*accumulate)(backend *b, size_t n, const void *src, void *dst);
-    /* x *= alpha (fp32: parameter gradients) */
-    int (*scale)(backend *b, size_t n, float alpha, float *x);
-
-    int (*maxpool_fwd)(backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax);
-    int (*maxpool_bwd)(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
-                       void *dx);
-    /* global average pooling NHWC -> NC, and back */
-    int (*avgpool_fwd)(backend *b, int n, int hw, int c, const void *x, void *y);
-    int (*avgpool_bwd)(backend *b, int n, int hw, int c, const void *dy, void *dx);
-
-    /* y[n][out] = x[n][in] . W[out][in] + bias[out] */
-    int (*linear_fwd)(backend *b, int n, int in, int out, const void *x, const float *w,
-                      const float *bias, void *y);
-    /* dx (skipped if NULL), dw and dbias (overwritten) */
-    int (*linear_bwd)(backend *b, int n, int in, int out, const void *x, const float *w,
-                      const void *dy, void *dx, float *dw, float *dbias);
-
-    /* Softmax cross-entropy with label smoothing, averaged over n: writes
-     * dlogits (already divided by n) and, into *out (backend memory, read
-     * with download), the summed loss and the count of correct argmax
-     * predictions. Nothing waits: a step has no host round trip. */
-    int (*xent)(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-                float smoothing, void *dlogits, backend_loss *out);
-
-    /* One SGD step over a whole parameter buffer: decay (a per-element
-     * 0/1 mask selects which elements get weight decay), momentum, Nesterov.
-     * The learning rate is read from backend memory when the step runs, so
-     * a recorded step (below) follows the schedule. */
-    int (*sgd)(backend *b, size_t n, float *param, const float *grad, float *mom,
-               const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
-               int nesterov, int first_step);
-
-    /* Recording a step (CUDA graphs; NULL where the backend cannot). Between
-     * record_begin and record_end the operations are recorded, not run;
-     * replay then runs them all as one launch, with the same memory, so
-     * inputs change by uploading into the same buffers. replay fails with
-     * -ESTALE once memory has been freed since the recording (it may have
-     * been the recording's): record again. */
-    int (*record_begin)(backend *b);
-    int (*record_end)(backend *b);
-    int (*replay)(backend *b);
-    void (*destroy)(backend *b);
+    BACKEND_OPS(BACKEND_OP_FIELD)
 } backend_ops;
+#undef BACKEND_OP_FIELD
+
+/* The name of an operation that ops lacks (NULL where it must be set, or
+ * some but not all of the RECORD ones set), or NULL when it is complete. */
+const char *backend_missing_op(const backend_ops *ops);
 
 struct backend {
     const backend_ops *ops;

@@ -10,10 +10,15 @@
  * (every later call returns that error at once), tells the local peers
  * through the segment and shuts the ring's connections, so the whole job
  * fails within about one slice instead of each rank waiting for its own
- * timeout. The trainer then exits and the agent restarts the group. */
-#include "worker/comm/comm_internal.h"
+ * timeout. The trainer then exits and the agent restarts the group.
+ *
+ * Asynchronous all-reduces go through comm_async.c's queue, which runs
+ * each on its thread through the function it was given here
+ * (comm_exec_allreduce): the queue knows nothing of the communicator. */
+#include "worker/comm/comm.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +26,30 @@
 
 #include "common/hash.h"
 #include "rendezvous/store_client.h"
+#include "worker/comm/comm_async.h"
 #include "worker/comm/comm_bootstrap.h"
+#include "worker/comm/comm_ring.h"
+#include "worker/comm/comm_shm.h"
 
 #define COMM_DEFAULT_TIMEOUT_MS 300000
+
+struct comm {
+    int rank, world, timeout_ms;
+    /* Hosts are numbered in the order of their lowest rank; "host-major"
+     * order lists host 0's ranks, then host 1's, each host's in rank order. */
+    int nhosts, host;   /* how many, and this rank's */
+    int lindex, lsize;  /* this rank's place on its host, and the host's rank count */
+    int *host_of;       /* [world] each rank's host */
+    int *host_first;    /* [nhosts + 1] where each host starts in host-major order */
+    int *hm_rank;       /* [world] the rank at each host-major position */
+    int *hm_pos;        /* [world] each rank's host-major position */
+    comm_shm *shm;      /* the ranks of this host (NULL when alone on it) */
+    comm_ring ring;     /* the hosts' first ranks (used when nhosts > 1) */
+    atomic_int broken;  /* 0, or the error that made the communicator unusable */
+    comm_stop stop;     /* comm_destroy and comm_abort_at: in-flight calls give up */
+    char err[512];
+    comm_async async;   /* the asynchronous all-reduces, run by comm_exec_allreduce */
+};
 
 /* --- failure -------------------------------------------------------------- */
 
@@ -146,16 +172,24 @@ static int exec(comm *c, const op_args *a) {
     return rc ? comm_fail(c, &k, rc) : 0;
 }
 
-int comm_exec_allreduce(comm *c, float *buf, size_t count) {
+/* An asynchronous all-reduce, on the queue's thread (comm_async.c calls it
+ * back). Marks the communicator broken on failure, as every call does. */
+static int comm_exec_allreduce(void *ctx, float *buf, size_t count) {
     op_args a = {.kind = OP_ALLREDUCE, .buf = buf, .n = count};
-    return exec(c, &a);
+    return exec(ctx, &a);
 }
+
+int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **req) {
+    return comm_async_push(&c->async, buf, count, req);
+}
+
+int comm_wait(comm_req *req) { return comm_async_wait(req); }
 
 /* A synchronous call runs on the caller's thread once the asynchronous
  * requests issued before it have run, which keeps every rank's sequence of
  * collectives in the order the program issued them. */
 static int run_sync(comm *c, const op_args *a) {
-    comm_async_drain(c);
+    comm_async_drain(&c->async);
     return exec(c, a);
 }
 
@@ -181,7 +215,7 @@ int comm_alloc(comm *c, size_t bytes, void **out, char *err, size_t errlen) {
         snprintf(err, errlen, "no other rank shares this host");
         return -ENOTSUP;
     }
-    comm_async_drain(c);
+    comm_async_drain(&c->async);
     int rc = atomic_load(&c->broken);
     if (rc) {
         snprintf(err, errlen, "%s", c->err);
@@ -356,7 +390,7 @@ int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen) {
     c->stop.abort_at_ns = o->abort_at_ns;
     c->nhosts = c->lsize = 1;
     comm_ring_clear(&c->ring);
-    comm_async_init(c);
+    comm_async_init(&c->async, comm_exec_allreduce, c);
     if (c->world > 1) {
         comm_call k = comm_call_start("communicator set-up", c->timeout_ms, &c->stop, err,
                                       errlen);
@@ -375,14 +409,12 @@ int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen) {
 void comm_destroy(comm *c) {
     if (!c) return;
     atomic_store(&c->stop.cancel, 1);
-    comm_async_stop(c);
+    comm_async_stop(&c->async);
     comm_shm_destroy(c->shm);
     comm_ring_close(&c->ring);
     free(c->host_of);
     free(c->host_first);
     free(c->hm_rank);
     free(c->hm_pos);
-    pthread_mutex_destroy(&c->async.mu);
-    pthread_cond_destroy(&c->async.cv);
     free(c);
 }

@@ -1,13 +1,8 @@
-/* Asynchronous all-reduce: a FIFO of requests and one thread per
- * communicator (started on the first request) that runs them in the order
- * they were issued, so that every rank runs the same sequence. A request
- * carries its own lock and condition so that comm_wait needs nothing from
- * the communicator, and a request outliving comm_destroy (cancelled) can
- * still be waited for. */
+/* See comm_async.h. */
+#include "worker/comm/comm_async.h"
+
 #include <errno.h>
 #include <stdlib.h>
-
-#include "worker/comm/comm_internal.h"
 
 struct comm_req {
     pthread_mutex_t mu;
@@ -27,8 +22,7 @@ static void finish(comm_req *r, int rc) {
 }
 
 static void *async_main(void *arg) {
-    comm *c = arg;
-    comm_async *q = &c->async;
+    comm_async *q = arg;
     pthread_mutex_lock(&q->mu);
     for (;;) {
         while (!q->head && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
@@ -38,8 +32,9 @@ static void *async_main(void *arg) {
         if (!q->head) q->tail = NULL;
         q->busy = 1;
         pthread_mutex_unlock(&q->mu);
-        /* Once comm_destroy has begun, the communicator cancels the call. */
-        finish(r, comm_exec_allreduce(c, r->buf, r->count));
+        /* Once its owner is stopping, run cancels the call (comm.c: the
+         * communicator's cancel flag, set by comm_destroy). */
+        finish(r, q->run(q->ctx, r->buf, r->count));
         pthread_mutex_lock(&q->mu);
         q->busy = 0;
         pthread_cond_broadcast(&q->cv);
@@ -48,12 +43,14 @@ static void *async_main(void *arg) {
     return NULL;
 }
 
-void comm_async_init(comm *c) {
-    pthread_mutex_init(&c->async.mu, NULL);
-    pthread_cond_init(&c->async.cv, NULL);
+void comm_async_init(comm_async *q, comm_async_fn run, void *ctx) {
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    q->run = run;
+    q->ctx = ctx;
 }
 
-int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **out) {
+int comm_async_push(comm_async *q, float *buf, size_t count, comm_req **out) {
     *out = NULL;
     comm_req *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
@@ -61,10 +58,9 @@ int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **out) 
     pthread_cond_init(&r->cv, NULL);
     r->buf = buf;
     r->count = count;
-    comm_async *q = &c->async;
     pthread_mutex_lock(&q->mu);
     if (!q->started) {
-        if (pthread_create(&q->thread, NULL, async_main, c) != 0) {
+        if (pthread_create(&q->thread, NULL, async_main, q) != 0) {
             pthread_mutex_unlock(&q->mu);
             pthread_mutex_destroy(&r->mu);
             pthread_cond_destroy(&r->cv);
@@ -84,7 +80,7 @@ int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **out) 
     return 0;
 }
 
-int comm_wait(comm_req *r) {
+int comm_async_wait(comm_req *r) {
     if (!r) return -EINVAL;
     pthread_mutex_lock(&r->mu);
     while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
@@ -96,19 +92,19 @@ int comm_wait(comm_req *r) {
     return rc;
 }
 
-void comm_async_drain(comm *c) {
-    comm_async *q = &c->async;
+void comm_async_drain(comm_async *q) {
     pthread_mutex_lock(&q->mu);
     while (q->head || q->busy) pthread_cond_wait(&q->cv, &q->mu);
     pthread_mutex_unlock(&q->mu);
 }
 
-void comm_async_stop(comm *c) {
-    comm_async *q = &c->async;
+void comm_async_stop(comm_async *q) {
     pthread_mutex_lock(&q->mu);
     q->stop = 1;
     pthread_cond_broadcast(&q->cv);
     int started = q->started;
     pthread_mutex_unlock(&q->mu);
     if (started) pthread_join(q->thread, NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
 }

@@ -18,4 +18,10 @@ int arch_build(backend *be, const model_spec *spec, model **out, char *err, size
  * or NULL past the last. */
 const char *arch_name(size_t i);
 
+/* The names arch_build knows, for --model's help, from the same table:
+ * one family to a line, the names after its first without the letters
+ * they share ("resnet20|32|44|56|110 (CIFAR-style) or\nresnet18|34|...").
+ * Written into buf, cut to size and terminated (when size > 0). */
+void arch_help(char *buf, size_t size);
+
 #endif

@@ -42,7 +42,12 @@ static void cpu_destroy(backend *b) {
 }
 
 /* The CPU's operations; convolution and the linear layer from oneDNN
- * (KIND dnnl) or from the reference kernels (KIND ref). */
+ * (KIND dnnl) or from the reference kernels (KIND ref). Written out rather
+ * than made from backend.h's list as the CUDA table is: one function
+ * serves several operations (cpu_copy is upload, download and copy) and
+ * the two tables differ in four. The recording operations stay NULL: the
+ * CPU records nothing. A unit test (backend_ops_cpu_complete) names an
+ * operation left out. */
 #define CPU_OPS(NAME, KIND)                                                                  \
     {                                                                                        \
         .name = NAME, .conv_fwd = cpu_conv_fwd_##KIND, .conv_bwd = cpu_conv_bwd_##KIND,      \

@@ -71,15 +71,21 @@ static size_t conv_weights(const conv_shape *s) { return (size_t)s->k * s->r * s
 
 /* ---- operations on activations ------------------------------------------------ */
 
-static int conv_fwd(backend *b, const conv_shape *s, const void *x, const float *w, void *y) {
+/* Written by hand: which inputs are widened, how many elements each holds,
+ * which weights are rounded, and which results are rounded back or stay
+ * fp32 (batch-norm sums, the linear layer's weight gradient) follow from
+ * each operation's shapes and meaning, not from its signature. Each is
+ * named bf16_NAME, which is where the table below finds it. */
+
+static int bf16_conv_fwd(backend *b, const conv_shape *s, const void *x, const float *w, void *y) {
     float *X = widen(b, 0, x, conv_in(s)), *W = rounded(b, 1, w, conv_weights(s));
     float *Y = scratch(b, 2, conv_out(s));
     if (!X || !W || !Y) return -ENOMEM;
     return narrow(inner(b)->ops->conv_fwd(inner(b), s, X, W, Y), y, Y, conv_out(s));
 }
 
-static int conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
-                    const void *dy, void *dx, float *dw) {
+static int bf16_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
+                         const void *dy, void *dx, float *dw) {
     float *X = widen(b, 0, x, conv_in(s)), *W = rounded(b, 1, w, conv_weights(s));
     float *DY = widen(b, 2, dy, conv_out(s)), *DX = dx ? scratch(b, 3, conv_in(s)) : NULL;
     if (!X || !W || !DY || (dx && !DX)) return -ENOMEM;
@@ -92,14 +98,14 @@ static int conv_bwd(backend *b, const conv_shape *s, const void *x, const float 
 
 /* The batch-norm operations run the inner backend's on a copy of the
  * arguments whose activations are the widened scratch copies. */
-static int bn_stats(backend *b, const bn_args *a) {
+static int bf16_bn_stats(backend *b, const bn_args *a) {
     bn_args f = *a;
     f.x = widen(b, 0, a->x, (size_t)a->rows * a->c);
     if (!f.x) return -ENOMEM;
     return inner(b)->ops->bn_stats(inner(b), &f);
 }
 
-static int bn_apply(backend *b, const bn_args *a) {
+static int bf16_bn_apply(backend *b, const bn_args *a) {
     size_t n = (size_t)a->rows * a->c;
     float *X = widen(b, 0, a->x, n);
     if (!X) return -ENOMEM;
@@ -108,7 +114,7 @@ static int bn_apply(backend *b, const bn_args *a) {
     return narrow(inner(b)->ops->bn_apply(inner(b), &f), a->y, X, n);
 }
 
-static int bn_bwd_reduce(backend *b, const bn_args *a) {
+static int bf16_bn_bwd_reduce(backend *b, const bn_args *a) {
     size_t n = (size_t)a->rows * a->c;
     float *X = widen(b, 0, a->x, n), *Y = widen(b, 1, a->y, n), *DY = widen(b, 2, a->dy, n);
     if (!X || !Y || !DY) return -ENOMEM;
@@ -117,7 +123,7 @@ static int bn_bwd_reduce(backend *b, const bn_args *a) {
     return narrow(inner(b)->ops->bn_bwd_reduce(inner(b), &f), a->dy, DY, n);
 }
 
-static int bn_bwd_apply(backend *b, const bn_args *a) {
+static int bf16_bn_bwd_apply(backend *b, const bn_args *a) {
     size_t n = (size_t)a->rows * a->c;
     float *X = widen(b, 0, a->x, n), *DY = widen(b, 1, a->dy, n);
     float *DX = a->add_to ? widen(b, 2, a->dx, n) : scratch(b, 2, n);
@@ -127,60 +133,61 @@ static int bn_bwd_apply(backend *b, const bn_args *a) {
     return narrow(inner(b)->ops->bn_bwd_apply(inner(b), &f), a->dx, DX, n);
 }
 
-static int relu_fwd(backend *b, size_t n, const void *x, void *y) {
+static int bf16_relu_fwd(backend *b, size_t n, const void *x, void *y) {
     float *X = widen(b, 0, x, n);
     if (!X) return -ENOMEM;
     return narrow(inner(b)->ops->relu_fwd(inner(b), n, X, X), y, X, n);
 }
 
-static int relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx) {
+static int bf16_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx) {
     float *Y = widen(b, 0, y, n), *DY = widen(b, 1, dy, n);
     if (!Y || !DY) return -ENOMEM;
     return narrow(inner(b)->ops->relu_bwd(inner(b), n, Y, DY, DY), dx, DY, n);
 }
 
-static int add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y) {
+static int bf16_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y) {
     float *A = widen(b, 0, a, n), *B = widen(b, 1, x2, n);
     if (!A || !B) return -ENOMEM;
     return narrow(inner(b)->ops->add_fwd(inner(b), n, A, B, relu, A), y, A, n);
 }
 
-static int accumulate(backend *b, size_t n, const void *src, void *dst) {
+static int bf16_accumulate(backend *b, size_t n, const void *src, void *dst) {
     float *S = widen(b, 0, src, n), *D = widen(b, 1, dst, n);
     if (!S || !D) return -ENOMEM;
     return narrow(inner(b)->ops->accumulate(inner(b), n, S, D), dst, D, n);
 }
 
-static int maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax) {
+static int bf16_maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y,
+                            int32_t *argmax) {
     size_t nx = (size_t)s->n * s->h * s->w * s->c, ny = (size_t)s->n * s->p * s->q * s->c;
     float *X = widen(b, 0, x, nx), *Y = scratch(b, 1, ny);
     if (!X || !Y) return -ENOMEM;
     return narrow(inner(b)->ops->maxpool_fwd(inner(b), s, X, Y, argmax), y, Y, ny);
 }
 
-static int maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
-                       void *dx) {
+static int bf16_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
+                            void *dx) {
     size_t nx = (size_t)s->n * s->h * s->w * s->c, ny = (size_t)s->n * s->p * s->q * s->c;
     float *DY = widen(b, 0, dy, ny), *DX = scratch(b, 1, nx);
     if (!DY || !DX) return -ENOMEM;
     return narrow(inner(b)->ops->maxpool_bwd(inner(b), s, DY, argmax, DX), dx, DX, nx);
 }
 
-static int avgpool_fwd(backend *b, int n, int hw, int c, const void *x, void *y) {
+static int bf16_avgpool_fwd(backend *b, int n, int hw, int c, const void *x, void *y) {
     float *X = widen(b, 0, x, (size_t)n * hw * c), *Y = scratch(b, 1, (size_t)n * c);
     if (!X || !Y) return -ENOMEM;
     return narrow(inner(b)->ops->avgpool_fwd(inner(b), n, hw, c, X, Y), y, Y, (size_t)n * c);
 }
 
-static int avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx) {
+static int bf16_avgpool_bwd(backend *b, int n, int hw, int c, const void *dy, void *dx) {
     size_t nx = (size_t)n * hw * c;
     float *DY = widen(b, 0, dy, (size_t)n * c), *DX = scratch(b, 1, nx);
     if (!DY || !DX) return -ENOMEM;
     return narrow(inner(b)->ops->avgpool_bwd(inner(b), n, hw, c, DY, DX), dx, DX, nx);
 }
 
-static int linear_fwd(backend *b, int n, int in, int out, const void *x, const float *w,
-                      const float *bias, void *y) {
+static int bf16_linear_fwd(backend *b, int n, int in, int out, const void *x, const float *w,
+                           const float *bias, void *y) {
     size_t ny = (size_t)n * out;
     float *X = widen(b, 0, x, (size_t)n * in), *W = rounded(b, 1, w, (size_t)out * in);
     float *Y = scratch(b, 2, ny);
@@ -188,8 +195,8 @@ static int linear_fwd(backend *b, int n, int in, int out, const void *x, const f
     return narrow(inner(b)->ops->linear_fwd(inner(b), n, in, out, X, W, bias, Y), y, Y, ny);
 }
 
-static int linear_bwd(backend *b, int n, int in, int out, const void *x, const float *w,
-                      const void *dy, void *dx, float *dw, float *dbias) {
+static int bf16_linear_bwd(backend *b, int n, int in, int out, const void *x, const float *w,
+                           const void *dy, void *dx, float *dw, float *dbias) {
     size_t nx = (size_t)n * in;
     float *X = widen(b, 0, x, nx), *W = rounded(b, 1, w, (size_t)out * in);
     float *DY = widen(b, 2, dy, (size_t)n * out), *DX = dx ? scratch(b, 3, nx) : NULL;
@@ -198,8 +205,8 @@ static int linear_bwd(backend *b, int n, int in, int out, const void *x, const f
     return dx ? narrow(rc, dx, DX, nx) : rc;
 }
 
-static int xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
-                float smoothing, void *dlogits, backend_loss *out) {
+static int bf16_xent(backend *b, int n, int classes, const void *logits, const int32_t *labels,
+                     float smoothing, void *dlogits, backend_loss *out) {
     size_t nl = (size_t)n * classes;
     float *L = widen(b, 0, logits, nl), *D = scratch(b, 1, nl);
     if (!L || !D) return -ENOMEM;
@@ -209,46 +216,30 @@ static int xent(backend *b, int n, int classes, const void *logits, const int32_
 
 /* ---- everything else is the fp32 backend's ------------------------------------ */
 
-static void *alloc(backend *b, size_t bytes) { return inner(b)->ops->alloc(inner(b), bytes); }
-static void release(backend *b, void *p) { inner(b)->ops->free(inner(b), p); }
-static void upload(backend *b, void *dst, const void *src, size_t bytes) {
-    inner(b)->ops->upload(inner(b), dst, src, bytes);
-}
-static void download(backend *b, void *dst, const void *src, size_t bytes) {
-    inner(b)->ops->download(inner(b), dst, src, bytes);
-}
-static void zero(backend *b, void *p, size_t bytes) { inner(b)->ops->zero(inner(b), p, bytes); }
-static void copy(backend *b, void *dst, const void *src, size_t bytes) {
-    inner(b)->ops->copy(inner(b), dst, src, bytes);
-}
-static int sync(backend *b) { return inner(b)->ops->sync(inner(b)); }
+/* What touches no activations is the fp32 backend's operation as it is:
+ * these wrappers are made from backend.h's list (BACKEND_OPS), one for
+ * each PLAIN and PLAIN_VOID operation. Inside the inner block b is the
+ * fp32 backend, so the list's arguments pass on unchanged. */
+#define FORWARD(RETURN, RET, NAME, PARAMS, ARGS)                                                   \
+    static RET bf16_##NAME PARAMS {                                                                \
+        backend *outer = b;                                                                        \
+        {                                                                                          \
+            backend *b = inner(outer);                                                             \
+            RETURN b->ops->NAME ARGS;                                                              \
+        }                                                                                          \
+    }
+#define WRAP_PLAIN(RET, NAME, PARAMS, ARGS) FORWARD(return, RET, NAME, PARAMS, ARGS)
+#define WRAP_PLAIN_VOID(RET, NAME, PARAMS, ARGS) FORWARD(, RET, NAME, PARAMS, ARGS)
+/* Written above, by hand. */
+#define WRAP_ACT(RET, NAME, PARAMS, ARGS)
+/* None: the fp32 CPU backend records nothing, so neither does this. */
+#define WRAP_RECORD(RET, NAME, PARAMS, ARGS)
+/* Written below: it frees this backend's own state. */
+#define WRAP_DESTROY(RET, NAME, PARAMS, ARGS)
+#define WRAP(KIND, RET, NAME, PARAMS, ARGS) WRAP_##KIND(RET, NAME, PARAMS, ARGS)
+BACKEND_OPS(WRAP)
 
-static int bn_finalize(backend *b, const bn_args *a) {
-    return inner(b)->ops->bn_finalize(inner(b), a);
-}
-
-static int bn_running(backend *b, const bn_args *a) {
-    return inner(b)->ops->bn_running(inner(b), a);
-}
-
-static int scale(backend *b, size_t n, float alpha, float *x) {
-    return inner(b)->ops->scale(inner(b), n, alpha, x);
-}
-
-static int sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
-               const uint8_t *decay_mask, const float *lr, float momentum, float weight_decay,
-               int nesterov, int first_step) {
-    return inner(b)->ops->sgd(inner(b), n, param, grad, mom, decay_mask, lr, momentum,
-                              weight_decay, nesterov, first_step);
-}
-
-static void *alloc_host(backend *b, size_t bytes) {
-    return inner(b)->ops->alloc_host(inner(b), bytes);
-}
-
-static void free_host(backend *b, void *p) { inner(b)->ops->free_host(inner(b), p); }
-
-static void destroy(backend *b) {
+static void bf16_destroy(backend *b) {
     bf16_state *st = state(b);
     for (int i = 0; i < SLOTS; i++) free(st->slot[i]);
     st->inner->ops->destroy(st->inner);
@@ -256,20 +247,19 @@ static void destroy(backend *b) {
     free(b);
 }
 
+/* The table, from the same list: every operation NAME is bf16_NAME
+ * (above), except the recording ones, left NULL. A new operation that
+ * touches activations therefore fails to compile here until its wrapper
+ * is written. */
+#define ENTRY_PLAIN(NAME) .NAME = bf16_##NAME,
+#define ENTRY_PLAIN_VOID(NAME) .NAME = bf16_##NAME,
+#define ENTRY_ACT(NAME) .NAME = bf16_##NAME,
+#define ENTRY_RECORD(NAME)
+#define ENTRY_DESTROY(NAME) .NAME = bf16_##NAME,
+#define ENTRY(KIND, RET, NAME, PARAMS, ARGS) ENTRY_##KIND(NAME)
 static const backend_ops bf16_ops = {
     .name = "cpu (bf16, emulated)",
-    .alloc = alloc, .free = release, .upload = upload, .download = download, .zero = zero,
-    .copy = copy, .sync = sync, .upload_async = upload, .alloc_host = alloc_host,
-    .free_host = free_host,
-    .conv_fwd = conv_fwd, .conv_bwd = conv_bwd,
-    .bn_stats = bn_stats, .bn_finalize = bn_finalize, .bn_running = bn_running,
-    .bn_apply = bn_apply, .bn_bwd_reduce = bn_bwd_reduce, .bn_bwd_apply = bn_bwd_apply,
-    .relu_fwd = relu_fwd, .relu_bwd = relu_bwd, .add_fwd = add_fwd, .accumulate = accumulate,
-    .scale = scale,
-    .maxpool_fwd = maxpool_fwd, .maxpool_bwd = maxpool_bwd,
-    .avgpool_fwd = avgpool_fwd, .avgpool_bwd = avgpool_bwd,
-    .linear_fwd = linear_fwd, .linear_bwd = linear_bwd,
-    .xent = xent, .sgd = sgd, .destroy = destroy,
+    BACKEND_OPS(ENTRY)
 };
 
 int cpu_bf16_backend_create(backend *fp32, backend **out) {

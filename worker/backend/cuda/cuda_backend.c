@@ -28,29 +28,6 @@ void cuda_backend_drop_recording(const backend *b) {
     st->graph = NULL;
 }
 
-/* ---- device buffers ----------------------------------------------------------- */
-
-int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes) {
-    if (bytes <= buf->bytes) return 0;
-    if (buf->p) {
-        CUDA_CHECK(cudaStreamSynchronize(st->stream));
-        CUDA_CHECK(cudaFree(buf->p));
-        buf->p = NULL, buf->bytes = 0;
-        if (st->graph) st->graph_stale = 1;
-    }
-    /* Half again as much, so a run of slightly growing shapes does not
-     * reallocate each time. */
-    size_t want = bytes + bytes / 2;
-    CUDA_CHECK(cudaMalloc(&buf->p, want));
-    buf->bytes = want;
-    return 0;
-}
-
-void cuda_buf_release(cuda_buf *buf) {
-    if (buf->p) cudaFree(buf->p);
-    buf->p = NULL, buf->bytes = 0;
-}
-
 /* ---- memory operations -------------------------------------------------------------- */
 
 /* The memory operations return nothing (backend.h), so their errors are
@@ -276,44 +253,15 @@ static int state_init(cuda_state *st, const backend_opts *o) {
     return rc ? rc : cuda_conv_init(st);
 }
 
+/* The table, from backend.h's list: every operation NAME is cuda_NAME,
+ * from this file, cuda_conv.c, cuda_linear.c or cuda_ops.c, so one left
+ * out fails to compile rather than leaving a NULL. */
+#define ENTRY(KIND, RET, NAME, PARAMS, ARGS) .NAME = cuda_##NAME,
 static const backend_ops cuda_ops = {
     .name = "cuda (cuDNN, cuBLAS)",
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .upload = cuda_upload,
-    .upload_async = cuda_upload_async,
-    .alloc_host = cuda_alloc_host,
-    .free_host = cuda_free_host,
-    .download = cuda_download,
-    .zero = cuda_zero,
-    .copy = cuda_copy,
-    .sync = cuda_sync,
-    .conv_fwd = cuda_conv_fwd,
-    .conv_bwd = cuda_conv_bwd,
-    .bn_stats = cuda_bn_stats,
-    .bn_finalize = cuda_bn_finalize,
-    .bn_running = cuda_bn_running,
-    .bn_apply = cuda_bn_apply,
-    .bn_bwd_reduce = cuda_bn_bwd_reduce,
-    .bn_bwd_apply = cuda_bn_bwd_apply,
-    .relu_fwd = cuda_relu_fwd,
-    .relu_bwd = cuda_relu_bwd,
-    .add_fwd = cuda_add_fwd,
-    .accumulate = cuda_accumulate,
-    .scale = cuda_scale,
-    .maxpool_fwd = cuda_maxpool_fwd,
-    .maxpool_bwd = cuda_maxpool_bwd,
-    .avgpool_fwd = cuda_avgpool_fwd,
-    .avgpool_bwd = cuda_avgpool_bwd,
-    .linear_fwd = cuda_linear_fwd,
-    .linear_bwd = cuda_linear_bwd,
-    .xent = cuda_xent,
-    .sgd = cuda_sgd,
-    .record_begin = cuda_record_begin,
-    .record_end = cuda_record_end,
-    .replay = cuda_replay,
-    .destroy = cuda_destroy,
+    BACKEND_OPS(ENTRY)
 };
+#undef ENTRY
 
 /* bf16 tensor cores (and cuDNN's bf16 convolutions) start with Ampere. */
 static int check_bf16(int device, char *err, size_t errlen) {

@@ -14,15 +14,9 @@
 #include "common/log.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/cuda_buf.h"
 #include "worker/backend/cuda/cuda_check.h"
 #include "worker/backend/cuda/cuda_kernels.h"
-
-/* A device buffer that only grows: scratch whose size depends on the
- * shapes that come along. */
-typedef struct {
-    void *p;
-    size_t bytes;
-} cuda_buf;
 
 typedef struct cuda_conv_cache cuda_conv_cache; /* cuda_conv.c */
 typedef struct cuda_weight_cache cuda_weight_cache; /* cuda_weights.c */
@@ -49,7 +43,7 @@ typedef struct {
 int cuda_blas_load(cuda_blas *bl, char *err, size_t errlen);
 void cuda_blas_unload(cuda_blas *bl);
 
-typedef struct {
+struct cuda_state {
     int device;
     backend_precision precision;
     int benchmark;           /* convolution algorithms by timing (cuda_conv.c) */
@@ -68,15 +62,9 @@ typedef struct {
     cudaGraphExec_t graph;   /* the recorded step, or NULL */
     int graph_stale;         /* memory was freed since the recording */
     int deferred;            /* the first error of an operation that cannot return one */
-} cuda_state;
+};
 
 static inline cuda_state *cuda_state_of(const backend *b) { return (cuda_state *)b->impl; }
-
-/* Makes buf at least `bytes` long. Growing waits for the stream first:
- * queued work may still read the old buffer (and a recording may hold
- * it: growing makes the recording stale). */
-int cuda_buf_reserve(cuda_state *st, cuda_buf *buf, size_t bytes);
-void cuda_buf_release(cuda_buf *buf);
 
 /* cuda_weights.c: fp32 OIHW parameters as cuDNN's filters (KRSC) and
  * cuBLAS's bf16 operands want them, converted once and cached per
