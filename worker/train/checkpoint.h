@@ -52,7 +52,11 @@ typedef struct {
  * not NULL. 0 or -errno with a message (-EINVAL for input that could not
  * be read back as given); on failure no temporary file is left and
  * existing checkpoints are untouched. Older damaged checkpoints and
- * entries that are not regular files are neither counted nor deleted. */
+ * entries that are not regular files are neither counted nor deleted.
+ * It also deletes the temporary files of earlier writes (at a step no
+ * newer than this one), which it takes for dead ones: the caller must be
+ * dir's only writer (ddp-train's rank 0 holds the directory's lock,
+ * snapshot_lock, before its first write). */
 int ckpt_write(const ckpt_save *save, char *path_out, size_t path_len, char *err, size_t errlen);
 
 /* Reads and verifies one checkpoint (magic, lengths, every CRC, trailer).
