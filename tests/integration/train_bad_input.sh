@@ -2,7 +2,10 @@
 # timeout: 180
 # Bad input to ddp-train gets a clear error naming the problem, and nothing
 # is overwritten: a missing data set, a wrong --input-shape, an unknown
-# model, a checkpoint from another model, a truncated checkpoint.
+# model, a checkpoint from another model, a truncated checkpoint. A FIFO
+# where a checkpoint is expected never hangs a run or `inspect` (an open()
+# of a FIFO waits for a writer): given to `inspect` it is refused, and in
+# --ckpt-dir it is skipped with a warning, also by --keep's pruning.
 source "$(dirname "$0")/../lib/train.bash"
 fails() { # expected exit status, text the error must contain, args...
     local want=$1 text=$2 rc=0; shift 2
@@ -55,4 +58,38 @@ cp "$newest" "$SCRATCH/only/"
 fails 1 "ckpt-0000000004.ddpt" "${synth[@]}" --model resnet20 --max-steps 5 --ckpt-dir "$SCRATCH/only"
 [ "$(stat -c %s "$SCRATCH/only/ckpt-0000000004.ddpt")" = 1000 ] || { echo "the truncated file changed"; exit 1; }
 [ "$(ls "$SCRATCH/only" | wc -l)" = 1 ] || { echo "a checkpoint was written over a corrupt one"; ls "$SCRATCH/only"; exit 1; }
+
+# A FIFO given to inspect: refused at once, named.
+mkfifo "$SCRATCH/fifo.ddpt"
+rc=0
+timeout -k 5 10 ddp-train inspect "$SCRATCH/fifo.ddpt" > "$SCRATCH/out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -qF "checkpoint $SCRATCH/fifo.ddpt is a FIFO, not a checkpoint file" "$SCRATCH/out" ||
+    { echo "inspect of a FIFO exited $rc (124: it hung):"; cat "$SCRATCH/out"; exit 1; }
+# A FIFO as the newest ckpt-N in --ckpt-dir: skipped with a warning, by
+# inspect and by a resuming run, which resumes from the valid one before it;
+# pruning older checkpoints (--keep 1 at step 4 and 6) leaves it alone.
+mkdir "$SCRATCH/ff"
+cp "$SCRATCH/tr/ckpt-0000000002.ddpt" "$SCRATCH/ff/"
+mkfifo "$SCRATCH/ff/ckpt-0000000003.ddpt"
+timeout -k 5 10 ddp-train inspect "$SCRATCH/ff" > "$SCRATCH/out" 2> "$SCRATCH/err" ||
+    { echo "inspect of a directory with a FIFO failed ($?):"; cat "$SCRATCH/err"; exit 1; }
+grep -q '"global_step": 2,' "$SCRATCH/out" &&
+    grep -qF "ckpt-0000000003.ddpt in $SCRATCH/ff is a FIFO, not a checkpoint file: skipped" "$SCRATCH/err" ||
+    { cat "$SCRATCH/out" "$SCRATCH/err"; exit 1; }
+timeout -k 5 30 ddp-train "${synth[@]}" --model resnet20 --max-steps 6 --ckpt-every 2 --keep 1 \
+    --ckpt-dir "$SCRATCH/ff" > "$SCRATCH/out" 2>&1 ||
+    { echo "a run resuming beside a FIFO exited $? (124: it hung):"; cat "$SCRATCH/out"; exit 1; }
+grep -qF "ckpt-0000000003.ddpt in $SCRATCH/ff is a FIFO, not a checkpoint file: skipped" "$SCRATCH/out" &&
+    grep -q "resuming from .*ckpt-0000000002.ddpt" "$SCRATCH/out" ||
+    { echo "the FIFO was not skipped with a warning:"; cat "$SCRATCH/out"; exit 1; }
+[ -p "$SCRATCH/ff/ckpt-0000000003.ddpt" ] && [ -e "$SCRATCH/ff/ckpt-0000000006.ddpt" ] ||
+    { echo "the FIFO or the newest checkpoint is gone:"; ls -la "$SCRATCH/ff"; exit 1; }
+# Only a FIFO: no checkpoint, so a fresh start (with the warning).
+mkdir "$SCRATCH/onlyfifo"
+mkfifo "$SCRATCH/onlyfifo/ckpt-0000000009.ddpt"
+timeout -k 5 30 ddp-train "${synth[@]}" --model resnet20 --max-steps 2 --ckpt-dir "$SCRATCH/onlyfifo" \
+    > "$SCRATCH/out" 2>&1 || { echo "a run beside only a FIFO exited $?:"; cat "$SCRATCH/out"; exit 1; }
+grep -q "is a FIFO, not a checkpoint file: skipped" "$SCRATCH/out" && ! grep -q "resuming" "$SCRATCH/out" ||
+    { cat "$SCRATCH/out"; exit 1; }
+[ -e "$SCRATCH/onlyfifo/ckpt-0000000002.ddpt" ] || { ls -la "$SCRATCH/onlyfifo"; exit 1; }
 echo "all refused clearly"

@@ -8,8 +8,11 @@
 # The metrics file has a "start" line per (re)start and test lines with
 # their global step. Bad input (a missing, empty or garbled metrics file, no
 # gnuplot, a failing gnuplot, a bad --size, an unwritable output) gets its
-# error and leaves no file behind, not even a temporary one; SIGTERM stops a
-# watcher with its last picture whole.
+# error and leaves no file behind, not even a temporary one; so does a FIFO
+# as the metrics file, at once (its open() would wait for a writer). SIGTERM
+# stops a watcher with its last picture whole, and SIGTERM or SIGINT stops a
+# plot waiting on a gnuplot that takes its time, even one that has closed its
+# pipes and lingers, within a few seconds and with nothing written.
 source "$(dirname "$0")/../lib/train.bash"
 command -v gnuplot >/dev/null ||
     { echo "skipped: no gnuplot (Debian's gnuplot-nox) to draw with"; exit 77; }
@@ -114,7 +117,7 @@ bad() { # status, expected message (a grep -E pattern), output file, ddp-train p
     # (PLOT_PATH: the PATH ddp-train plot runs with)
     local want=$1 pattern=$2 out=$3 rc=0
     shift 3
-    env ${PLOT_PATH:+PATH="$PLOT_PATH"} "$BIN/ddp-train" plot "$@" \
+    timeout -k 5 10 env ${PLOT_PATH:+PATH="$PLOT_PATH"} "$BIN/ddp-train" plot "$@" \
         > "$SCRATCH/bad.out" 2> "$SCRATCH/bad.err" || rc=$?
     [ "$rc" = "$want" ] || { echo "plot $*: exit $rc, not $want"; cat "$SCRATCH/bad.err"; exit 1; }
     grep -Eq -e "$pattern" "$SCRATCH/bad.err" ||
@@ -168,5 +171,53 @@ PLOT_PATH=$SCRATCH/fakebin:$PATH bad 1 "gnuplot failed \\(exit status 3\\): line
     "$SCRATCH/b7.png" "$M" -o "$SCRATCH/b7.png"
 PLOT_PATH=$SCRATCH/fakebin:$PATH bad 1 "gnuplot failed" "$SCRATCH/b7.png" "$M" -o "$SCRATCH/keep.png"
 cmp "$SCRATCH/final.png" "$SCRATCH/keep.png" || { echo "a failed draw changed the old picture"; exit 1; }
+# A FIFO as the metrics file: refused at once, drawing once or with --refresh.
+mkfifo "$SCRATCH/metrics.fifo"
+bad 1 "cannot read metrics file $SCRATCH/metrics.fifo: it is a FIFO, not a regular file" \
+    "$SCRATCH/b8.png" "$SCRATCH/metrics.fifo" -o "$SCRATCH/b8.png"
+bad 1 "cannot read metrics file $SCRATCH/metrics.fifo: it is a FIFO" \
+    "$SCRATCH/b8.png" "$SCRATCH/metrics.fifo" -o "$SCRATCH/b8.png" --refresh 0.2
+
+# A stop signal while plot waits on gnuplot: a gnuplot that sleeps with its
+# pipes open, and one that closes them and lingers (its exit is waited for).
+# SIGINT is set back to its default: a script's background job inherits it
+# ignored.
+mkdir "$SCRATCH/fakebin/slow" "$SCRATCH/fakebin/mute"
+printf '#!/bin/sh\n: > "$PLOT_MARK"\nexec sleep 60\n' > "$SCRATCH/fakebin/slow/gnuplot"
+printf '#!/bin/sh\n: > "$PLOT_MARK"\nexec 0<&- 2>&-\nexec sleep 60\n' > "$SCRATCH/fakebin/mute/gnuplot"
+chmod +x "$SCRATCH/fakebin/slow/gnuplot" "$SCRATCH/fakebin/mute/gnuplot"
+stopped() { # wanted exit status, gnuplot (slow or mute), signal, ddp-train plot arguments...
+    local want=$1 kind=$2 sig=$3 rc=0 p
+    shift 3
+    rm -f "$SCRATCH/mark"
+    PLOT_MARK=$SCRATCH/mark env --default-signal=INT PATH="$SCRATCH/fakebin/$kind:$PATH" \
+        "$BIN/ddp-train" plot "$@" > "$SCRATCH/sig.out" 2> "$SCRATCH/sig.err" &
+    p=$!
+    PIDS+=($p)
+    for _ in $(seq 200); do [ -e "$SCRATCH/mark" ] && break; sleep 0.05; done
+    [ -e "$SCRATCH/mark" ] || { echo "plot $*: gnuplot did not start"; cat "$SCRATCH/sig.err"; exit 1; }
+    sleep 0.3
+    kill -"$sig" "$p"
+    for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+        echo "plot $* (gnuplot $kind) still running 3 s after SIG$sig"; exit 1
+    fi
+    wait "$p" || rc=$?
+    [ "$rc" = "$want" ] || { echo "plot $* (gnuplot $kind): exit $rc after SIG$sig, not $want"; cat "$SCRATCH/sig.err"; exit 1; }
+    echo "ok: gnuplot $kind, SIG$sig: exit $rc: $(tail -n 1 "$SCRATCH/sig.err")"
+}
+for sig in TERM INT; do
+    for kind in slow mute; do
+        stopped 1 "$kind" "$sig" "$M" -o "$SCRATCH/sig.png"
+        grep -q "interrupted by SIG$sig: nothing written" "$SCRATCH/sig.err" ||
+            { echo "no 'interrupted by SIG$sig' in:"; cat "$SCRATCH/sig.err"; exit 1; }
+        [ ! -e "$SCRATCH/sig.png" ] || { echo "a picture was written"; exit 1; }
+    done
+done
+# A watcher: the last picture stays, exit 0.
+cp "$SCRATCH/final.png" "$SCRATCH/sig.png"
+stopped 0 mute TERM "$SCRATCH/unfinished.jsonl" -o "$SCRATCH/sig.png" --refresh 0.2
+grep -q 'stopping on SIGTERM' "$SCRATCH/sig.err" || { cat "$SCRATCH/sig.err"; exit 1; }
+cmp -s "$SCRATCH/final.png" "$SCRATCH/sig.png" || { echo "the last picture changed"; exit 1; }
 no_temp_files
 echo "plotted while training, across a restart; bad input refused with nothing left behind"

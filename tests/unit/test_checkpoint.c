@@ -718,3 +718,56 @@ TEST(ckpt_inspect_of_a_truncated_file_is_a_clear_error) {
     CHECK_EQ(ckpt_inspect(path_in("nothing"), stdout, err, sizeof err), -ENOENT);
     CHECK(strstr(err, "nothing") != NULL);
 }
+
+/* A FIFO where a checkpoint should be: an open() of it waits for a writer
+ * (forever: the test's timeout would end it), so it must never be opened
+ * for reading as a file. */
+TEST(ckpt_read_and_inspect_refuse_a_fifo_at_once) {
+    const char *fifo = path_in("fifo.ddpt");
+    CHECK_EQ(mkfifo(fifo, 0644), 0);
+    char err[512];
+    ckpt_data d;
+    CHECK_EQ(ckpt_read(fifo, &d, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "is a FIFO, not a checkpoint file") != NULL && strstr(err, fifo) != NULL);
+    CHECK(d.n == 0 && d.header == NULL);
+    CHECK_EQ(ckpt_inspect(fifo, stdout, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "is a FIFO, not a checkpoint file") != NULL);
+}
+
+TEST(ckpt_latest_skips_a_fifo_and_retention_leaves_it) {
+    const char *dir = path_in("c");
+    const char *older = write_sample(dir, 100, 0);
+    const char *fifo = path_in("c/ckpt-0000000200.ddpt");
+    CHECK_EQ(mkfifo(fifo, 0644), 0);
+    char path[512], err[512];
+    ckpt_data d;
+    CHECK_EQ(ckpt_latest(dir, path, sizeof path, &d, count_warning, err, sizeof err), 0);
+    CHECK_STR(path, older);
+    CHECK_EQ(warnings, 1);
+    char want[1024];
+    snprintf(want, sizeof want, "ckpt-0000000200.ddpt in %s is a FIFO, not a checkpoint file: "
+             "skipped", dir);
+    CHECK_STR(last_warning, want);
+    ckpt_data_free(&d);
+    /* --keep 1 at a newer step: the older checkpoint goes, the FIFO (not a
+     * whole checkpoint, and never opened for long) stays. */
+    write_sample(dir, 300, 1);
+    CHECK_STR(listing(dir), "ckpt-0000000200.ddpt ckpt-0000000300.ddpt");
+    struct stat st;
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+}
+
+TEST(ckpt_latest_with_only_a_fifo_or_a_directory_is_enoent) {
+    /* No checkpoint was ever there: a fresh start, not "all unreadable". */
+    const char *dir = path_in("c");
+    CHECK_EQ(mkdir(dir, 0755), 0);
+    CHECK_EQ(mkfifo(path_in("c/ckpt-0000000200.ddpt"), 0644), 0);
+    CHECK_EQ(mkdir(path_in("c/ckpt-0000000100.ddpt"), 0755), 0);
+    char path[512], err[512];
+    ckpt_data d;
+    CHECK_EQ(ckpt_latest(dir, path, sizeof path, &d, count_warning, err, sizeof err), -ENOENT);
+    CHECK_EQ(warnings, 2);
+    CHECK(strstr(last_warning, "ckpt-0000000100.ddpt in ") != NULL &&
+          strstr(last_warning, "is a directory, not a checkpoint file: skipped") != NULL);
+    CHECK(strstr(err, "no checkpoint in") != NULL);
+}

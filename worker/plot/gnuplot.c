@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/fs.h"
+
 extern char **environ;
 
 /* More dots than this are thinned (every k-th step): a page is a few
@@ -322,21 +324,22 @@ static void keep_stderr(child *c) {
     c->msg[c->msglen] = 0;
 }
 
-static int stop_signal_pending(void) {
-    sigset_t p;
-    sigpending(&p);
-    return sigismember(&p, SIGINT) || sigismember(&p, SIGTERM) || sigismember(&p, SIGHUP);
-}
+/* The signal that asked to stop, 0 before (or without a stop flag). */
+static int stop_signal(const plot_opts *o) { return o->stop ? *o->stop : 0; }
+
+/* How often a wait on gnuplot looks at the stop flag: a signal that comes
+ * just before a wait starts does not interrupt it. */
+#define STOP_POLL_MS 100
 
 /* Feeds the script and gathers stderr until gnuplot closes it; polled,
  * so neither side can block the other, and a stop signal is seen within
  * a tenth of a second. 0, or -EINTR. */
-static int talk(child *c, const char *script, size_t len) {
+static int talk(const plot_opts *o, child *c, const char *script, size_t len) {
     size_t sent = 0;
     while (c->errfd >= 0) {
-        if (stop_signal_pending()) return -EINTR;
+        if (stop_signal(o)) return -EINTR;
         struct pollfd p[2] = {{.fd = c->errfd, .events = POLLIN}, {.fd = c->in, .events = POLLOUT}};
-        if (poll(p, c->in >= 0 ? 2 : 1, 100) < 0 && errno != EINTR) return -errno;
+        if (poll(p, c->in >= 0 ? 2 : 1, STOP_POLL_MS) < 0 && errno != EINTR) return -errno;
         if (p[0].revents) keep_stderr(c);
         if (c->in >= 0 && p[1].revents) {
             ssize_t n = (p[1].revents & POLLOUT) ? write(c->in, script + sent, len - sent) : -1;
@@ -359,20 +362,45 @@ static const char *last_words(child *c) {
     return *m ? m : "(it said nothing)";
 }
 
+/* Stops gnuplot: it is ours, and its picture is not wanted now. */
+static void kill_child(const child *c) {
+    kill(-c->pid, SIGKILL); /* its process group (spawn made one): all of it */
+}
+
+/* Waits for gnuplot's exit, which may come well after it closed its pipes
+ * (or never, from a stand-in that lingers), so the stop flag is looked at
+ * meanwhile, at growing intervals up to STOP_POLL_MS: -EINTR once it is set
+ * (gnuplot killed, then reaped), else 0 with its status, or -errno from
+ * waitpid. */
+static int reap(const plot_opts *o, const child *c, int *status) {
+    int rc = 0, pause_ms = 1;
+    for (;;) {
+        pid_t r = waitpid(c->pid, status, WNOHANG);
+        if (r == c->pid) return rc;
+        if (r < 0 && errno != EINTR) return rc ? rc : -errno;
+        if (rc == 0 && stop_signal(o)) kill_child(c), rc = -EINTR;
+        poll(NULL, 0, pause_ms);
+        if (pause_ms < STOP_POLL_MS) pause_ms *= 2;
+    }
+}
+
 static int run_gnuplot(const plot_opts *o, const char *script, size_t len, int out_fd,
                        char *err, size_t errlen) {
     child c = {.pid = -1, .in = -1, .errfd = -1};
     int rc = spawn(o, out_fd, &c, err, errlen);
     if (rc) return rc;
-    rc = talk(&c, script, len);
-    if (rc) { /* stop it: it is ours, and its picture is not wanted now */
-        kill(-c.pid, SIGKILL); /* its process group (spawn made one): all of it */
-        snprintf(err, errlen, "interrupted: nothing written");
-    }
+    rc = talk(o, &c, script, len);
+    if (rc) kill_child(&c);
     if (c.in >= 0) close(c.in);
     if (c.errfd >= 0) close(c.errfd);
-    int status;
-    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    int status = 0, reaped = reap(o, &c, &status);
+    if (rc == 0) rc = reaped;
+    if (rc == -EINTR) {
+        int sig = stop_signal(o);
+        snprintf(err, errlen, "interrupted by SIG%s: nothing written",
+                 sig && sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+    } else if (rc) {
+        snprintf(err, errlen, "cannot run %s: %s", o->program, strerror(-rc));
     }
     if (rc) return rc;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
@@ -420,14 +448,8 @@ int plot_render(const metrics_series *s, const plot_opts *o, const char *path, c
      * replace the node itself (as root, -o /dev/full became a PNG file). */
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        const char *what = S_ISDIR(st.st_mode)    ? "a directory"
-                           : S_ISCHR(st.st_mode)  ? "a character device"
-                           : S_ISBLK(st.st_mode)  ? "a block device"
-                           : S_ISFIFO(st.st_mode) ? "a FIFO"
-                           : S_ISSOCK(st.st_mode) ? "a socket"
-                                                  : "not a regular file";
         snprintf(err, errlen, "cannot write %s: it is %s, not a file (-o names the PNG file "
-                              "to write or replace)", path, what);
+                              "to write or replace)", path, fs_kind(st.st_mode));
         return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
     char *script = NULL;

@@ -7,6 +7,7 @@
 #ifndef DDPRUN_WORKER_PLOT_GNUPLOT_H
 #define DDPRUN_WORKER_PLOT_GNUPLOT_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "worker/plot/metrics_series.h"
@@ -15,6 +16,10 @@ typedef struct {
     int width, height; /* pixels */
     const char *title; /* the page's title; control characters become spaces */
     const char *program; /* the gnuplot to run, looked up on PATH ("gnuplot") */
+    /* NULL, or the caller's stop flag: the signal's number once one asked
+     * to stop (its handler sets it, installed without SA_RESTART so that a
+     * wait returns at once); looked at while gnuplot runs. */
+    volatile sig_atomic_t *stop;
 } plot_opts;
 
 /* Writes the whole script for s (which has a training step) to out:
@@ -25,8 +30,9 @@ int plot_write_script(const metrics_series *s, const plot_opts *o, FILE *out);
 /* Draws s into path: all of it or nothing, never half a PNG. 0; or a
  * negative errno with a message in err naming what failed (the directory,
  * gnuplot missing, gnuplot's own error text, not a PNG); -EINTR when
- * SIGINT, SIGTERM or SIGHUP (which the caller blocks) arrived meanwhile:
- * gnuplot is stopped and nothing is written. */
+ * *o->stop is set before gnuplot has finished (within a tenth of a second,
+ * whatever gnuplot does: one that lingers after closing its pipes too):
+ * gnuplot is killed and nothing is written. */
 int plot_render(const metrics_series *s, const plot_opts *o, const char *path, char *err,
                 size_t errlen);
 

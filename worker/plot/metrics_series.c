@@ -7,12 +7,16 @@
 #include "worker/plot/metrics_series.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "common/fs.h"
 
 void metrics_series_free(metrics_series *s) {
     free(s->train);
@@ -207,17 +211,30 @@ int metrics_series_parse(const char *text, size_t len, const char *name, metrics
     return 0;
 }
 
+/* The metrics file for reading; a FIFO or a device is refused at once
+ * rather than waited on (an open of a FIFO waits for a writer). */
+static FILE *open_metrics(const char *path, int *rc, char *err, size_t errlen) {
+    const char *kind;
+    int fd = fs_open_regular(path, O_RDONLY, &kind);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (f) return f;
+    *rc = fd >= 0 ? -errno : fd;
+    if (fd >= 0) close(fd);
+    if (kind)
+        snprintf(err, errlen, "cannot read metrics file %s: it is %s, not a regular file", path,
+                 kind);
+    else
+        snprintf(err, errlen, "cannot read metrics file %s: %s%s", path, strerror(-*rc),
+                 *rc == -ENOENT ? " (ddp-train --metrics FILE writes it)" : "");
+    return NULL;
+}
+
 int metrics_series_read(const char *path, metrics_series *s, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "cannot read metrics file %s: %s%s", path, strerror(e),
-                 e == ENOENT ? " (ddp-train --metrics FILE writes it)" : "");
-        return -e;
-    }
+    int rc = 0;
+    FILE *f = open_metrics(path, &rc, err, errlen);
+    if (!f) return rc;
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int rc = 0;
     for (;;) {
         if (len == cap) {
             size_t c = cap ? cap * 2 : 1 << 16;

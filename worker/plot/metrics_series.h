@@ -62,7 +62,8 @@ int metrics_series_parse(const char *text, size_t len, const char *name, metrics
                          char *err, size_t errlen);
 
 /* The same for a file: -errno (-ENOENT ...) with a message naming it when
- * it cannot be read. */
+ * it cannot be read; -EINVAL or -EISDIR, at once, for a path that is not a
+ * regular file ("it is a FIFO, not a regular file": never waited on). */
 int metrics_series_read(const char *path, metrics_series *s, char *err, size_t errlen);
 
 /* 0 when s has a training step to draw; -ENODATA with a message naming the

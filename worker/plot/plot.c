@@ -2,11 +2,19 @@
  * --refresh the picture is redrawn whenever the file has changed, until a
  * "done" line ends it (the job's training is over) or SIGINT, SIGTERM or
  * SIGHUP arrives; each redraw replaces the PNG whole, so a viewer never
- * sees half of one. */
+ * sees half of one.
+ *
+ * Stop signals are caught, not held back: a handler notes the signal
+ * (stop_signal) and every wait looks at it, the pause between redraws at
+ * once (ppoll) and a wait on gnuplot within a tenth of a second (gnuplot
+ * is then killed and nothing written). The metrics file, a regular file (a FIFO is
+ * refused), is read to its end first. A signal the caller left ignored
+ * (nohup's SIGHUP, SIGINT in a script's background job) stays ignored. */
 #include "worker/plot/plot.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +26,11 @@
 #include "common/opts.h"
 #include "worker/plot/gnuplot.h"
 #include "worker/plot/metrics_series.h"
+
+/* The stop signal received (SIGINT, SIGTERM, SIGHUP), 0 before. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
 
 typedef struct {
     const char *metrics;
@@ -143,14 +156,23 @@ static int parse(int argc, char **argv, plot_args *p) {
     return 0;
 }
 
+static const char *stop_name(void) {
+    const char *n = stop_signal ? sigabbrev_np(stop_signal) : NULL;
+    return n ? n : "?";
+}
+
 /* One read and draw. 0 drawn; -ENOENT/-ENODATA when there is nothing to
  * draw yet; another negative errno on failure (-EINTR: a stop signal). */
 static int draw(const plot_args *p, metrics_series *s, char *err, size_t errlen) {
     int rc = metrics_series_read(p->metrics, s, err, errlen);
     if (rc == 0) rc = metrics_series_check(s, p->metrics, err, errlen);
+    if (stop_signal) {
+        snprintf(err, errlen, "interrupted by SIG%s: nothing written", stop_name());
+        return -EINTR;
+    }
     if (rc) return rc;
     plot_opts o = {.width = p->width, .height = p->height, .title = p->title,
-                   .program = "gnuplot"};
+                   .program = "gnuplot", .stop = &stop_signal};
     return plot_render(s, &o, p->output, err, errlen);
 }
 
@@ -187,14 +209,26 @@ static int changed(const char *path, struct stat *last) {
     return !same;
 }
 
-static int refresh(const plot_args *p, const sigset_t *stop) {
+/* Sleeps for --refresh's seconds, or until a stop signal. The signals are
+ * blocked while the flag is read and ppoll unblocks them as it starts to
+ * wait, so one that comes in between still ends the wait at once. */
+static void pause_until_next(const plot_args *p, const sigset_t *stops) {
+    struct timespec ts = {.tv_sec = (time_t)p->refresh,
+                          .tv_nsec = (long)((p->refresh - (double)(time_t)p->refresh) * 1e9)};
+    sigset_t old;
+    sigprocmask(SIG_BLOCK, stops, &old);
+    if (!stop_signal) ppoll(NULL, 0, &ts, &old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static int refresh(const plot_args *p, const sigset_t *stops) {
     metrics_series s = {0};
     struct stat last = {0};
     char err[2048];
     int said_waiting = 0, rc = 0;
     log_info("drawing %s from %s every %g s, until its job is done (or SIGINT/SIGTERM)",
              p->output, p->metrics, p->refresh);
-    for (;;) {
+    while (!stop_signal) {
         if (changed(p->metrics, &last)) {
             rc = draw(p, &s, err, sizeof err);
             if (rc == -ENOENT || rc == -ENODATA) {
@@ -211,28 +245,32 @@ static int refresh(const plot_args *p, const sigset_t *stop) {
                 break;
             }
         }
-        struct timespec ts = {.tv_sec = (time_t)p->refresh,
-                              .tv_nsec = (long)((p->refresh - (double)(time_t)p->refresh) * 1e9)};
-        int sig = sigtimedwait(stop, NULL, &ts);
-        if (sig > 0) {
-            log_info("stopping on SIG%s; %s holds the last picture", sigabbrev_np(sig), p->output);
-            break;
-        }
+        pause_until_next(p, stops);
     }
+    if (stop_signal)
+        log_info("stopping on SIG%s; %s holds the last picture", stop_name(), p->output);
     metrics_series_free(&s);
     return rc ? 1 : 0;
+}
+
+/* on_stop for each of stops that the caller has not set to be ignored. */
+static void catch_stops(const sigset_t *stops) {
+    struct sigaction sa = {.sa_handler = on_stop}, old;
+    sigemptyset(&sa.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(stops, sig) == 1 && sigaction(sig, NULL, &old) == 0 &&
+            old.sa_handler != SIG_IGN)
+            sigaction(sig, &sa, NULL);
 }
 
 int plot_main(int argc, char **argv) {
     plot_args p;
     int rc = parse(argc, argv, &p);
     if (rc) return rc == 1 ? 0 : rc;
-    /* Stop signals wait until a picture is finished or abandoned whole
-     * (gnuplot.h), and gnuplot stopping early must not kill us on a write. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT), sigaddset(&stop, SIGTERM), sigaddset(&stop, SIGHUP);
-    sigprocmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    return p.refresh > 0 ? refresh(&p, &stop) : once(&p);
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT), sigaddset(&stops, SIGTERM), sigaddset(&stops, SIGHUP);
+    catch_stops(&stops);
+    signal(SIGPIPE, SIG_IGN); /* gnuplot stopping early must not kill us on a write */
+    return p.refresh > 0 ? refresh(&p, &stops) : once(&p);
 }

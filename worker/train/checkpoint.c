@@ -292,7 +292,7 @@ static int write_body(int fd, const char *header_json, const ckpt_tensor *ts, in
  * length is the file's and the end magic is there. Cheap (16 bytes read),
  * it catches a truncated or overwritten tail; ckpt_read checks the rest. */
 static int looks_whole(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = fs_open_regular(path, O_RDONLY, NULL); /* a FIFO is not whole, and never waited on */
     if (fd < 0) return 0;
     struct stat st;
     unsigned char tr[CKPT_TRAILER];
@@ -535,22 +535,26 @@ static int read_tensor(reader *r, ckpt_data *d, uint32_t i) {
     return 0;
 }
 
+/* Whether read_ckpt's code says the path is no regular file at all (a
+ * FIFO, a directory, a device: fs_open_regular's -EINVAL and -EISDIR). */
+#define NOT_A_FILE(rc) ((rc) == -EINVAL || (rc) == -EISDIR)
+
 /* Reads and verifies path into out (zeroed first; freed on failure).
- * On failure, `why` continues "checkpoint <path> ...". */
+ * On failure, `why` continues "checkpoint <path> ...". A path that is not
+ * a regular file is refused without waiting on it (NOT_A_FILE). */
 static int read_ckpt(const char *path, ckpt_data *out, char *why, size_t whylen) {
     reader r = {.fd = -1, .why = why, .whylen = whylen};
     int rc;
     memset(out, 0, sizeof *out);
-    r.fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *kind;
+    r.fd = fs_open_regular(path, O_RDONLY, &kind);
     struct stat st;
     if (r.fd < 0 || fstat(r.fd, &st) != 0) {
-        rc = -errno;
-        snprintf(why, whylen, "cannot be opened (%s)", strerror(-rc));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = -EISDIR;
-        snprintf(why, whylen, "is not a regular file");
+        rc = r.fd < 0 ? r.fd : -errno;
+        if (kind)
+            snprintf(why, whylen, "is %s, not a checkpoint file", kind);
+        else
+            snprintf(why, whylen, "cannot be opened (%s)", strerror(-rc));
         goto out;
     }
     r.size = (uint64_t)st.st_size;
@@ -644,10 +648,17 @@ int ckpt_latest(const char *dir, char *path, size_t path_len, ckpt_data *out,
         return -ENOENT;
     }
     rc = -EBADMSG;
+    int files = 0; /* entries that are files: damaged ones count, FIFOs do not */
     for (int i = 0; i < n; i++) {
         char p[PATH_MAX], why[512], line[1024];
         if (fmt_path(p, sizeof p, "%s/%s", dir, e[i].name) < 0) continue;
         int r = read_ckpt(p, out, why, sizeof why);
+        if (NOT_A_FILE(r)) { /* no checkpoint was ever there */
+            snprintf(line, sizeof line, "%s in %s %s: skipped", e[i].name, dir, why);
+            if (warn) warn(line);
+            continue;
+        }
+        files++;
         if (r == 0) {
             if (path && fmt_path(path, path_len, "%s", p) < 0) {
                 ckpt_data_free(out);
@@ -667,11 +678,15 @@ int ckpt_latest(const char *dir, char *path, size_t path_len, ckpt_data *out,
                  i + 1 < n ? "using an older one" : "no older one is left");
         if (warn) warn(line);
     }
-    if (rc == -EBADMSG)
+    if (rc == -EBADMSG && files == 0) {
+        snprintf(err, errlen, "no checkpoint in %s (only entries that are not files)", dir);
+        rc = -ENOENT;
+    } else if (rc == -EBADMSG) {
         snprintf(err, errlen,
                  "no valid checkpoint in %s: all %d are unreadable (see the warnings); move them "
                  "away to start from scratch",
-                 dir, n);
+                 dir, files);
+    }
     entries_free(e, n);
     return rc;
 }

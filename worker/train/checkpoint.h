@@ -51,12 +51,19 @@ typedef struct {
  * a larger step are never deleted. The path written goes to path_out if
  * not NULL. 0 or -errno with a message (-EINVAL for input that could not
  * be read back as given); on failure no temporary file is left and
- * existing checkpoints are untouched. */
+ * existing checkpoints are untouched. Older damaged checkpoints and
+ * entries that are not regular files are neither counted nor deleted.
+ * It also deletes the temporary files of earlier writes (at a step no
+ * newer than this one), which it takes for dead ones: the caller must be
+ * dir's only writer (ddp-train's rank 0 holds the directory's lock,
+ * snapshot_lock, before its first write). */
 int ckpt_write(const ckpt_save *save, char *path_out, size_t path_len, char *err, size_t errlen);
 
 /* Reads and verifies one checkpoint (magic, lengths, every CRC, trailer).
  * -EBADMSG for a truncated or corrupt file, -errno if it cannot be opened;
- * the message names the file and the problem. */
+ * -EISDIR or -EINVAL, at once, for a path that is not a regular file (a
+ * FIFO is never waited on: "checkpoint P is a FIFO, not a checkpoint
+ * file"); the message names the file and the problem. */
 int ckpt_read(const char *path, ckpt_data *out, char *err, size_t errlen);
 void ckpt_data_free(ckpt_data *d);
 /* The tensor named `name`, or NULL. */
@@ -65,10 +72,12 @@ const void *ckpt_find(const ckpt_data *d, const char *name, uint64_t *nbytes);
 /* The newest checkpoint (largest step) in dir that verifies; its path goes
  * to path if not NULL. Newer ones that do not are reported through `warn`
  * (one line each, naming the file and the problem; warn may be NULL),
- * skipped and left in place. -ENOENT if dir is missing or holds no
- * checkpoint (start from scratch); -EBADMSG if it holds checkpoints but
- * none verifies (do not silently start over); other -errno if dir cannot
- * be listed. */
+ * skipped and left in place. An entry with a checkpoint's name that is not
+ * a regular file (a FIFO, a directory) is never opened for long: it is
+ * reported the same way, skipped, and not counted as a checkpoint. -ENOENT
+ * if dir is missing or holds no checkpoint (start from scratch); -EBADMSG
+ * if it holds checkpoints but none verifies (do not silently start over);
+ * other -errno if dir cannot be listed. */
 int ckpt_latest(const char *dir, char *path, size_t path_len, ckpt_data *out,
                 void (*warn)(const char *line), char *err, size_t errlen);
 

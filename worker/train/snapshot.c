@@ -9,11 +9,52 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/progress.h"
+
+/* The pause between two tries for a lock held by this run's own process. */
+#define LOCK_RETRY_NS 100000000L
+
+/* Whether the holder is a process of this run: the same run id, known
+ * and not torchrun's default "none" (which unrelated jobs share). */
+static int same_run(const char *run_id, const dir_lock_holder *h) {
+    return run_id && run_id[0] && strcmp(run_id, "none") != 0 && strcmp(h->run_id, run_id) == 0;
+}
+
+int snapshot_lock(trainer *t) {
+    const char *dir = t->cfg->ckpt_dir, *run_id = getenv("TORCHELASTIC_RUN_ID");
+    if (!dir[0] || t->env.rank != 0) return 0;
+    int64_t give_up = clock_now_ns() + SNAPSHOT_LOCK_WAIT_S * 1000000000LL;
+    int waited = 0;
+    for (;;) {
+        dir_lock_holder h;
+        char err[1200], who[1024];
+        int rc = dir_lock_take(&t->ckpt_lock, dir, run_id, &h, err, sizeof err);
+        if (rc == 0) {
+            if (waited) log_info("took --ckpt-dir %s", dir);
+            return 0;
+        }
+        if (rc != -EWOULDBLOCK) return trainer_fail(t, rc, "--ckpt-dir: %s", err);
+        dir_lock_holder_text(&h, who, sizeof who);
+        int same = same_run(run_id, &h);
+        if (!same || clock_now_ns() >= give_up || trainer_stop_requested)
+            return trainer_fail(t, -EBUSY,
+                                "--ckpt-dir %s is in use by another %s (%s)%s: give each job its "
+                                "own --ckpt-dir",
+                                dir, same ? "process of this run" : "job", who,
+                                waited ? ", after waiting for it" : "");
+        if (!waited)
+            log_warn("--ckpt-dir %s is held by %s, of this same run (its previous rank 0, still "
+                     "stopping?): waiting up to %d s for it",
+                     dir, who, SNAPSHOT_LOCK_WAIT_S);
+        waited = 1;
+        nanosleep(&(struct timespec){.tv_nsec = LOCK_RETRY_NS}, NULL);
+    }
+}
 
 static json_t *tensors_json(const model *m) {
     json_t *params = json_array();

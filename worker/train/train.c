@@ -150,6 +150,7 @@ static int run_epochs(trainer *t) {
  * every rank, the batch, the progress output. */
 static int start(trainer *t) {
     int rc = trainer_setup(t);
+    if (rc == 0) rc = snapshot_lock(t);
     if (rc == 0) rc = snapshot_resume(t);
     /* Rank 0's weights (fresh or resumed) are everyone's. */
     if (rc == 0 && (rc = ddp_broadcast_model(t->ddp)))

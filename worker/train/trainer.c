@@ -237,4 +237,5 @@ void trainer_cleanup(trainer *t) {
     dataset_close(t->test);
     if (t->be) t->be->ops->destroy(t->be);
     store_thread_stop(t->store);
+    dir_lock_release(&t->ckpt_lock);
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/dir_lock.h"
 #include "rendezvous/store_thread.h"
 #include "worker/backend/backend.h"
 #include "worker/comm/comm.h"
@@ -90,6 +91,7 @@ typedef struct {
     train_recording rec;
     train_progress progress;
     rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
+    dir_lock ckpt_lock;  /* rank 0's hold on --ckpt-dir (snapshot_lock) */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
