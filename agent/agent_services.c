@@ -4,7 +4,6 @@
 #include "agent/agent_internal.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +15,10 @@
 #include "common/fs.h"
 #include "common/log.h"
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* Without --log-dir nobody asked for the files (the error files have been
  * read by then): leave nothing behind in /tmp. */
 void agent_remove_tmp_root(agent *a) {
-    if (a->tmp_root[0]) nftw(a->tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (a->tmp_root[0]) fs_remove_tree(a->tmp_root);
 }
 
 int agent_make_log_root(agent *a) {

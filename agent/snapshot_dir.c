@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +13,6 @@
 #include "common/fs.h"
 
 #define PREFIX "ddprun-snap."
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tree(const char *path) {
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* Removes the directories under root of agents no longer running (the pid
  * in the name is gone): what an agent killed with SIGKILL could not. */
@@ -38,7 +27,7 @@ static void sweep(const char *root) {
         long pid = strtol(e->d_name + strlen(PREFIX), &end, 10);
         if (*end != '.' || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        remove_tree(path);
+        fs_remove_tree(path);
     }
     closedir(d);
 }
@@ -70,6 +59,6 @@ int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_ro
 }
 
 void snapshot_dir_remove(snapshot_dir *d) {
-    if (d->path[0]) remove_tree(d->path);
+    if (d->path[0]) fs_remove_tree(d->path);
     d->path[0] = '\0';
 }

@@ -10,6 +10,10 @@
  * of PATH_MAX or more). */
 int fs_mkdir_p(const char *dir);
 
+/* rm -rf: removes path and everything below it, without following
+ * symbolic links; best effort (what cannot be removed stays). */
+void fs_remove_tree(const char *path);
+
 /* Opens path with flags (O_RDONLY, O_RDWR, O_CREAT, O_NOFOLLOW ...; a file
  * it creates gets mode 0644 less the umask) only if it is a regular file.
  * The open itself is non-blocking, so a FIFO without a writer or a device

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,4 +73,28 @@ TEST(fs_kind_names_each_type) {
     CHECK_STR(fs_kind(S_IFCHR), "a character device");
     CHECK_STR(fs_kind(S_IFSOCK), "a socket");
     CHECK_STR(fs_kind(S_IFREG), "a regular file");
+}
+
+/* rm -rf, without following a link out of the tree. */
+TEST(fs_remove_tree_keeps_what_links_point_to) {
+    char root[] = "/tmp/ddprun-fs-test.XXXXXX", outside[] = "/tmp/ddprun-fs-out.XXXXXX";
+    CHECK(mkdtemp(root) && mkdtemp(outside));
+    char p[256];
+    snprintf(p, sizeof p, "%s/a/b", root);
+    CHECK_EQ(fs_mkdir_p(p), 0);
+    snprintf(p, sizeof p, "%s/a/b/file", root);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    fclose(f);
+    char keep[256];
+    snprintf(keep, sizeof keep, "%s/keep", outside);
+    CHECK((f = fopen(keep, "w")) != NULL);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/a/link", root);
+    CHECK_EQ(symlink(outside, p), 0);
+    fs_remove_tree(root);
+    CHECK(access(root, F_OK) != 0);
+    CHECK_EQ(access(keep, F_OK), 0);
+    fs_remove_tree(outside);
+    CHECK(access(outside, F_OK) != 0);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/fs.h"
 
 void metrics_series_free(metrics_series *s) {
@@ -63,9 +64,9 @@ static int fail(parse_state *p, const char *fmt, ...) {
         shown[n] = c >= 32 && c < 127 ? (char)c : '?';
     }
     shown[n] = 0;
-    snprintf(p->err, p->errlen, "%s:%zu: %s: '%s%s' (is it a file ddp-train --metrics wrote?)",
-             p->name, p->line, what, shown, p->len > n ? "..." : "");
-    return -EINVAL;
+    return err_set(p->err, p->errlen, -EINVAL,
+                   "%s:%zu: %s: '%s%s' (is it a file ddp-train --metrics wrote?)", p->name,
+                   p->line, what, shown, p->len > n ? "..." : "");
 }
 
 /* A number field: 0 with *out set (NAN for null), or the error. */

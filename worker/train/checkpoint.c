@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/err.h"
 #include "common/fs.h"
 #include "common/hash.h"
 
@@ -422,9 +423,9 @@ static int bad(reader *r, const char *fmt, ...) __attribute__((format(printf, 2,
 static int bad(reader *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->why, r->whylen, fmt, ap);
+    int rc = err_vset(r->why, r->whylen, -EBADMSG, fmt, ap);
     va_end(ap);
-    return -EBADMSG;
+    return rc;
 }
 
 /* Reads n bytes at r->off, which the caller has checked lie within the
