@@ -35,7 +35,7 @@ grep -q "done: 80 steps" "$TMP/lost.h1.out" || { dump lost.h1; die "the job did 
 # The lost host: its agent gives up on its own, naming the store.
 wait_exit 90 "$PID_lost_h3"
 [ "$RC" -ne 0 ] || { dump lost.h3; die "the lost host's ddprun exited 0"; }
-grep -q "rendezvous store at $(netbed_addr 1):$port" "$TMP/lost.h3.err" ||
+grep -q "lost the rendezvous: the store at $(netbed_addr 1):$port" "$TMP/lost.h3.err" ||
     { dump lost.h3; die "the lost host's ddprun did not name the store"; }
 for p in $(tagged_pids); do
     [ "$(ip netns identify "$p" 2> /dev/null)" != "$(netbed_ns 3)" ] ||
