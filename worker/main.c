@@ -127,6 +127,8 @@ static int print_usage(const opts_spec *spec) {
  * or -EINVAL with the message printed. */
 static int parse(int argc, char **argv, train_config *c) {
     train_config_defaults(c);
+    const char *snap = getenv("DDPRUN_SNAPSHOT_DIR"); /* ddprun's: this node's memory */
+    if (snap) snprintf(c->snapshot_dir, sizeof c->snapshot_dir, "%s", snap);
     /* The models and data sets are their tables' (arch.c, ds_table.c). An
      * unknown model is arch_build's error, after the command line. */
     opts_choice data_sets[MAX_NAMES];
@@ -197,6 +199,12 @@ static int parse(int argc, char **argv, train_config *c) {
          .metavar = "N", .help = "also every N steps (default: epoch ends only)"},
         {"keep", 0, OPTS_INT, .target = &c->keep, .lo = 1, .hi = 1e6, .metavar = "N",
          .help = "checkpoints kept (default 3)"},
+        {"snapshot-dir", 0, OPTS_BUF, .target = c->snapshot_dir, .size = sizeof c->snapshot_dir,
+         .metavar = "DIR", .help = "this node's snapshots, in memory (default\n"
+                                   "$DDPRUN_SNAPSHOT_DIR, which ddprun sets)"},
+        {"snapshot-every", 0, OPTS_I64, .target = &c->snapshot_every, .lo = 0, .hi = 1e15,
+         .metavar = "N", .help = "a snapshot every N steps (0: none; default:\n"
+                                 "as often as costs at most 1% of a step)"},
         {"metrics", 0, OPTS_BUF, .target = c->metrics, .size = sizeof c->metrics,
          .metavar = "FILE", .help = "one JSON line per step (rank 0)"},
         {"log-every", 0, OPTS_INT, .target = &c->log_every, .lo = 1, .hi = 1e9, .metavar = "N",

@@ -8,8 +8,10 @@
  * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), it hosts the
  * job's store as ddp-train's rank 0 does, joins the host communicator
  * under ddp-train's key prefix over TCP only (as ddp-train --no-shm),
- * broadcasts HEADER_LEN as the length of a checkpoint header (so the other
- * ranks expect the header next) and exits without sending it. */
+ * offers a checkpoint of step 5 from its disk when the ranks agree on what
+ * to resume from (so that it is the holder), broadcasts HEADER_LEN as the
+ * length of its header (so the other ranks expect the header next) and
+ * exits without sending it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "rendezvous/store_thread.h"
 #include "worker/comm/comm.h"
 #include "worker/train/dist_env.h"
+#include "worker/train/snapshot.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -43,6 +46,10 @@ int main(int argc, char **argv) {
                     .timeout_ms = 30000, .no_shm = 1};
     comm *c = NULL;
     int rc = comm_init(&co, &c, err, sizeof err);
+    snapshot_offer mine = {.step = 5, .rank = 0, .in_memory = 0, .host = "rank-leaves"};
+    snapshot_offer *all = calloc((size_t)env.world, sizeof *all);
+    if (rc == 0) rc = all ? comm_allgather(c, &mine, all, sizeof mine) : -1;
+    free(all);
     if (rc == 0) rc = comm_broadcast(c, &header_len, sizeof header_len, 0);
     if (rc) fprintf(stderr, "rank-leaves: %s\n", err[0] ? err : comm_error(c));
     else fprintf(stderr, "rank-leaves: sent a header length of %llu, leaving\n",

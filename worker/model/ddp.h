@@ -22,8 +22,8 @@ typedef struct ddp ddp;
 int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_bytes, int sync_bn,
                ddp **out, char *err, size_t errlen);
 void ddp_destroy(ddp *d);
-/* Rank 0's parameters and buffers to everyone. */
-int ddp_broadcast_model(ddp *d);
+/* Rank root's parameters and buffers to everyone. */
+int ddp_broadcast_model(ddp *d, int root);
 /* Called before each backward. */
 void ddp_begin(ddp *d);
 /* After backward: launches what is left, waits for every bucket, and

@@ -98,9 +98,25 @@ static char *header_text(const trainer *t) {
     return s;
 }
 
-/* Writes the host copies in host (params, momentum, buffers). */
-static int write_file(trainer *t, const char *header, float *host) {
-    const train_config *c = t->cfg;
+/* The run as it stands: its header, and host copies of the params, the
+ * momentum and the buffers (in that order, in one allocation). */
+static int capture(trainer *t, char **header, float **host) {
+    model *m = t->m;
+    size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
+    *header = header_text(t);
+    *host = malloc(2 * np + nb + 1);
+    if (!*header || !*host) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
+    m->be->ops->download(m->be, *host, m->param, np);
+    m->be->ops->download(m->be, *host + m->nparam, m->mom, np);
+    m->be->ops->download(m->be, *host + 2 * m->nparam, m->buf, nb);
+    int rc = m->be->ops->sync(m->be); /* a failed download: write nothing */
+    if (rc) trainer_fail(t, rc, "reading the model for a snapshot failed: %s", strerror(-rc));
+    return rc;
+}
+
+/* Writes what capture() took into dir as a checkpoint (keeping `keep`). */
+static int write_ckpt(trainer *t, const char *dir, int keep, const char *header, float *host,
+                      char *path, size_t pathlen, char *err, size_t errlen) {
     const model *m = t->m;
     size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
     ckpt_tensor ts[] = {
@@ -108,37 +124,137 @@ static int write_file(trainer *t, const char *header, float *host) {
         {"buffers", CKPT_F32, host + 2 * m->nparam, nb},
         {"momentum", CKPT_F32, host + m->nparam, np},
     };
-    ckpt_save save = {.dir = c->ckpt_dir, .step = (uint64_t)t->at.global_step,
-                      .header_json = header, .tensors = ts, .ntensors = 3, .keep = c->keep};
-    char path[1200], err[1024];
-    int rc = ckpt_write(&save, path, sizeof path, err, sizeof err);
-    if (rc) return trainer_fail(t, rc, "%s", err);
-    progress_bar_clear(&t->progress);
-    log_info("checkpoint %s (epoch %d, step %lld)", path, t->at.epoch + 1,
-             (long long)t->at.global_step);
-    return 0;
+    ckpt_save save = {.dir = dir, .step = (uint64_t)t->at.global_step, .header_json = header,
+                      .tensors = ts, .ntensors = 3, .keep = keep};
+    return ckpt_write(&save, path, pathlen, err, errlen);
 }
 
 int snapshot_save(trainer *t) {
-    if (!t->cfg->ckpt_dir[0] || t->env.rank != 0) return 0;
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0] || t->env.rank != 0) return 0;
+    int64_t t0 = clock_now_ns();
+    char *header = NULL, path[1200], err[1024];
+    float *host = NULL;
+    int rc = capture(t, &header, &host);
+    if (rc == 0 &&
+        (rc = write_ckpt(t, c->ckpt_dir, c->keep, header, host, path, sizeof path, err,
+                         sizeof err)))
+        trainer_fail(t, rc, "%s", err);
+    free(header);
+    free(host);
+    if (rc) return rc;
+    progress_bar_clear(&t->progress);
+    log_info("checkpoint %s (epoch %d, step %lld)", path, t->at.epoch + 1,
+             (long long)t->at.global_step);
+    rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
+    return 0;
+}
+
+/* Snapshots kept in memory: the newest two (one may be under way). */
+#define MEM_KEEP 2
+
+/* The tensors of a capture()d host copy, by offset in floats. */
+static int host_tensors(const model *m, snapshot_tensor ts[3]) {
+    ts[0] = (snapshot_tensor){"params", 0, m->nparam * sizeof(float)};
+    ts[1] = (snapshot_tensor){"buffers", 2 * m->nparam, m->nbuf * sizeof(float)};
+    ts[2] = (snapshot_tensor){"momentum", m->nparam, m->nparam * sizeof(float)};
+    return 3;
+}
+
+void snapshot_keep_start(trainer *t) {
+    const train_config *c = t->cfg;
+    if (!c->snapshot_dir[0] || c->snapshot_every == 0 || t->env.local_rank != 0) return;
+    t->mem.last = t->at.global_step, t->mem.every = c->snapshot_every > 0 ? c->snapshot_every : 1;
+    size_t bytes = (2 * t->m->nparam + t->m->nbuf) * sizeof(float);
+    int rc = snapshot_writer_start(c->snapshot_dir, MEM_KEEP, bytes, &t->mem.w);
+    if (rc)
+        log_warn("rank %d: no snapshots in memory: %s", t->env.rank, strerror(-rc));
+}
+
+/* Memory full, say: training goes on, on disk checkpoints alone. */
+static void keep_no_more(trainer *t, const char *why) {
+    progress_bar_clear(&t->progress);
+    log_warn("rank %d: cannot keep a snapshot in %s: %s; no more snapshots in memory "
+             "(--ckpt-dir's checkpoints go on)", t->env.rank, t->cfg->snapshot_dir, why);
+    snapshot_writer_stop(t->mem.w);
+    t->mem.w = NULL;
+}
+
+/* The automatic interval's bounds, in steps. */
+#define AUTO_MAX_EVERY 1000
+
+int snapshot_due(trainer *t, int64_t step_ns) {
+    if (!t->mem.w) return 0;
+    int64_t every = t->cfg->snapshot_every;
+    if (every <= 0) { /* automatic: a snapshot's cost at most 1% of the step time */
+        t->mem.step_ns = t->mem.step_ns ? (7 * t->mem.step_ns + step_ns) / 8 : step_ns;
+        every = 1;
+        if (t->mem.taken > 0 && t->mem.step_ns > 0) {
+            int64_t each = t->mem.ns / t->mem.taken;
+            every = (100 * each + t->mem.step_ns - 1) / t->mem.step_ns;
+        }
+        every = every < 1 ? 1 : every > AUTO_MAX_EVERY ? AUTO_MAX_EVERY : every;
+    }
+    t->mem.every = every;
+    return t->at.global_step - t->mem.last >= every;
+}
+
+int snapshot_keep(trainer *t) {
+    if (!t->mem.w) return 0;
+    char err[1024];
+    if (snapshot_writer_error(t->mem.w, err, sizeof err)) {
+        keep_no_more(t, err);
+        return 0;
+    }
+    float *host = snapshot_writer_buffer(t->mem.w);
+    if (!host) { /* the last one is still being written: the next step's will do */
+        t->mem.skipped++;
+        return 0;
+    }
     int64_t t0 = clock_now_ns();
     model *m = t->m;
     size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
     char *header = header_text(t);
-    float *host = malloc(2 * np + nb + 1);
-    int rc = header && host ? 0 : trainer_fail(t, -ENOMEM, "out of memory writing a checkpoint");
-    if (rc == 0) {
-        m->be->ops->download(m->be, host, m->param, np);
-        m->be->ops->download(m->be, host + m->nparam, m->mom, np);
-        m->be->ops->download(m->be, host + 2 * m->nparam, m->buf, nb);
-        if ((rc = m->be->ops->sync(m->be))) /* a failed download: write nothing */
-            trainer_fail(t, rc, "reading the model for a checkpoint failed: %s", strerror(-rc));
+    if (!header) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
+    m->be->ops->download(m->be, host, m->param, np);
+    m->be->ops->download(m->be, host + m->nparam, m->mom, np);
+    m->be->ops->download(m->be, host + 2 * m->nparam, m->buf, nb);
+    int rc = m->be->ops->sync(m->be);
+    if (rc) {
+        free(header);
+        return trainer_fail(t, rc, "reading the model for a snapshot failed: %s", strerror(-rc));
     }
-    if (rc == 0) rc = write_file(t, header, host);
-    free(header);
-    free(host);
-    if (rc == 0) rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
-    return rc;
+    snapshot_tensor ts[3];
+    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, host_tensors(m, ts));
+    if (t->at.global_step > t->mem.last) t->mem.every = t->at.global_step - t->mem.last;
+    t->mem.last = t->at.global_step;
+    t->mem.taken++;
+    t->mem.ns += clock_now_ns() - t0;
+    return 0;
+}
+
+void snapshot_keep_flush(trainer *t) {
+    char err[1024];
+    if (t->mem.w && snapshot_writer_flush(t->mem.w, err, sizeof err)) keep_no_more(t, err);
+}
+
+void snapshot_keep_stop(trainer *t) {
+    snapshot_writer_stop(t->mem.w);
+    t->mem.w = NULL;
+}
+
+void snapshot_keep_report(const trainer *t, double run_s) {
+    if (t->mem.taken == 0) return;
+    double each_ms = (double)t->mem.ns / (double)t->mem.taken / 1e6;
+    char share[64] = "";
+    if (run_s > 0)
+        snprintf(share, sizeof share, ", %.2f%% of the training time",
+                 100 * (double)t->mem.ns / 1e9 / run_s);
+    log_info("rank %d: %lld snapshots in memory (%s), every %lld step%s%s, %.2f ms of the "
+             "step's time each%s%s", t->env.rank, (long long)t->mem.taken,
+             t->cfg->snapshot_dir, (long long)t->mem.every, t->mem.every == 1 ? "" : "s",
+             t->cfg->snapshot_every < 0 ? " (automatic: at most 1% of a step)" : "", each_ms,
+             share, t->mem.skipped ? " (some skipped: the last was still being written)" : "");
 }
 
 static void warn_line(const char *line) { log_warn("%s", line); }
@@ -173,7 +289,8 @@ static int adopt_header(trainer *t, const char *text, const char *path) {
     return rc;
 }
 
-/* Rank 0: the checkpoint's tensors into the model. */
+/* The holder: the checkpoint's tensors into the model (the others get
+ * them by broadcast). */
 static int load_tensors(trainer *t, const ckpt_data *d, const char *path) {
     model *m = t->m;
     uint64_t np = 0, nb = 0, nm = 0;
@@ -188,57 +305,133 @@ static int load_tensors(trainer *t, const ckpt_data *d, const char *path) {
     if (rc)
         return trainer_fail(t, rc, "loading checkpoint %s into the model failed: %s", path,
                             strerror(-rc));
-    log_info("resuming from %s: epoch %d, step %lld", path, t->at.epoch + 1,
-             (long long)t->at.global_step);
     return 0;
 }
 
 /* A failed broadcast, with the communicator's word on why. */
-static int broadcast_failed(trainer *t, int rc, const char *what) {
-    return trainer_fail(t, rc, "broadcasting the checkpoint's %s from rank 0 failed: %s", what,
-                        trainer_why(comm_error(t->comm), rc));
+static int broadcast_failed(trainer *t, int rc, const char *what, int root) {
+    return trainer_fail(t, rc, "broadcasting the checkpoint's %s from rank %d failed: %s", what,
+                        root, trainer_why(comm_error(t->comm), rc));
 }
 
-/* The header: rank 0's text (or its length 0: no checkpoint) to everyone.
- * *text is rank 0's own or a fresh copy (to free) elsewhere. */
-static int share_header(trainer *t, char *rank0_text, char **text) {
-    uint64_t len = rank0_text ? strlen(rank0_text) + 1 : 0;
+/* The header: the holder's text to everyone. *text is the holder's own or
+ * a fresh copy (to free) elsewhere. */
+static int share_header(trainer *t, char *mine, int root, char **text) {
+    uint64_t len = mine ? strlen(mine) + 1 : 0;
     *text = NULL;
-    int rc = comm_broadcast(t->comm, &len, sizeof len, 0);
-    if (rc) return broadcast_failed(t, rc, "header length");
-    if (len == 0) return 0;
-    char *s = t->env.rank == 0 ? rank0_text : calloc(1, len);
+    int rc = comm_broadcast(t->comm, &len, sizeof len, root);
+    if (rc) return broadcast_failed(t, rc, "header length", root);
+    char *s = t->env.rank == root ? mine : calloc(1, len);
     if (!s) return trainer_fail(t, -ENOMEM, "out of memory for a checkpoint header of %llu bytes",
                                 (unsigned long long)len);
-    if ((rc = comm_broadcast(t->comm, s, len, 0))) {
-        if (s != rank0_text) free(s);
-        return broadcast_failed(t, rc, "header");
+    if ((rc = comm_broadcast(t->comm, s, len, root))) {
+        if (s != mine) free(s);
+        return broadcast_failed(t, rc, "header", root);
     }
     *text = s;
     return 0;
 }
 
-int snapshot_resume(trainer *t) {
-    const train_config *c = t->cfg;
-    if (!c->ckpt_dir[0]) return 0;
-    ckpt_data d = {0};
-    char path[1200] = "", err[1024] = "";
-    int rc = 0;
-    if (t->env.rank == 0) {
-        rc = ckpt_latest(c->ckpt_dir, path, sizeof path, &d, warn_line, err, sizeof err);
-        if (rc && rc != -ENOENT) return trainer_fail(t, rc, "%s", err);
+
+/* The global step a checkpoint's header says; -1 when it says none. */
+static int64_t header_step(const char *header) {
+    json_t *h = json_loads(header, 0, NULL);
+    json_int_t step = -1;
+    if (!h || json_unpack(h, "{s:I}", "global_step", &step) != 0) step = -1;
+    json_decref(h);
+    return (int64_t)step;
+}
+
+/* The newest valid checkpoint in dir into d (replacing what d holds when it
+ * is newer); -ENOENT is no error. */
+static int newest_in(trainer *t, const char *dir, int in_memory, snapshot_offer *o, ckpt_data *d,
+                     char *path, size_t pathlen) {
+    char p[1200], err[1024];
+    ckpt_data found = {0};
+    int rc = ckpt_latest(dir, p, sizeof p, &found, warn_line, err, sizeof err);
+    if (rc == -ENOENT) return 0;
+    if (rc && in_memory) { /* nothing usable in memory: the disk may have it */
+        log_warn("rank %d: %s", t->env.rank, err);
+        return 0;
     }
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    int64_t step = header_step(found.header);
+    if (step <= o->step) {
+        ckpt_data_free(&found);
+        return 0;
+    }
+    ckpt_data_free(d);
+    *d = found;
+    o->step = step, o->in_memory = in_memory;
+    snprintf(path, pathlen, "%s", p);
+    return 0;
+}
+
+/* The offer that wins: the newest step; memory before disk (no file to
+ * read); then the lowest rank. */
+static int better(const snapshot_offer *a, const snapshot_offer *b) {
+    if (a->step != b->step) return a->step > b->step;
+    if (a->in_memory != b->in_memory) return a->in_memory;
+    return a->rank < b->rank;
+}
+
+static int choose_holder(trainer *t, snapshot_offer *mine, snapshot_offer *best) {
+    snapshot_offer *all = calloc((size_t)t->env.world, sizeof *all);
+    if (!all) return trainer_fail(t, -ENOMEM, "out of memory choosing what to resume from");
+    int rc = comm_allgather(t->comm, mine, all, sizeof *mine);
+    if (rc) {
+        free(all);
+        return trainer_fail(t, rc, "agreeing on what to resume from failed: %s",
+                            trainer_why(comm_error(t->comm), rc));
+    }
+    *best = all[0];
+    for (int r = 1; r < t->env.world; r++)
+        if (better(&all[r], best)) *best = all[r];
+    /* Rank 0's state, if it is at most one step older: the weights and
+     * momentum are every rank's, but batch norm's running statistics are
+     * each rank's own (as in PyTorch without SyncBN), and rank 0's are the
+     * ones its checkpoints and evaluation carry; a rank 0 killed while its
+     * last snapshot was being written would otherwise hand them to another
+     * rank's. At most one step is redone for it. */
+    if (all[0].step >= 0 && all[0].step + 1 >= best->step) *best = all[0];
+    free(all);
+    return 0;
+}
+
+int snapshot_resume(trainer *t, int *root) {
+    const train_config *c = t->cfg;
+    *root = 0;
+    if (!c->ckpt_dir[0] && !c->snapshot_dir[0]) return 0;
+    snapshot_offer mine = {.step = -1, .rank = t->env.rank}, best;
+    gethostname(mine.host, sizeof mine.host - 1);
+    ckpt_data d = {0};
+    char path[1200] = "";
+    int rc = 0;
+    if (c->snapshot_dir[0] && t->env.local_rank == 0)
+        rc = newest_in(t, c->snapshot_dir, 1, &mine, &d, path, sizeof path);
+    if (rc == 0 && c->ckpt_dir[0] && t->env.rank == 0)
+        rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path);
+    if (rc == 0) rc = choose_holder(t, &mine, &best);
+    if (rc || best.step < 0) {
+        ckpt_data_free(&d);
+        return rc;
+    }
+    int holder = best.rank, mine_held = holder == t->env.rank;
     char *header = NULL;
-    rc = share_header(t, d.header, &header);
-    if (rc == 0 && header) rc = adopt_header(t, header, t->env.rank == 0 ? path : "from rank 0");
-    if (rc == 0 && header && t->env.rank == 0) rc = load_tensors(t, &d, path);
-    int found = header != NULL;
+    rc = share_header(t, mine_held ? d.header : NULL, holder, &header);
+    if (rc == 0) rc = adopt_header(t, header, mine_held ? path : "from the holder");
+    if (rc == 0 && mine_held) rc = load_tensors(t, &d, path);
     if (header != d.header) free(header);
     ckpt_data_free(&d);
-    if (rc || !found) return rc;
+    if (rc) return rc;
+    if (mine_held)
+        log_info("resuming from %s: epoch %d, step %lld (%s of node %s)", path, t->at.epoch + 1,
+                 (long long)t->at.global_step, best.in_memory ? "memory" : "disk", best.host);
     model *m = t->m;
-    rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), 0);
-    return rc ? trainer_fail(t, rc, "broadcasting the checkpoint's momentum failed: %s",
-                             trainer_why(devcomm_error(t->dcomm), rc))
-              : 0;
+    rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), holder);
+    if (rc)
+        return trainer_fail(t, rc, "broadcasting the checkpoint's momentum failed: %s",
+                            trainer_why(devcomm_error(t->dcomm), rc));
+    *root = holder;
+    return 0;
 }

@@ -4,6 +4,8 @@
 #ifndef DDPRUN_WORKER_TRAIN_SNAPSHOT_H
 #define DDPRUN_WORKER_TRAIN_SNAPSHOT_H
 
+#include <stdint.h>
+
 #include "worker/train/trainer.h"
 
 /* Rank 0 takes --ckpt-dir for this job (common/dir_lock.h) before it
@@ -19,9 +21,49 @@ int snapshot_lock(trainer *t);
 /* Rank 0 writes a checkpoint of the run as it stands (others return 0);
  * nothing without --ckpt-dir. */
 int snapshot_save(trainer *t);
-/* Rank 0 reads the newest valid checkpoint in --ckpt-dir and broadcasts
- * it, so no shared file system is needed; every rank takes its weights,
- * momentum and position. 0 with nothing changed when there is none. */
-int snapshot_resume(trainer *t);
+/* Snapshots in this node's memory (--snapshot-dir, DDPRUN_SNAPSHOT_DIR:
+ * a directory on tmpfs that ddprun's agent keeps for its workers across
+ * their restarts), kept by local rank 0 of every node, so that every node
+ * holds the newest state: snapshot_keep_start decides whether this rank
+ * keeps them; snapshot_keep takes one and is called every --snapshot-every
+ * steps: the step copies the state to host memory, and a thread of its own
+ * writes it as a checkpoint file (atomic and checksummed, the newest two
+ * kept; snapshot_writer.h), one at a time: a snapshot due while the last is
+ * still being written is skipped. A snapshot that cannot be written (memory full) is said once and
+ * ends the snapshots, not the run. snapshot_keep_report logs what they
+ * cost: each, and as a share of run_s (the training's time, or 0). */
+void snapshot_keep_start(trainer *t);
+/* Rank 0: whether a snapshot is due after this step (step_ns: its time):
+ * every --snapshot-every steps, or by default as often as they cost at
+ * most 1% of rank 0's step time (every step while they cost less). Rank 0
+ * decides for every node, so that all keep snapshots of the same steps. */
+int snapshot_due(trainer *t, int64_t step_ns);
+int snapshot_keep(trainer *t);
+void snapshot_keep_report(const trainer *t, double run_s);
+/* The snapshot being written is on file when these return. */
+void snapshot_keep_flush(trainer *t);
+void snapshot_keep_stop(trainer *t);
+
+/* What one rank can resume from: the newest snapshot in its node's memory
+ * (local rank 0) or checkpoint in --ckpt-dir (rank 0), whichever is newer.
+ * Every rank's offer goes to every rank (an all-gather of this struct, the
+ * first thing the ranks exchange when they resume), so all choose the same
+ * one. */
+typedef struct {
+    int64_t step;      /* its global step; -1: nothing */
+    int32_t rank;
+    int32_t in_memory; /* 1: the node's memory; 0: its disk */
+    char host[48];     /* the holder's host, for the message */
+} snapshot_offer;
+
+/* Resumes from the newest state any rank can offer: the snapshots in its
+ * node's memory (local rank 0) or --ckpt-dir's checkpoints (rank 0). The
+ * ranks agree on the newest (an all-gather of what each has), its holder
+ * reads it and sends it to the others (no shared file system is needed),
+ * and every rank takes its weights, momentum and position; *root is the
+ * holder, from which the weights are then broadcast (0 when there was
+ * nothing: a fresh start). The holder says where it resumed from:
+ * "resuming from PATH: epoch E, step S (memory of node H)". */
+int snapshot_resume(trainer *t, int *root);
 
 #endif

@@ -77,6 +77,7 @@ static int save_at_epoch_end(trainer *t) {
     int64_t pos = t->at.pos;
     t->at.epoch++, t->at.pos = 0;
     int rc = snapshot_save(t);
+    if (rc == 0) rc = snapshot_keep(t);
     t->at.epoch = epoch, t->at.pos = pos;
     return rc;
 }
@@ -92,7 +93,10 @@ static int stop_on_signal(trainer *t) {
     else
         log_info("rank %d: stopping after step %lld (another rank was told to stop)",
                  t->env.rank, (long long)t->at.global_step);
-    return snapshot_save(t);
+    int rc = snapshot_save(t);
+    if (rc == 0) rc = snapshot_keep(t);
+    snapshot_keep_flush(t);
+    return rc;
 }
 
 /* One epoch's steps from t->at.pos on. 1 when the run stops early
@@ -106,14 +110,17 @@ static int run_epoch(trainer *t) {
             int rc = saved ? 0 : snapshot_save(t);
             return rc ? rc : 1;
         }
-        float stats[4];
+        float stats[5];
         int64_t t0 = clock_now_ns();
         watchdog_arm(&t->wd, WATCHED);
         int rc = step_train(t, stats);
         if (rc) return rc;
+        /* Rank 0 decides when the nodes keep a snapshot, and the step's
+         * all-reduce tells the others: every node's is of the same step. */
+        stats[4] = t->env.rank == 0 && snapshot_due(t, clock_now_ns() - t0) ? 1.0f : 0.0f;
         rank_step mine = {.images = t->batch, .loss = stats[0] / stats[2],
                           .acc = stats[1] / stats[2]}; /* before the sum over ranks */
-        if ((rc = step_allreduce_small(t, stats, 4)))
+        if ((rc = step_allreduce_small(t, stats, 5)))
             return trainer_fail(t, rc, "all-reduce of the step's loss failed: %s",
                                 trainer_why(comm_error(t->comm), rc));
         int64_t t1 = clock_now_ns();
@@ -128,6 +135,8 @@ static int run_epoch(trainer *t) {
         }
         if (c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0 && at->pos < t->n &&
             (rc = snapshot_save(t)))
+            return rc;
+        if (stats[4] > 0 && at->pos < t->n && (rc = snapshot_keep(t)))
             return rc;
     }
     return 0;
@@ -151,11 +160,12 @@ static int run_epochs(trainer *t) {
 static int start(trainer *t) {
     int rc = trainer_setup(t);
     if (rc == 0) rc = snapshot_lock(t);
-    if (rc == 0) rc = snapshot_resume(t);
-    /* Rank 0's weights (fresh or resumed) are everyone's. */
-    if (rc == 0 && (rc = ddp_broadcast_model(t->ddp)))
-        rc = trainer_fail(t, rc, "broadcasting the weights from rank 0 failed: %s",
+    int root = 0; /* whose weights (fresh, or the newest state's holder) are everyone's */
+    if (rc == 0) rc = snapshot_resume(t, &root);
+    if (rc == 0 && (rc = ddp_broadcast_model(t->ddp, root)))
+        rc = trainer_fail(t, rc, "broadcasting the weights from rank %d failed: %s", root,
                           trainer_why(devcomm_error(t->dcomm), rc));
+    if (rc == 0) snapshot_keep_start(t);
     if (rc == 0) rc = trainer_setup_batch(t);
     if (rc == 0) rc = progress_start(t);
     if (rc == 0) rank_metrics_init(&t->rm, t->env.rank, t->env.local_rank);
@@ -185,6 +195,8 @@ int train_run(const train_config *c) {
     if (rc == 0) rc = run_epochs(&t);
     if (t.env.rank == 0) progress_bar_clear(&t.progress);
     if (rc == 0 && t.env.rank == 0) progress_done(&t);
+    snapshot_keep_flush(&t);
+    if (rc == 0) snapshot_keep_report(&t, clock_now_s() - t.progress.t_start);
     rank_metrics_flush(&t.rm, clock_now_ns()); /* the last step, whatever the second */
     /* The convention (trainer.h) says the failure was reported; if a path
      * forgot, the agent still gets a reason rather than a bare exit 1. */
@@ -209,6 +221,7 @@ void train_config_defaults(train_config *c) {
     c->weight_decay = 5e-4;
     c->augment = 1;
     c->keep = 3;
+    c->snapshot_every = -1; /* as often as costs at most 1% of the step time */
     c->log_every = 50;
     c->eval = 1;
     c->timeout_s = 600;

@@ -34,6 +34,10 @@ typedef struct {
     char ckpt_dir[1024];   /* --ckpt-dir ("" = no checkpoints) */
     int64_t ckpt_every;    /* --ckpt-every steps (0: only at epoch ends) */
     int keep;              /* --keep */
+    char snapshot_dir[1024]; /* --snapshot-dir, or DDPRUN_SNAPSHOT_DIR: this node's memory */
+                           /* ("" = none) */
+    int64_t snapshot_every; /* --snapshot-every steps (0: none; -1: as often as costs at */
+                           /* most 1% of the step time) */
     char metrics[1024];    /* --metrics FILE */
     int sync_bn;           /* --sync-bn */
     int log_every;         /* --log-every steps */

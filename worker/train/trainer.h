@@ -27,6 +27,7 @@
 #include "worker/model/ddp.h"
 #include "worker/model/model.h"
 #include "worker/train/dist_env.h"
+#include "worker/train/snapshot_writer.h"
 #include "worker/train/loader.h"
 #include "worker/train/rank_metrics.h"
 #include "worker/train/watchdog.h"
@@ -92,6 +93,14 @@ typedef struct {
     train_progress progress;
     rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
     dir_lock ckpt_lock;  /* rank 0's hold on --ckpt-dir (snapshot_lock) */
+    struct {
+        snapshot_writer *w; /* this rank keeps the node's snapshots (local rank 0) */
+        int64_t taken, ns;  /* how many, and the time the steps spent on them */
+        int64_t skipped;    /* the last one was still being written */
+        int64_t last;       /* the global step of the last one */
+        int64_t every;      /* the interval in use, in steps */
+        int64_t step_ns;    /* a step's time, smoothed (for the automatic interval) */
+    } mem;               /* snapshots in this node's memory (snapshot_keep) */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
