@@ -1,41 +1,63 @@
 #!/usr/bin/env bash
-# make bench-chaos: goodput under failures, as a user feels it. One job
-# (ddprun --standalone, two workers, --max-restarts 1000) trains STEPS
-# steps of ResNet-20 (synthetic 1x28x28, batch 32 per rank, --ckpt-every
-# 20); one run without failures, then runs with one random worker
-# SIGKILLed every KILL_EVERY seconds: with snapshots in the agent's memory
-# (the default) and without them (--snapshot-every 0: the checkpoints
-# alone, as before). Prints each run's wall time, the kills, goodput (the
-# time without failures / the time with them: every run trains all STEPS
-# steps) and the seconds lost per kill.
-# Target (the zero-loss issue): goodput at least 0.95 with a kill every 8 s,
-# at most 0.5 s lost per kill.
+# make bench-chaos: goodput under failures, as a user feels it, ours and
+# torchrun's side by side. Each job trains STEPS steps of ResNet-20
+# (synthetic 1x28x28, batch 32 per rank, two workers on this machine, one
+# thread each, at most 1000 restarts), once without failures and once with
+# one random worker SIGKILLed every KILL_EVERY seconds:
+#   - ours: ddprun --standalone + ddp-train --ckpt-every 20, with the
+#     snapshots in the agent's memory (the default), and without them
+#     (--snapshot-every 0: the checkpoints alone, as before);
+#   - torchrun (Debian's torch 1.13, python3 -m torch.distributed.run
+#     --standalone): bench/torch_chaos_train.py, PyTorch DDP over gloo that
+#     saves with torch.save every 20 steps and loads at start.
+# A failing run is stopped after CAP x its clean run's time. Goodput:
+# (steps kept / STEPS) x the clean time / the time with failures; and the
+# seconds lost per kill. Target (the zero-loss issue): ours at least 0.95
+# with a kill every 8 s, at most 0.5 s lost per kill, at least twice
+# torchrun's goodput.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${STEPS:-400}
 KILL_EVERY=${KILL_EVERY:-8}
-export PATH=$PWD/build/bin:$PATH
+CAP=${CAP:-3}
+ROOT=$PWD
+export PATH=$ROOT/build/bin:$PATH
 TMP=$(mktemp -d /tmp/ddprun-chaos.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+AGENT=""
+trap '[ -n "$AGENT" ] && kill -9 "$AGENT" 2> /dev/null; rm -rf "$TMP"' EXIT
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load $(cut -d' ' -f1 /proc/loadavg)"
-echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY)"
-train=(--model resnet20 --data synthetic --input-shape 1x28x28 --batch-size 32 --threads 1
-       --no-eval --log-every 1000 --max-steps "$STEPS" --ckpt-every 20 --seed 1)
+echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY CAP=$CAP)"
 now() { date +%s.%N; }
-# run NAME KILLS? [ddp-train args...]: prints "seconds kills"
-run() {
-    local name=$1 kill=$2 t0 agent kills=0 next victims v
-    shift 2
-    rm -rf "${TMP:?}/${name:?}"
-    t0=$(now)
+ours() { # name [ddp-train args]
+    local name=$1
+    shift
     OMP_NUM_THREADS=1 ddprun --standalone --nproc-per-node 2 --max-restarts 1000 --no-python \
-        ddp-train "${train[@]}" --ckpt-dir "$TMP/$name" "$@" > "$TMP/$name.log" 2>&1 &
-    agent=$!
-    next=$(echo "$(now) + $KILL_EVERY" | bc)
-    while kill -0 "$agent" 2> /dev/null; do
+        ddp-train --model resnet20 --data synthetic --input-shape 1x28x28 --batch-size 32 \
+        --threads 1 --no-eval --log-every 1000 --max-steps "$STEPS" --ckpt-every 20 --seed 1 \
+        --ckpt-dir "$TMP/$name" "$@"
+}
+theirs() { # name
+    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo /usr/bin/python3 -m torch.distributed.run \
+        --standalone --nproc_per_node 2 --max_restarts 1000 --monitor_interval 0.1 \
+        "$ROOT/bench/torch_chaos_train.py" --steps "$STEPS" --snapshot "$TMP/$1.pt"
+}
+# run NAME KILL CAP_S SIDE [args]: prints "seconds kills steps_kept"
+run() {
+    local name=$1 kill=$2 cap=$3 side=$4 t0 kills=0 next victims v kept
+    shift 4
+    t0=$(now)
+    "$side" "$name" "$@" > "$TMP/$name.log" 2>&1 &
+    AGENT=$!
+    next=$(echo "$t0 + $KILL_EVERY" | bc)
+    while kill -0 "$AGENT" 2> /dev/null; do
+        if [ "$(echo "$(now) - $t0 > $cap" | bc)" = 1 ]; then
+            for v in $(pgrep -P "$AGENT"); do kill -9 "$v" 2> /dev/null; done
+            kill -9 "$AGENT"
+            break
+        fi
         if [ "$kill" = 1 ] && [ "$(echo "$(now) >= $next" | bc)" = 1 ]; then
-            mapfile -t victims < <(pgrep -P "$agent")
+            mapfile -t victims < <(pgrep -P "$AGENT")
             if [ "${#victims[@]}" -gt 0 ]; then
                 v=${victims[$((RANDOM % ${#victims[@]}))]}
                 kill -9 "$v" 2> /dev/null && kills=$((kills + 1))
@@ -44,18 +66,33 @@ run() {
         fi
         sleep 0.05
     done
-    wait "$agent" || { echo "$name: the job failed" >&2; tail -n 20 "$TMP/$name.log" >&2; }
-    grep -q "done: $STEPS steps" "$TMP/$name.log" || echo "$name: did not train $STEPS steps" >&2
-    echo "$(echo "$(now) - $t0" | bc) $kills"
+    wait "$AGENT" 2> /dev/null
+    AGENT=""
+    kept=$STEPS
+    grep -q "done: $STEPS steps" "$TMP/$name.log" || kept=0
+    echo "$(echo "$(now) - $t0" | bc) $kills $kept"
 }
-read -r clean _ < <(run clean 0)
-printf '%-34s %7.1f s\n' "no failures" "$clean"
-for variant in snapshots nosnap; do
-    args=()
-    [ "$variant" = nosnap ] && args=(--snapshot-every 0)
-    read -r t kills < <(run "$variant" 1 "${args[@]}")
-    label="kill every ${KILL_EVERY} s, $([ "$variant" = snapshots ] && echo "memory snapshots" || echo "checkpoints only")"
-    printf '%-34s %7.1f s, %2d kills, goodput %.2f, %.2f s lost per kill\n' "$label" "$t" "$kills" \
-        "$(echo "$clean / $t" | bc -l)" "$(echo "($t - $clean) / ($kills + ($kills == 0))" | bc -l)"
-    grep -h "snapshots in memory" "$TMP/$variant.log" | tail -n 1
-done
+report() { # label clean seconds kills kept
+    printf '%-40s %7.1f s, %2d kills, %3d of %d steps, goodput %.2f, %.2f s lost per kill\n' \
+        "$1" "$3" "$4" "$5" "$STEPS" "$(echo "$5 / $STEPS * $2 / $3" | bc -l)" \
+        "$(echo "($3 - $2) / ($4 + ($4 == 0))" | bc -l)"
+    GOODPUT=$(echo "$5 / $STEPS * $2 / $3" | bc -l)
+}
+read -r ours_clean _ _ < <(run ours-clean 0 100000 ours)
+printf '%-40s %7.1f s\n' "ours, no failures" "$ours_clean"
+read -r t k s < <(run ours-snap 1 "$(echo "$CAP * $ours_clean" | bc)" ours)
+report "ours, memory snapshots" "$ours_clean" "$t" "$k" "$s"
+ours_goodput=$GOODPUT
+grep -h "snapshots in memory" "$TMP/ours-snap.log" | tail -n 1
+read -r t k s < <(run ours-ckpt 1 "$(echo "$CAP * $ours_clean" | bc)" ours --snapshot-every 0)
+report "ours, checkpoints only" "$ours_clean" "$t" "$k" "$s"
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
+    read -r their_clean _ _ < <(run theirs-clean 0 100000 theirs)
+    printf '%-40s %7.1f s\n' "torchrun, no failures" "$their_clean"
+    read -r t k s < <(run theirs-kill 1 "$(echo "$CAP * $their_clean" | bc)" theirs)
+    report "torchrun, torch.save every 20 steps" "$their_clean" "$t" "$k" "$s"
+    printf 'goodput ratio (ours with snapshots / torchrun): %s\n' \
+        "$(echo "$GOODPUT > 0" | bc | grep -q 1 && echo "scale=2; $ours_goodput / $GOODPUT" | bc || echo "inf (torchrun kept nothing)")"
+else
+    echo "torchrun's side skipped: Debian's python3-torch is not installed"
+fi
