@@ -32,14 +32,17 @@ now() { date +%s.%N; }
 ours() { # name [ddp-train args]
     local name=$1
     shift
-    OMP_NUM_THREADS=1 ddprun --standalone --nproc-per-node 2 --max-restarts 1000 --no-python \
+    # exec: the background job is the agent itself, whose children are the workers
+    OMP_NUM_THREADS=1 exec ddprun --standalone --nproc-per-node 2 --max-restarts 1000 --no-python \
         ddp-train --model resnet20 --data synthetic --input-shape 1x28x28 --batch-size 32 \
         --threads 1 --no-eval --log-every 1000 --max-steps "$STEPS" --ckpt-every 20 --seed 1 \
         --ckpt-dir "$TMP/$name" "$@"
 }
 theirs() { # name
-    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo /usr/bin/python3 -m torch.distributed.run \
+    # (--redirects/--tee: Debian's torch 1.13 on Python 3.11 fails without them)
+    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo exec /usr/bin/python3 -m torch.distributed.run \
         --standalone --nproc_per_node 2 --max_restarts 1000 --monitor_interval 0.1 \
+        --redirects 2 --tee 1 \
         "$ROOT/bench/torch_chaos_train.py" --steps "$STEPS" --snapshot "$TMP/$1.pt"
 }
 # run NAME KILL CAP_S SIDE [args]: prints "seconds kills steps_kept"
