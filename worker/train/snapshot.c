@@ -98,20 +98,26 @@ static char *header_text(const trainer *t) {
     return s;
 }
 
-/* The run as it stands: its header, and host copies of the params, the
- * momentum and the buffers (in that order, in one allocation). */
-static int capture(trainer *t, char **header, float **host) {
+/* Host copies of the params, the momentum and the buffers, in that order. */
+static int download_state(trainer *t, float *host) {
     model *m = t->m;
     size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
-    *header = header_text(t);
-    *host = malloc(2 * np + nb + 1);
-    if (!*header || !*host) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
-    m->be->ops->download(m->be, *host, m->param, np);
-    m->be->ops->download(m->be, *host + m->nparam, m->mom, np);
-    m->be->ops->download(m->be, *host + 2 * m->nparam, m->buf, nb);
+    m->be->ops->download(m->be, host, m->param, np);
+    m->be->ops->download(m->be, host + m->nparam, m->mom, np);
+    m->be->ops->download(m->be, host + 2 * m->nparam, m->buf, nb);
     int rc = m->be->ops->sync(m->be); /* a failed download: write nothing */
     if (rc) trainer_fail(t, rc, "reading the model for a snapshot failed: %s", strerror(-rc));
     return rc;
+}
+
+/* The run as it stands: its header, and download_state's copies in one
+ * allocation. */
+static int capture(trainer *t, char **header, float **host) {
+    model *m = t->m;
+    *header = header_text(t);
+    *host = malloc((2 * m->nparam + m->nbuf) * sizeof(float) + 1);
+    if (!*header || !*host) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
+    return download_state(t, *host);
 }
 
 /* Writes what capture() took into dir as a checkpoint (keeping `keep`). */
@@ -212,20 +218,15 @@ int snapshot_keep(trainer *t) {
         return 0;
     }
     int64_t t0 = clock_now_ns();
-    model *m = t->m;
-    size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
     char *header = header_text(t);
     if (!header) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
-    m->be->ops->download(m->be, host, m->param, np);
-    m->be->ops->download(m->be, host + m->nparam, m->mom, np);
-    m->be->ops->download(m->be, host + 2 * m->nparam, m->buf, nb);
-    int rc = m->be->ops->sync(m->be);
+    int rc = download_state(t, host);
     if (rc) {
         free(header);
-        return trainer_fail(t, rc, "reading the model for a snapshot failed: %s", strerror(-rc));
+        return rc;
     }
     snapshot_tensor ts[3];
-    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, host_tensors(m, ts));
+    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, host_tensors(t->m, ts));
     if (t->at.global_step > t->mem.last) t->mem.every = t->at.global_step - t->mem.last;
     t->mem.last = t->at.global_step;
     t->mem.taken++;
