@@ -41,7 +41,7 @@ fi
 
 args=(--data synthetic --input-shape 3x16x16 --synthetic-size 100000 --threads 1 --no-eval
       --log-every 1 --batch-size 8 --ckpt-dir "$SCRATCH/ck" --ckpt-every 5 --max-steps 300
-      --step-timeout 2 --timeout 60)
+      --step-timeout 2 --timeout 60 --snapshot-every 1)
 ddprun --standalone --nproc-per-node 2 --max-restarts 1 --no-python ddp-train "${args[@]}" \
     > "$SCRATCH/train.log" 2>&1 &
 agent=$!
@@ -52,12 +52,18 @@ victim=$(ps --ppid "$agent" -o pid= | head -n 1 | tr -d ' ' || true)
 [ -n "$victim" ] || { cat "$SCRATCH/train.log"; echo "no worker found"; exit 1; }
 t0=$(date +%s%N)
 kill -STOP "$victim"
+done_before=$(sed -n 's/.* step \([0-9]*\)\/.*/\1/p' "$SCRATCH/train.log" | tail -n 1)
 rc=0
 wait "$agent" || rc=$?
 [ $rc -eq 0 ] || { cat "$SCRATCH/train.log"; echo "ddprun exited $rc"; exit 1; }
 killed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 grep -q "worker watchdog: local rank [01] (rank [01], pid $victim) ran past its deadline in 'ddp-train step'" \
     "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "the frozen rank was not killed"; exit 1; }
-grep -q "resuming from" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "no resume"; exit 1; }
+from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) (memory of node .*/\1/p' "$SCRATCH/train.log" | head -n 1)
+[ -n "$from" ] || { cat "$SCRATCH/train.log"; echo "no resume from memory"; exit 1; }
+# The frozen rank stopped in the step after the last one printed: nothing
+# more than that step, and the one before while its snapshot was written, is redone.
+[ "$from" -ge $((done_before - 1)) ] ||
+    { cat "$SCRATCH/train.log"; echo "resumed from step $from, after step $done_before was done"; exit 1; }
 grep -q "step 300/" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "did not finish"; exit 1; }
-echo "ddp-train --step-timeout 2: the frozen rank killed, the group resumed and finished ($killed_ms ms in all)"
+echo "ddp-train --step-timeout 2: the frozen rank killed after step $done_before, the group resumed from step $from and finished ($killed_ms ms in all)"
