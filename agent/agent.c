@@ -170,7 +170,8 @@ static int start_workers(agent *a) {
                           .store_port = a->store.port, .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
-                          .snapshot_dir = a->snapshots.path};
+                          .snapshot_dir = a->snapshots.path,
+                          .snapshot_disk_dir = a->snapshots.disk};
     if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
              a->cur.restart_count);

@@ -51,6 +51,9 @@ int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_ro
     int rc = make_under(d, mem_root);
     if (rc == 0) {
         d->in_memory = 1;
+        snapshot_dir disk = {0};
+        if (fs_mkdir_p(disk_root) == 0 && make_under(&disk, disk_root) == 0)
+            snprintf(d->disk, sizeof d->disk, "%s", disk.path);
         return 0;
     }
     snprintf(why, whylen, "cannot make a directory in %s: %s", mem_root, strerror(-rc));
@@ -60,5 +63,6 @@ int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_ro
 
 void snapshot_dir_remove(snapshot_dir *d) {
     if (d->path[0]) fs_remove_tree(d->path);
-    d->path[0] = '\0';
+    if (d->disk[0]) fs_remove_tree(d->disk);
+    d->path[0] = d->disk[0] = '\0';
 }

@@ -13,17 +13,20 @@
 typedef struct {
     char path[512]; /* "" until made */
     int in_memory;  /* made under the memory root (else on disk) */
+    char disk[512]; /* with in_memory: a directory on disk for when the memory is full */
+                    /* (DDPRUN_SNAPSHOT_DISK_DIR); "" otherwise */
 } snapshot_dir;
 
 /* Makes a fresh directory under mem_root ("ddprun-snap.<pid>.XXXXXX"),
- * or, when that cannot be done, under disk_root; why says what went wrong
- * with mem_root ("" when nothing did). Before that, removes what agents
+ * and one under disk_root for the workers to turn to if the memory fills
+ * up; or, when mem_root cannot be used, only the one under disk_root; why
+ * says what went wrong with mem_root ("" when nothing did). Before that, removes what agents
  * that are gone (killed with SIGKILL) left under mem_root. 0, or -errno
  * when neither could be made. */
 int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_root, char *why,
                       size_t whylen);
 
-/* Removes the directory and all in it. */
+/* Removes the directories and all in them. */
 void snapshot_dir_remove(snapshot_dir *d);
 
 #endif

@@ -129,6 +129,8 @@ static int parse(int argc, char **argv, train_config *c) {
     train_config_defaults(c);
     const char *snap = getenv("DDPRUN_SNAPSHOT_DIR"); /* ddprun's: this node's memory */
     if (snap) snprintf(c->snapshot_dir, sizeof c->snapshot_dir, "%s", snap);
+    const char *disk = getenv("DDPRUN_SNAPSHOT_DISK_DIR"); /* for a full memory */
+    if (disk) snprintf(c->snapshot_disk_dir, sizeof c->snapshot_disk_dir, "%s", disk);
     /* The models and data sets are their tables' (arch.c, ds_table.c). An
      * unknown model is arch_build's error, after the command line. */
     opts_choice data_sets[MAX_NAMES];

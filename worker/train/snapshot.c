@@ -6,10 +6,12 @@
 #include "worker/train/snapshot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -157,6 +159,7 @@ int snapshot_save(trainer *t) {
 }
 
 /* Snapshots kept in memory: the newest two (one may be under way). */
+#define MEMORY_FULL ".memory-full"
 #define MEM_KEEP 2
 
 /* The tensors of a capture()d host copy, by offset in floats. */
@@ -172,18 +175,39 @@ void snapshot_keep_start(trainer *t) {
     if (!c->snapshot_dir[0] || c->snapshot_every == 0 || t->env.local_rank != 0) return;
     t->mem.last = t->at.global_step, t->mem.every = c->snapshot_every > 0 ? c->snapshot_every : 1;
     size_t bytes = (2 * t->m->nparam + t->m->nbuf) * sizeof(float);
-    int rc = snapshot_writer_start(c->snapshot_dir, MEM_KEEP, bytes, &t->mem.w);
+    char full[1100];
+    snprintf(full, sizeof full, "%s/" MEMORY_FULL, c->snapshot_disk_dir);
+    /* An earlier worker of this agent found the memory full: on disk at once. */
+    t->mem.dir = c->snapshot_disk_dir[0] && access(full, F_OK) == 0 ? c->snapshot_disk_dir
+                                                                     : c->snapshot_dir;
+    int rc = snapshot_writer_start(t->mem.dir, MEM_KEEP, bytes, &t->mem.w);
     if (rc)
         log_warn("rank %d: no snapshots in memory: %s", t->env.rank, strerror(-rc));
 }
 
-/* Memory full, say: training goes on, on disk checkpoints alone. */
-static void keep_no_more(trainer *t, const char *why) {
+/* A snapshot could not be written (the memory full, say): they go on on
+ * disk (DDPRUN_SNAPSHOT_DISK_DIR), said once: a MEMORY_FULL file there
+ * sends the workers of later attempts there at once. Failing there too,
+ * they stop and training goes on with --ckpt-dir's checkpoints alone. */
+static void keep_elsewhere(trainer *t, const char *why) {
+    const char *disk = t->cfg->snapshot_disk_dir;
+    size_t bytes = (2 * t->m->nparam + t->m->nbuf) * sizeof(float);
     progress_bar_clear(&t->progress);
-    log_warn("rank %d: cannot keep a snapshot in %s: %s; no more snapshots in memory "
-             "(--ckpt-dir's checkpoints go on)", t->env.rank, t->cfg->snapshot_dir, why);
     snapshot_writer_stop(t->mem.w);
     t->mem.w = NULL;
+    if (disk[0] && t->mem.dir != disk &&
+        snapshot_writer_start(disk, MEM_KEEP, bytes, &t->mem.w) == 0) {
+        log_warn("rank %d: cannot keep a snapshot in %s: %s; keeping them on disk in %s",
+                 t->env.rank, t->mem.dir, why, disk);
+        t->mem.dir = disk;
+        char full[1100];
+        snprintf(full, sizeof full, "%s/" MEMORY_FULL, disk);
+        int fd = open(full, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd);
+        return;
+    }
+    log_warn("rank %d: cannot keep a snapshot in %s: %s; no more snapshots (--ckpt-dir's "
+             "checkpoints go on)", t->env.rank, t->mem.dir, why);
 }
 
 /* The automatic interval's bounds, in steps. */
@@ -209,7 +233,7 @@ int snapshot_keep(trainer *t) {
     if (!t->mem.w) return 0;
     char err[1024];
     if (snapshot_writer_error(t->mem.w, err, sizeof err)) {
-        keep_no_more(t, err);
+        keep_elsewhere(t, err);
         return 0;
     }
     float *host = snapshot_writer_buffer(t->mem.w);
@@ -236,7 +260,7 @@ int snapshot_keep(trainer *t) {
 
 void snapshot_keep_flush(trainer *t) {
     char err[1024];
-    if (t->mem.w && snapshot_writer_flush(t->mem.w, err, sizeof err)) keep_no_more(t, err);
+    if (t->mem.w && snapshot_writer_flush(t->mem.w, err, sizeof err)) keep_elsewhere(t, err);
 }
 
 void snapshot_keep_stop(trainer *t) {
@@ -251,9 +275,10 @@ void snapshot_keep_report(const trainer *t, double run_s) {
     if (run_s > 0)
         snprintf(share, sizeof share, ", %.2f%% of the training time",
                  100 * (double)t->mem.ns / 1e9 / run_s);
-    log_info("rank %d: %lld snapshots in memory (%s), every %lld step%s%s, %.2f ms of the "
+    log_info("rank %d: %lld snapshots in %s (%s), every %lld step%s%s, %.2f ms of the "
              "step's time each%s%s", t->env.rank, (long long)t->mem.taken,
-             t->cfg->snapshot_dir, (long long)t->mem.every, t->mem.every == 1 ? "" : "s",
+             t->mem.dir == t->cfg->snapshot_dir ? "memory" : "memory, then on disk", t->mem.dir,
+             (long long)t->mem.every, t->mem.every == 1 ? "" : "s",
              t->cfg->snapshot_every < 0 ? " (automatic: at most 1% of a step)" : "", each_ms,
              share, t->mem.skipped ? " (some skipped: the last was still being written)" : "");
 }
@@ -410,6 +435,8 @@ int snapshot_resume(trainer *t, int *root) {
     int rc = 0;
     if (c->snapshot_dir[0] && t->env.local_rank == 0)
         rc = newest_in(t, c->snapshot_dir, 1, &mine, &d, path, sizeof path);
+    if (rc == 0 && c->snapshot_disk_dir[0] && t->env.local_rank == 0)
+        rc = newest_in(t, c->snapshot_disk_dir, 0, &mine, &d, path, sizeof path);
     if (rc == 0 && c->ckpt_dir[0] && t->env.rank == 0)
         rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path);
     if (rc == 0) rc = choose_holder(t, &mine, &best);

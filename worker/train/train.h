@@ -36,6 +36,8 @@ typedef struct {
     int keep;              /* --keep */
     char snapshot_dir[1024]; /* --snapshot-dir, or DDPRUN_SNAPSHOT_DIR: this node's memory */
                            /* ("" = none) */
+    char snapshot_disk_dir[1024]; /* DDPRUN_SNAPSHOT_DISK_DIR: where snapshots go when the */
+                           /* memory is full ("" = nowhere: they stop) */
     int64_t snapshot_every; /* --snapshot-every steps (0: none; -1: as often as costs at */
                            /* most 1% of the step time) */
     char metrics[1024];    /* --metrics FILE */

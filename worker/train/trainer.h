@@ -95,6 +95,7 @@ typedef struct {
     dir_lock ckpt_lock;  /* rank 0's hold on --ckpt-dir (snapshot_lock) */
     struct {
         snapshot_writer *w; /* this rank keeps the node's snapshots (local rank 0) */
+        const char *dir;    /* where: --snapshot-dir, or the disk's when memory is full */
         int64_t taken, ns;  /* how many, and the time the steps spent on them */
         int64_t skipped;    /* the last one was still being written */
         int64_t last;       /* the global step of the last one */
