@@ -263,11 +263,6 @@ void snapshot_keep_flush(trainer *t) {
     if (t->mem.w && snapshot_writer_flush(t->mem.w, err, sizeof err)) keep_elsewhere(t, err);
 }
 
-void snapshot_keep_stop(trainer *t) {
-    snapshot_writer_stop(t->mem.w);
-    t->mem.w = NULL;
-}
-
 void snapshot_keep_report(const trainer *t, double run_s) {
     if (t->mem.taken == 0) return;
     double each_ms = (double)t->mem.ns / (double)t->mem.taken / 1e6;

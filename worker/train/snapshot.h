@@ -40,9 +40,8 @@ void snapshot_keep_start(trainer *t);
 int snapshot_due(trainer *t, int64_t step_ns);
 int snapshot_keep(trainer *t);
 void snapshot_keep_report(const trainer *t, double run_s);
-/* The snapshot being written is on file when these return. */
+/* The snapshot being written is on file when this returns. */
 void snapshot_keep_flush(trainer *t);
-void snapshot_keep_stop(trainer *t);
 
 /* What one rank can resume from: the newest snapshot in its node's memory
  * (local rank 0) or checkpoint in --ckpt-dir (rank 0), whichever is newer.
