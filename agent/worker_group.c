@@ -136,6 +136,8 @@ static void free_env(worker *w) {
     w->env = NULL;
 }
 
+static void on_handle_closed(uv_handle_t *h);
+
 static int spawn_one(worker_group *g, worker *w, char *err, size_t errlen) {
     int argc = 0;
     while (w->argv[argc]) argc++;
@@ -159,6 +161,10 @@ static int spawn_one(worker_group *g, worker *w, char *err, size_t errlen) {
     if (rc) {
         snprintf(err, errlen, "cannot start local rank %d (%s): %s", w->local_rank, w->argv[0],
                  uv_strerror(rc));
+        /* A failed uv_spawn leaves the handle initialised: it is closed all the same. */
+        w->proc.data = g;
+        g->nhandles++;
+        uv_close((uv_handle_t *)&w->proc, on_handle_closed);
         return rc;
     }
     g->nhandles++; /* the process handle */
@@ -196,10 +202,9 @@ static void fail_to_spawn(worker_group *g, const char *why) {
     log_error("%s", why);
     w->exit_status = 127;
     w->exit_time = clock_wall_s();
-    g->stopping = 1;
-    done_starting(g);
+    g->stopping = 1; /* no on_started; the exit is told first, then the group may idle */
     if (g->on_exit) g->on_exit(g, w);
-    check_idle(g);
+    done_starting(g);
 }
 
 static void on_spawn_turn(uv_idle_t *h) {
@@ -266,13 +271,15 @@ void worker_group_stop(worker_group *g, int sig, double timeout_s) {
 
 static void on_handle_closed(uv_handle_t *h) {
     worker_group *g = h->data;
-    if (--g->nhandles > 0) return;
+    /* (a failed spawn's handle may close long before worker_group_free) */
+    if (--g->nhandles > 0 || !g->freeing) return;
     for (int i = 0; i < g->n; i++) free_env(&g->w[i]); /* the ones never spawned */
     free(g->w);
     free(g);
 }
 
 void worker_group_free(worker_group *g) {
+    g->freeing = 1;
     g->nhandles += 3; /* the timers and the spawner */
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->w[i];

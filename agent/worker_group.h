@@ -58,7 +58,8 @@ struct worker_group {
     int idle;          /* on_idle has run */
     uv_timer_t kill_timer;  /* SIGKILL after the grace period */
     uv_timer_t drain_timer; /* stop waiting for output a while after the last exit */
-    int nhandles;      /* handles still to close in worker_group_free */
+    int nhandles;      /* handles to close, or whose close is under way */
+    int freeing;       /* worker_group_free was called: the last close frees the group */
     void (*on_started)(worker_group *); /* once: every worker runs (not if stopped first) */
     void (*on_exit)(worker_group *, worker *); /* every exit, as it happens */
     void (*on_idle)(worker_group *); /* once: every worker exited and its output is written */

@@ -87,3 +87,43 @@ TEST(worker_group_out_of_memory_says_so) {
     CHECK_EQ(worker_group_start(g, n, specs, err, sizeof err), -ENOMEM);
     CHECK_STR(err, "out of memory for 4000 workers");
 }
+
+static int order_exit_127_before_idle; /* 1 once the failed worker's exit is told; 2 if idle came first */
+static void on_exit_order(worker_group *g, worker *w) {
+    (void)g;
+    nexits++;
+    if (w->exit_status == 127 && order_exit_127_before_idle == 0) order_exit_127_before_idle = 1;
+}
+static void on_idle_order(worker_group *g) {
+    (void)g;
+    if (order_exit_127_before_idle == 0) order_exit_127_before_idle = 2;
+    idle = 1;
+}
+
+/* A spawn that fails after the first turn (the program is gone): that
+ * worker's exit (127) is told before the group goes idle, the rest are
+ * not started, and on_started never comes. */
+TEST(worker_group_later_spawn_failure_is_an_exit) {
+    char helper[64], err[256] = "";
+    write_helper(helper, sizeof helper);
+    char *argv[] = {"sleep", "0.2", NULL};
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    worker_group *g = worker_group_new(&loop, helper);
+    g->on_started = on_started, g->on_exit = on_exit_order, g->on_idle = on_idle_order;
+    nstarted_calls = nexits = idle = 0;
+    worker_spec *specs = specs_for(20, argv);
+    CHECK_EQ(worker_group_start(g, 20, specs, err, sizeof err), 0);
+    int first = g->nstarted;
+    CHECK(first > 0 && first < 20);
+    unlink(helper); /* the next spawn fails */
+    while (!idle) uv_run(&loop, UV_RUN_ONCE);
+    CHECK_EQ(order_exit_127_before_idle, 1);
+    CHECK_EQ(nstarted_calls, 0);
+    CHECK_EQ(g->nstarted, first + 1); /* the failed one, and no more */
+    CHECK_EQ(nexits, first + 1);
+    worker_group_free(g);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&loop), 0); /* every handle closed, the failed spawn's too */
+    free(specs);
+}
