@@ -52,9 +52,10 @@ query_is() {
         v=$(query "$q")
         [ "$v" != none ] && awk -v v="$v" "BEGIN { exit !($cond) }" && return 0
         if [ $(($(now_ms) - start)) -ge $((secs * 1000)) ]; then
-            echo "FAIL: $q is $v after $secs s, wanted $cond" >&2
             tail -n 5 "$TMP/prom.log" >&2
             dump job
+            # (last, so that the end of the output, all a test runner shows, names it)
+            echo "FAIL: $q is $v after $secs s, wanted $cond" >&2
             exit 1
         fi
         sleep 0.5
