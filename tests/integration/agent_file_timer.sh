@@ -59,8 +59,10 @@ wait "$agent" || rc=$?
 killed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 grep -q "worker watchdog: local rank [01] (rank [01], pid $victim) ran past its deadline in 'ddp-train step'" \
     "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "the frozen rank was not killed"; exit 1; }
-from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) (memory of node .*/\1/p' "$SCRATCH/train.log" | head -n 1)
-[ -n "$from" ] || { cat "$SCRATCH/train.log"; echo "no resume from memory"; exit 1; }
+# (from memory, or from --ckpt-dir when the frozen rank 0 had written a
+# checkpoint of its last step but not yet its snapshot)
+from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) (\(memory\|disk\) of node .*/\1/p' "$SCRATCH/train.log" | head -n 1)
+[ -n "$from" ] || { cat "$SCRATCH/train.log"; echo "no resume"; exit 1; }
 # The frozen rank stopped in the step after the last one printed: nothing
 # more than that step, and the one before while its snapshot was written, is redone.
 [ "$from" -ge $((done_before - 1)) ] ||

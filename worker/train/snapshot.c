@@ -237,6 +237,13 @@ int snapshot_keep(trainer *t) {
         return 0;
     }
     float *host = snapshot_writer_buffer(t->mem.w);
+    if (!host && t->cfg->snapshot_every > 0) { /* asked for: wait for the last one */
+        if (snapshot_writer_flush(t->mem.w, err, sizeof err)) {
+            keep_elsewhere(t, err);
+            return 0;
+        }
+        host = snapshot_writer_buffer(t->mem.w);
+    }
     if (!host) { /* the last one is still being written: the next step's will do */
         t->mem.skipped++;
         return 0;

@@ -29,7 +29,8 @@ int snapshot_save(trainer *t);
  * steps: the step copies the state to host memory, and a thread of its own
  * writes it as a checkpoint file (atomic and checksummed, the newest two
  * kept; snapshot_writer.h), one at a time: a snapshot due while the last is
- * still being written is skipped. A snapshot that cannot be written (memory full) is said once and
+ * still being written waits for it with --snapshot-every N, and is skipped
+ * under the automatic interval. A snapshot that cannot be written (memory full) is said once and
  * ends the snapshots, not the run. snapshot_keep_report logs what they
  * cost: each, and as a share of run_s (the training's time, or 0). */
 void snapshot_keep_start(trainer *t);
