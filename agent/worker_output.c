@@ -33,21 +33,25 @@ static int matches(char *const *filters, const char *line, size_t n) {
 static void emit(worker_output *o, const char *line, size_t n, int add_nl) {
     size_t plen = strlen(o->prefix), total = plen + n + (size_t)add_nl;
     char stackbuf[4096];
-    char *b = total <= sizeof stackbuf ? stackbuf : malloc(total);
+    /* A whole line with nothing to add goes out as it is: no copy. */
+    int as_is = plen == 0 && !add_nl;
+    char *b = as_is ? (char *)line : total <= sizeof stackbuf ? stackbuf : malloc(total);
     if (!b) { /* no memory for one line: write it in pieces, unprefixed */
         if (o->file_fd >= 0) write_all(o->file_fd, line, n);
         if (o->console_fd >= 0) write_all(o->console_fd, line, n);
         return;
     }
-    memcpy(b, o->prefix, plen);
-    memcpy(b + plen, line, n);
-    if (add_nl) b[plen + n] = '\n';
+    if (!as_is) {
+        memcpy(b, o->prefix, plen);
+        memcpy(b + plen, line, n);
+        if (add_nl) b[plen + n] = '\n';
+    }
     if (o->file_fd >= 0) write_all(o->file_fd, b + plen, n + (size_t)add_nl);
     if (o->console_fd >= 0) {
         write_all(o->console_fd, b, total);
         if (o->dup_fd >= 0 && matches(o->dup_filters, line, n)) write_all(o->dup_fd, b, total);
     }
-    if (b != stackbuf) free(b);
+    if (b != stackbuf && b != line) free(b);
 }
 
 /* A template name: a letter or '_', then letters, digits or '_'. */

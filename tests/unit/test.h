@@ -17,6 +17,9 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 void test_skip(const char *why) __attribute__((noreturn));
 /* A scratch directory private to the running test (removed afterwards). */
 const char *test_tmpdir(void);
+/* test_tmpdir()/name, in one of four rotating buffers (so a few can be in
+ * use at once). */
+const char *test_path(const char *name);
 
 #define TEST(name)                                                        \
     static void name(void);                                               \

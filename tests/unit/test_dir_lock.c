@@ -13,16 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *in_tmp(const char *name) {
-    static char p[4][512];
-    static int k;
-    char *s = p[k++ % 4];
-    snprintf(s, 512, "%s/%s", test_tmpdir(), name);
-    return s;
-}
-
 TEST(dir_lock_second_taker_is_refused_and_told_who_holds_it) {
-    const char *dir = in_tmp("a/b"); /* made with its parents */
+    const char *dir = test_path("a/b"); /* made with its parents */
     dir_lock one = {0}, two = {0};
     dir_lock_holder h;
     char err[512], text[1024], host[256] = "";
@@ -53,7 +45,7 @@ TEST(dir_lock_second_taker_is_refused_and_told_who_holds_it) {
 }
 
 TEST(dir_lock_of_a_killed_holder_is_free) {
-    const char *dir = in_tmp("d");
+    const char *dir = test_path("d");
     int ready[2];
     CHECK_EQ(pipe(ready), 0);
     pid_t child = fork();
@@ -83,25 +75,25 @@ TEST(dir_lock_of_a_killed_holder_is_free) {
 }
 
 TEST(dir_lock_file_that_is_not_a_file_is_an_error) {
-    const char *dir = in_tmp("f");
+    const char *dir = test_path("f");
     CHECK_EQ(mkdir(dir, 0755), 0);
-    CHECK_EQ(mkfifo(in_tmp("f/" DIR_LOCK_FILE), 0644), 0);
+    CHECK_EQ(mkfifo(test_path("f/" DIR_LOCK_FILE), 0644), 0);
     dir_lock l = {0};
     char err[512];
     CHECK_EQ(dir_lock_take(&l, dir, NULL, NULL, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "is a FIFO, not a lock file") != NULL);
     CHECK(!l.held);
     /* A symbolic link is not followed. */
-    const char *dir2 = in_tmp("g");
+    const char *dir2 = test_path("g");
     CHECK_EQ(mkdir(dir2, 0755), 0);
-    CHECK_EQ(symlink(in_tmp("elsewhere"), in_tmp("g/" DIR_LOCK_FILE)), 0);
+    CHECK_EQ(symlink(test_path("elsewhere"), test_path("g/" DIR_LOCK_FILE)), 0);
     CHECK(dir_lock_take(&l, dir2, NULL, NULL, err, sizeof err) < 0);
-    CHECK(access(in_tmp("elsewhere"), F_OK) != 0);
+    CHECK(access(test_path("elsewhere"), F_OK) != 0);
     /* dir itself a file: named. */
-    FILE *f = fopen(in_tmp("plain"), "w");
+    FILE *f = fopen(test_path("plain"), "w");
     CHECK(f != NULL);
     fclose(f);
-    CHECK_EQ(dir_lock_take(&l, in_tmp("plain"), NULL, NULL, err, sizeof err), -ENOTDIR);
+    CHECK_EQ(dir_lock_take(&l, test_path("plain"), NULL, NULL, err, sizeof err), -ENOTDIR);
     CHECK(strstr(err, "plain") != NULL);
 }
 

@@ -11,16 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *in_tmp(const char *name) {
-    static char p[4][512];
-    static int k;
-    char *s = p[k++ % 4];
-    snprintf(s, 512, "%s/%s", test_tmpdir(), name);
-    return s;
-}
-
 TEST(fs_open_regular_opens_a_file_blocking_and_close_on_exec) {
-    const char *f = in_tmp("f");
+    const char *f = test_path("f");
     FILE *w = fopen(f, "w");
     CHECK(w != NULL);
     fputs("data", w);
@@ -37,7 +29,7 @@ TEST(fs_open_regular_opens_a_file_blocking_and_close_on_exec) {
 }
 
 TEST(fs_open_regular_refuses_a_fifo_without_waiting) {
-    const char *f = in_tmp("fifo");
+    const char *f = test_path("fifo");
     CHECK_EQ(mkfifo(f, 0644), 0);
     const char *kind = NULL;
     CHECK_EQ(fs_open_regular(f, O_RDONLY, &kind), -EINVAL);
@@ -53,13 +45,13 @@ TEST(fs_open_regular_refuses_a_directory_and_reports_errors) {
     CHECK_STR(kind, "a directory");
     CHECK_EQ(fs_open_regular(test_tmpdir(), O_RDWR, &kind), -EISDIR);
     CHECK_STR(kind, "a directory");
-    CHECK_EQ(fs_open_regular(in_tmp("missing"), O_RDONLY, &kind), -ENOENT);
+    CHECK_EQ(fs_open_regular(test_path("missing"), O_RDONLY, &kind), -ENOENT);
     CHECK(kind == NULL);
-    CHECK_EQ(fs_open_regular(in_tmp("missing"), O_RDONLY, NULL), -ENOENT);
+    CHECK_EQ(fs_open_regular(test_path("missing"), O_RDONLY, NULL), -ENOENT);
 }
 
 TEST(fs_open_regular_creates_a_file) {
-    const char *f = in_tmp("new");
+    const char *f = test_path("new");
     int fd = fs_open_regular(f, O_RDWR | O_CREAT, NULL);
     CHECK(fd >= 0);
     struct stat st;

@@ -60,6 +60,14 @@ void test_skip(const char *why) {
 
 const char *test_tmpdir(void) { return tmpdir; }
 
+const char *test_path(const char *name) {
+    static char p[4][512];
+    static int k;
+    char *s = p[k++ % 4];
+    snprintf(s, sizeof p[0], "%s/%s", tmpdir, name);
+    return s;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);

@@ -100,13 +100,25 @@ static char *header_text(const trainer *t) {
     return s;
 }
 
-/* Host copies of the params, the momentum and the buffers, in that order. */
+/* The run's state on the host, one block: the params, the momentum and the
+ * buffers, in that order. Its size, and its tensors by offset in floats. */
+static size_t state_bytes(const model *m) { return (2 * m->nparam + m->nbuf) * sizeof(float); }
+
+#define STATE_TENSORS 3
+static void state_tensors(const model *m, snapshot_tensor ts[STATE_TENSORS]) {
+    ts[0] = (snapshot_tensor){"params", 0, m->nparam * sizeof(float)};
+    ts[1] = (snapshot_tensor){"buffers", 2 * m->nparam, m->nbuf * sizeof(float)};
+    ts[2] = (snapshot_tensor){"momentum", m->nparam, m->nparam * sizeof(float)};
+}
+
+/* Fills a state_bytes() block from the backend. */
 static int download_state(trainer *t, float *host) {
     model *m = t->m;
-    size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
-    m->be->ops->download(m->be, host, m->param, np);
-    m->be->ops->download(m->be, host + m->nparam, m->mom, np);
-    m->be->ops->download(m->be, host + 2 * m->nparam, m->buf, nb);
+    snapshot_tensor ts[STATE_TENSORS];
+    state_tensors(m, ts);
+    const void *from[STATE_TENSORS] = {m->param, m->buf, m->mom};
+    for (int i = 0; i < STATE_TENSORS; i++)
+        m->be->ops->download(m->be, host + ts[i].offset, from[i], ts[i].nbytes);
     int rc = m->be->ops->sync(m->be); /* a failed download: write nothing */
     if (rc) trainer_fail(t, rc, "reading the model for a snapshot failed: %s", strerror(-rc));
     return rc;
@@ -117,7 +129,7 @@ static int download_state(trainer *t, float *host) {
 static int capture(trainer *t, char **header, float **host) {
     model *m = t->m;
     *header = header_text(t);
-    *host = malloc((2 * m->nparam + m->nbuf) * sizeof(float) + 1);
+    *host = malloc(state_bytes(m) + 1);
     if (!*header || !*host) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
     return download_state(t, *host);
 }
@@ -125,15 +137,13 @@ static int capture(trainer *t, char **header, float **host) {
 /* Writes what capture() took into dir as a checkpoint (keeping `keep`). */
 static int write_ckpt(trainer *t, const char *dir, int keep, const char *header, float *host,
                       char *path, size_t pathlen, char *err, size_t errlen) {
-    const model *m = t->m;
-    size_t np = m->nparam * sizeof(float), nb = m->nbuf * sizeof(float);
-    ckpt_tensor ts[] = {
-        {"params", CKPT_F32, host, np},
-        {"buffers", CKPT_F32, host + 2 * m->nparam, nb},
-        {"momentum", CKPT_F32, host + m->nparam, np},
-    };
+    snapshot_tensor st[STATE_TENSORS];
+    ckpt_tensor ts[STATE_TENSORS];
+    state_tensors(t->m, st);
+    for (int i = 0; i < STATE_TENSORS; i++)
+        ts[i] = (ckpt_tensor){st[i].name, CKPT_F32, host + st[i].offset, st[i].nbytes};
     ckpt_save save = {.dir = dir, .step = (uint64_t)t->at.global_step, .header_json = header,
-                      .tensors = ts, .ntensors = 3, .keep = keep};
+                      .tensors = ts, .ntensors = STATE_TENSORS, .keep = keep};
     return ckpt_write(&save, path, pathlen, err, errlen);
 }
 
@@ -162,19 +172,11 @@ int snapshot_save(trainer *t) {
 #define MEMORY_FULL ".memory-full"
 #define MEM_KEEP 2
 
-/* The tensors of a capture()d host copy, by offset in floats. */
-static int host_tensors(const model *m, snapshot_tensor ts[3]) {
-    ts[0] = (snapshot_tensor){"params", 0, m->nparam * sizeof(float)};
-    ts[1] = (snapshot_tensor){"buffers", 2 * m->nparam, m->nbuf * sizeof(float)};
-    ts[2] = (snapshot_tensor){"momentum", m->nparam, m->nparam * sizeof(float)};
-    return 3;
-}
-
 void snapshot_keep_start(trainer *t) {
     const train_config *c = t->cfg;
     if (!c->snapshot_dir[0] || c->snapshot_every == 0 || t->env.local_rank != 0) return;
     t->mem.last = t->at.global_step, t->mem.every = c->snapshot_every > 0 ? c->snapshot_every : 1;
-    size_t bytes = (2 * t->m->nparam + t->m->nbuf) * sizeof(float);
+    size_t bytes = state_bytes(t->m);
     char full[1100];
     snprintf(full, sizeof full, "%s/" MEMORY_FULL, c->snapshot_disk_dir);
     /* An earlier worker of this agent found the memory full: on disk at once. */
@@ -191,7 +193,7 @@ void snapshot_keep_start(trainer *t) {
  * they stop and training goes on with --ckpt-dir's checkpoints alone. */
 static void keep_elsewhere(trainer *t, const char *why) {
     const char *disk = t->cfg->snapshot_disk_dir;
-    size_t bytes = (2 * t->m->nparam + t->m->nbuf) * sizeof(float);
+    size_t bytes = state_bytes(t->m);
     progress_bar_clear(&t->progress);
     snapshot_writer_stop(t->mem.w);
     t->mem.w = NULL;
@@ -256,8 +258,9 @@ int snapshot_keep(trainer *t) {
         free(header);
         return rc;
     }
-    snapshot_tensor ts[3];
-    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, host_tensors(t->m, ts));
+    snapshot_tensor ts[STATE_TENSORS];
+    state_tensors(t->m, ts);
+    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, STATE_TENSORS);
     if (t->at.global_step > t->mem.last) t->mem.every = t->at.global_step - t->mem.last;
     t->mem.last = t->at.global_step;
     t->mem.taken++;
