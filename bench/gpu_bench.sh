@@ -20,7 +20,8 @@
 # Environment: BENCH_MODELS ("resnet50 resnet20"), BENCH_PRECISIONS
 # ("bf16 tf32"), BENCH_FEEDS ("device host"), BENCH_STEPS (30),
 # BENCH_WARMUP (10), BENCH_ROUNDS (3; the median is shown), BENCH_COMPILE
-# (1), PY (python3 with torch and CUDA).
+# (1), BENCH_UNFUSED (1: ours with --unfused too, what the fusion saves),
+# PY (python3 with torch and CUDA).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -33,21 +34,23 @@ models=${BENCH_MODELS:-resnet50 resnet20}
 precisions=${BENCH_PRECISIONS:-bf16 tf32}
 feeds=${BENCH_FEEDS:-device host}
 compile=${BENCH_COMPILE:-1}
+unfused=${BENCH_UNFUSED:-1}
 nvidia-smi -L > /dev/null 2>&1 || { echo "bench-gpu: no GPU (nvidia-smi -L failed)"; exit 1; }
 "${py[@]}" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
     { echo "bench-gpu: $PY has no torch with CUDA"; exit 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
 echo "torch: $("${py[@]}" -c 'import torch; print(torch.__version__)')"
-echo "command: make bench-gpu (BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' BENCH_FEEDS='$feeds' BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROUNDS=$rounds BENCH_COMPILE=$compile)"
+echo "command: make bench-gpu (BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' BENCH_FEEDS='$feeds' BENCH_STEPS=$steps BENCH_WARMUP=$warmup BENCH_ROUNDS=$rounds BENCH_COMPILE=$compile BENCH_UNFUSED=$unfused)"
 
 shape_of() { [ "$1" = resnet50 ] && echo 3x224x224 || echo 3x32x32; }
 batch_of() { [ "$1" = resnet50 ] && echo 256 || echo 512; }
 
-ours() { # MODEL PRECISION FEED graph|eager: img/s, or nothing
+ours() { # MODEL PRECISION FEED graph|eager|unfused: img/s, or nothing
     local flags=(--cudnn-benchmark) out
     [ "$3" = device ] && flags+=(--fixed-batch)
     [ "$4" = eager ] && flags+=(--no-cuda-graph)
+    [ "$4" = unfused ] && flags+=(--unfused)
     out=$(timeout 240 build/bin/ddp-train --device cuda --precision "$2" --model "$1" \
         --data synthetic --input-shape "$(shape_of "$1")" \
         --classes "$([ "$1" = resnet50 ] && echo 1000 || echo 10)" \
@@ -75,26 +78,28 @@ rows=()
 for m in $models; do
     for p in $precisions; do
         for f in $feeds; do
-            og=() oe=() te=() tc=()
+            og=() ou=() oe=() te=() tc=()
             for _ in $(seq "$rounds"); do
                 og+=("$(ours "$m" "$p" "$f" graph)")
+                [ "$unfused" = 1 ] && ou+=("$(ours "$m" "$p" "$f" unfused)")
                 te+=("$(theirs "$m" "$p" "$f" eager)")
                 oe+=("$(ours "$m" "$p" "$f" eager)")
                 [ "$compile" = 1 ] && tc+=("$(theirs "$m" "$p" "$f" compile)")
             done
             g=$(printf '%s\n' "${og[@]}" | grep . | median)
             e=$(printf '%s\n' "${oe[@]}" | grep . | median)
+            u=$(printf '%s\n' "${ou[@]:-}" | grep . | median)
             pe=$(printf '%s\n' "${te[@]}" | grep . | median)
             pc=$(printf '%s\n' "${tc[@]:-}" | grep . | median)
-            row=$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$m" "$p" "$f" "$g" "$e" \
-                "$pe" "$pc" "$(ratio "$g" "$pe")" "$(ratio "$g" "$pc")")
+            row=$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$m" "$p" "$f" "$g" \
+                "$u" "$e" "$pe" "$pc" "$(ratio "$g" "$pe")" "$(ratio "$g" "$pc")")
             rows+=("$row")
             echo "$row"
         done
     done
 done
 printf '\nimages per second (median of %s rounds)\n\n' "$rounds"
-printf '| model | precision | feed | ours, graph | ours, eager | PyTorch eager | torch.compile | ours/eager | ours/compile |\n'
-printf '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n'
+printf '| model | precision | feed | ours, graph | ours, graph, --unfused | ours, eager | PyTorch eager | torch.compile | ours/eager | ours/compile |\n'
+printf '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n'
 printf '%s\n' "${rows[@]}"
 echo "targets (resnet50, bf16): ours/eager >= 1.10x, ours/compile >= 1.00x"

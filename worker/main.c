@@ -233,6 +233,11 @@ static int parse(int argc, char **argv, train_config *c) {
                  "them (torch.backends.cudnn.benchmark): faster, but\n"
                  "runs may choose differently and differ in the last\n"
                  "bits"},
+        {"unfused", 0, OPTS_FLAG, .target = &c->unfused,
+         .help = "every operation writes its own output: no residual\n"
+                 "sum folded into the batch norm before it, no\n"
+                 "gradient blended into a convolution's (the same\n"
+                 "results, more memory traffic: for comparisons)"},
         {"loader-threads", 0, OPTS_INT, .target = &c->loader_threads, .lo = 0, .hi = 1024,
          .metavar = "N", .help = "threads that build the next batches while a step\n"
                                  "runs (default: on a GPU, the cores per rank less\n"

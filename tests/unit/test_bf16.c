@@ -78,10 +78,18 @@ TEST(bf16_backend_is_the_fp32_backend_rounded) {
     int same = 1;
     for (size_t i = 0; i < ny; i++) same &= yh[i] == bf16_from_float(y[i]);
     CHECK(same);
-    CHECK_EQ(h->ops->conv_bwd(h, &s, xh, w, dyh, dxh, dwh), 0);
-    CHECK_EQ(f->ops->conv_bwd(f, &s, x, wr, dy, dx, dw), 0);
+    CHECK_EQ(h->ops->conv_bwd(h, &s, xh, w, dyh, dxh, 0, dwh), 0);
+    CHECK_EQ(f->ops->conv_bwd(f, &s, x, wr, dy, dx, 0, dw), 0);
     for (size_t i = 0; i < nx; i++) same &= dxh[i] == bf16_from_float(dx[i]);
     CHECK(same);
+    /* dx_add: the sum in fp32 of what bf16 held and the new gradient,
+     * rounded once */
+    float *dx2 = malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++) dx2[i] = bf16_to_float(dxh[i]);
+    CHECK_EQ(h->ops->conv_bwd(h, &s, xh, w, dyh, dxh, 1, dwh), 0);
+    for (size_t i = 0; i < nx; i++) same &= dxh[i] == bf16_from_float(dx2[i] + dx[i]);
+    CHECK(same);
+    free(dx2);
     for (size_t i = 0; i < nw; i++) dw[i] = bf16_round(dw[i]); /* as cuDNN writes it */
     CHECK_MEM(dwh, nw * 4, dw, nw * 4);
 
@@ -140,7 +148,7 @@ TEST(bf16_backend_is_the_fp32_backend_rounded) {
 static model *build(backend *b, int c, int hw, int classes) {
     model *m = NULL;
     char err[256];
-    model_spec s = {"resnet20", c, hw, hw, classes, 7};
+    model_spec s = {"resnet20", c, hw, hw, classes, 7, 0};
     if (arch_build(b, &s, &m, err, sizeof err))
         test_fail(__FILE__, __LINE__, "%s", err);
     return m;

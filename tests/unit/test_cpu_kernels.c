@@ -54,13 +54,22 @@ static void conv_case(int n, int h, int c, int k, int r, int stride, int pad) {
     CHECK_EQ(ref->ops->conv_fwd(ref, &s, x, w, y1), 0);
     CHECK_EQ(dn->ops->conv_fwd(dn, &s, x, w, y2), 0);
     CHECK(rel_err(y2, y1, ny, 1.0) < 1e-5);
-    CHECK_EQ(ref->ops->conv_bwd(ref, &s, x, w, dy, dx1, dw1), 0);
-    CHECK_EQ(dn->ops->conv_bwd(dn, &s, x, w, dy, dx2, dw2), 0);
+    CHECK_EQ(ref->ops->conv_bwd(ref, &s, x, w, dy, dx1, 0, dw1), 0);
+    CHECK_EQ(dn->ops->conv_bwd(dn, &s, x, w, dy, dx2, 0, dw2), 0);
     CHECK(rel_err(dx2, dx1, nx, 1.0) < 1e-5);
     CHECK(rel_err(dw2, dw1, nw, 1.0) < 1e-5);
     /* Twice through the cached primitives gives the same bits. */
-    CHECK_EQ(dn->ops->conv_bwd(dn, &s, x, w, dy, dx2, dw1), 0);
+    CHECK_EQ(dn->ops->conv_bwd(dn, &s, x, w, dy, dx2, 0, dw1), 0);
     CHECK_MEM(dw1, nw * 4, dw2, nw * 4);
+    /* dx_add: a second gradient adds to the first, in both backends */
+    float *before = malloc(nx * 4);
+    memcpy(before, dx1, nx * 4);
+    CHECK_EQ(ref->ops->conv_bwd(ref, &s, x, w, dy, dx1, 1, dw1), 0);
+    CHECK_EQ(dn->ops->conv_bwd(dn, &s, x, w, dy, dx2, 1, dw2), 0);
+    for (size_t i = 0; i < nx; i++) before[i] *= 2;
+    CHECK(rel_err(dx1, before, nx, 1.0) < 1e-6);
+    CHECK(rel_err(dx2, before, nx, 1.0) < 1e-5);
+    free(before);
     free(x), free(w), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(dw1), free(dw2);
     ref->ops->destroy(ref);
     dn->ops->destroy(dn);
@@ -79,7 +88,7 @@ TEST(conv_backward_matches_finite_differences) {
     size_t nx = 2 * 5 * 5 * 3, nw = 4 * 3 * 9, ny = (size_t)2 * s.p * s.q * 4;
     float *x = rnd(nx, 4), *w = rnd(nw, 5), *g = rnd(ny, 6), *y = calloc(ny, 4);
     float *dx = calloc(nx, 4), *dw = calloc(nw, 4);
-    b->ops->conv_bwd(b, &s, x, w, g, dx, dw);
+    b->ops->conv_bwd(b, &s, x, w, g, dx, 0, dw);
     const float eps = 1e-2f;
     for (size_t i = 0; i < nx; i += 7) {
         float keep = x[i];

@@ -19,7 +19,7 @@ static backend *mk(int reference) {
 static model *build(backend *b, const char *arch, int c, int h, int classes) {
     model *m = NULL;
     char err[256];
-    model_spec s = {arch, c, h, h, classes, 42};
+    model_spec s = {arch, c, h, h, classes, 42, 0};
     int rc = arch_build(b, &s, &m, err, sizeof err);
     if (rc) test_fail(__FILE__, __LINE__, "%s", err);
     return m;
@@ -48,7 +48,7 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
     backend *b = mk(0);
     model *m = NULL;
     char err[256];
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet7", 1, 28, 28, 10, 1}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet7", 1, 28, 28, 10, 1, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "unknown model 'resnet7' (choose resnet20, ") != NULL);
     CHECK(strstr(err, "resnet101 or resnet152)") != NULL);
@@ -57,10 +57,10 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
     for (; arch_name(n); n++) CHECK(strstr(err, arch_name(n)) != NULL);
     CHECK_EQ(n, 10);
     CHECK_STR(arch_name(0), "resnet20");
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "input shape") != NULL);
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 1, 28, 28, 1, 1}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 1, 28, 28, 1, 1, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "classes") != NULL);
     b->ops->destroy(b);
@@ -208,4 +208,54 @@ TEST(model_batch_limited_by_32_bit_indices) {
     CHECK_EQ(model_set_batch(m, 2), 0);
     model_destroy(m);
     b->ops->destroy(b);
+}
+
+/* A residual sum folded into the batch norm before it (model_fuse_add)
+ * computes what the separate sum does: the same logits, loss and
+ * gradients, with one operation fewer per block. ResNet-20's blocks fold
+ * into their second batch norm (or, where the shape changes, the
+ * shortcut's), ResNet-50's into the third or the shortcut's. */
+static void fused_matches_separate(const char *arch, int c, int h, int blocks) {
+    backend *b = mk(0);
+    model *f = NULL, *u = NULL;
+    char err[256];
+    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 0}, &f, err, sizeof err), 0);
+    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 1}, &u, err, sizeof err), 0);
+    CHECK_EQ(u->nops - f->nops, blocks);
+    CHECK_EQ(f->nparam, u->nparam);
+    int n = 4;
+    float *x = input(n, h, c, 5);
+    int32_t y[4] = {0, 1, 4, 2};
+    void *lf, *lu;
+    double sf, su;
+    int cf, cu;
+    for (int step = 0; step < 2; step++) { /* the second from updated running stats */
+        CHECK_EQ(model_set_labels(f, y, n), 0);
+        CHECK_EQ(model_set_labels(u, y, n), 0);
+        CHECK_EQ(model_forward(f, x, n, 1, &lf), 0);
+        CHECK_EQ(model_forward(u, x, n, 1, &lu), 0);
+        CHECK_MEM(lf, (size_t)n * 5 * 4, lu, (size_t)n * 5 * 4);
+        CHECK_EQ(model_backward(f, n, 0.1f), 0);
+        CHECK_EQ(model_backward(u, n, 0.1f), 0);
+        CHECK_EQ(model_read_loss(f, &sf, &cf), 0);
+        CHECK_EQ(model_read_loss(u, &su, &cu), 0);
+        CHECK(sf == su && cf == cu);
+        double worst = 0, scale = 1e-6;
+        for (size_t i = 0; i < f->nparam; i++) scale = fmax(scale, fabs(u->grad[i]));
+        for (size_t i = 0; i < f->nparam; i++)
+            worst = fmax(worst, fabs(f->grad[i] - u->grad[i]) / scale);
+        if (worst > 1e-6) test_fail(__FILE__, __LINE__, "%s: gradients differ by %g", arch, worst);
+        CHECK_MEM(f->buf, f->nbuf * 4, u->buf, u->nbuf * 4);
+    }
+    CHECK_EQ(model_forward(f, x, n, 0, &lf), 0); /* evaluation, too */
+    CHECK_EQ(model_forward(u, x, n, 0, &lu), 0);
+    CHECK_MEM(lf, (size_t)n * 5 * 4, lu, (size_t)n * 5 * 4);
+    free(x);
+    model_destroy(f), model_destroy(u);
+    b->ops->destroy(b);
+}
+
+TEST(model_fused_residual_sums_match_separate_ones) {
+    fused_matches_separate("resnet20", 2, 8, 9);
+    fused_matches_separate("resnet50", 3, 32, 16);
 }

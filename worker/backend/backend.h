@@ -67,6 +67,8 @@ typedef struct {
 typedef struct {
     int rows, c;
     const void *x;               /* the input */
+    const void *res;             /* bn_apply: added before the ReLU (a residual
+                                    block's shortcut), or NULL */
     void *y;                     /* the output */
     void *dy;                    /* the gradient at the output */
     void *dx;                    /* the gradient at the input */
@@ -135,11 +137,12 @@ typedef struct {
     X(ACT, int, conv_fwd,                                                                          \
       (backend *b, const conv_shape *s, const void *x, const float *w, void *y),                   \
       (b, s, x, w, y))                                                                             \
-    /* dx = conv_transpose(dy, w) (skipped if dx is NULL); dw = corr(x, dy), overwritten */        \
+    /* dx = conv_transpose(dy, w), or dx += that with dx_add (skipped if dx                        \
+     * is NULL); dw = corr(x, dy), overwritten */                                                  \
     X(ACT, int, conv_bwd,                                                                          \
       (backend *b, const conv_shape *s, const void *x, const float *w, const void *dy, void *dx,   \
-       float *dw),                                                                                 \
-      (b, s, x, w, dy, dx, dw))                                                                    \
+       int dx_add, float *dw),                                                                     \
+      (b, s, x, w, dy, dx, dx_add, dw))                                                            \
                                                                                                    \
     /* ---- batch norm (bn_args above), split so that SyncBatchNorm can                            \
      * all-reduce the sums between the operations ---- */                                          \
@@ -153,8 +156,8 @@ typedef struct {
     X(PLAIN, int, bn_finalize, (backend *b, const bn_args *a), (b, a))                             \
     /* Evaluation: mean and invstd from running (and eps). */                                      \
     X(PLAIN, int, bn_running, (backend *b, const bn_args *a), (b, a))                              \
-    /* y = (x - mean) * invstd * gamma + beta, followed by ReLU when relu                          \
-     * is set. */                                                                                  \
+    /* y = (x - mean) * invstd * gamma + beta, plus res when set (in fp32,                         \
+     * rounded once), followed by ReLU when relu is set. */                                        \
     X(ACT, int, bn_apply, (backend *b, const bn_args *a), (b, a))                                  \
     /* With y the forward output (for the ReLU mask when relu is set), dy                          \
      * becomes the gradient at the batch norm's output in place, and the                           \

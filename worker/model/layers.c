@@ -59,6 +59,11 @@ int layer_conv_bn(layer_builder *b, const char *conv, const char *bn, layer_conv
 }
 
 int layer_add(layer_builder *b, int residual, int shortcut, int relu) {
+    int fused = model_fuse_add(b->m, residual, shortcut, relu);
+    if (fused >= 0) {
+        b->act = fused;
+        return 0;
+    }
     const model_act r = b->m->acts[residual];
     model_op op = {.kind = OP_ADD, .in = residual, .in2 = shortcut, .relu = relu};
     return emit(b, &op, r.h, r.w, r.c);

@@ -30,7 +30,8 @@ int layer_conv(layer_builder *b, const char *name, layer_conv_geom g);
 int layer_bn(layer_builder *b, const char *name, int relu);
 /* conv -> batch norm (-> ReLU). */
 int layer_conv_bn(layer_builder *b, const char *conv, const char *bn, layer_conv_geom g, int relu);
-/* residual + shortcut (-> ReLU), two activations of the same shape. */
+/* residual + shortcut (-> ReLU), two activations of the same shape: folded
+ * into the batch norm that made one of them where it can (model_fuse_add). */
 int layer_add(layer_builder *b, int residual, int shortcut, int relu);
 /* Max pooling over r x r windows. */
 int layer_maxpool(layer_builder *b, int r, int stride, int pad);

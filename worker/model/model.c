@@ -31,8 +31,20 @@ int model_add_op(model *m, const model_op *op) {
     GROW(m->ops, m->nops, m->cap_ops);
     m->ops[m->nops] = *op;
     m->acts[op->in].consumers++;
-    if (op->kind == OP_ADD) m->acts[op->in2].consumers++;
+    if (op->kind == OP_ADD || (op->kind == OP_BN && op->add)) m->acts[op->in2].consumers++;
     return m->nops++;
+}
+
+int model_fuse_add(model *m, int a, int b, int relu) {
+    if (m->unfused || m->nops == 0) return -1;
+    model_op *last = &m->ops[m->nops - 1];
+    if (last->kind != OP_BN || last->relu || last->add) return -1;
+    if ((last->out != a && last->out != b) || m->acts[last->out].consumers) return -1;
+    last->in2 = last->out == a ? b : a;
+    last->add = 1;
+    last->relu = relu;
+    m->acts[last->in2].consumers++;
+    return last->out;
 }
 
 int model_add_param(model *m, const model_param *spec, size_t *offset) {
@@ -185,6 +197,7 @@ int model_new(backend *be, const model_spec *spec, model **out, char *err, size_
     snprintf(m->arch, sizeof m->arch, "%s", spec->arch);
     m->in_c = spec->in_c, m->in_h = spec->in_h, m->in_w = spec->in_w;
     m->classes = spec->classes;
+    m->unfused = spec->unfused;
     m->bn_momentum = 0.1f;
     m->bn_eps = 1e-5f;
     if (model_add_act(m, m->in_h, m->in_w, m->in_c) < 0) {
@@ -251,7 +264,8 @@ static bn_args bn_args_of(const model *m, const model_op *op) {
     int c = op->c;
     model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
     float *mean = op->stats, *invstd = mean + c, *sums = invstd + c;
-    return (bn_args){.rows = op->rows, .c = c, .x = x->data, .y = y->data, .dy = y->grad,
+    return (bn_args){.rows = op->rows, .c = c, .x = x->data,
+                     .res = op->add ? m->acts[op->in2].data : NULL, .y = y->data, .dy = y->grad,
                      .dx = x->grad, .gamma = m->param + op->w, .beta = m->param + op->b,
                      .mean = mean, .invstd = invstd, .running = m->buf + op->buf,
                      .sum = sums, .sumsq = sums + c, .sum_dy = sums, .sum_dy_xhat = sums + c,
@@ -359,6 +373,28 @@ static int dx_done(model *m, int act, size_t count) {
     return m->be->ops->accumulate(m->be, count, m->scratch, a->grad);
 }
 
+/* Gives input `in` of an op the gradient g (in y's buffer) at the op's
+ * output y of ny elements, as a sum passes its gradient on: an input
+ * without a gradient yet takes over y's buffer itself while y still owns
+ * it (y is done with it), else g is added to (or copied into) the input's
+ * own. */
+static int pass_on(model *m, int in, model_act *y, const void *g, size_t ny) {
+    backend *be = m->be;
+    model_act *a = &m->acts[in];
+    int rc;
+    if (in == 0) return 0;
+    if (!a->grad && y->grad) {
+        a->grad = y->grad, a->grad_set = 1;
+        y->grad = NULL; /* now the input's: grad_put(out) leaves it */
+        return 0;
+    }
+    if ((rc = grad_get(m, in))) return rc;
+    if (a->grad_set) return be->ops->accumulate(be, ny, g, a->grad);
+    be->ops->copy(be, a->grad, g, ny * backend_act_size(be));
+    a->grad_set = 1;
+    return 0;
+}
+
 static int backward_bn(model *m, model_op *op) {
     backend *be = m->be;
     int c = op->c, rc;
@@ -374,40 +410,28 @@ static int backward_bn(model *m, model_op *op) {
         if ((rc = m->hooks.allreduce(m->hooks.ctx, a.sum_dy, 2 * (size_t)c))) return rc;
         a.count *= m->hooks.world;
     }
-    if (op->in == 0) return 0;
-    a.add_to = x->grad_set;
-    rc = be->ops->bn_bwd_apply(be, &a);
-    x->grad_set = 1;
-    return rc;
+    if (op->in != 0) {
+        a.add_to = x->grad_set;
+        if ((rc = be->ops->bn_bwd_apply(be, &a))) return rc;
+        x->grad_set = 1;
+    }
+    /* A fused sum's other operand: the gradient at the output, after the
+     * ReLU's mask (bn_bwd_reduce applied it in place). */
+    model_act *y = &m->acts[op->out];
+    return op->add ? pass_on(m, op->in2, y, y->grad, (size_t)op->rows * c) : 0;
 }
 
 /* A sum passes its gradient (after the ReLU mask) unchanged to both
- * inputs: the first input without a gradient yet takes over the output's
- * buffer itself, so only the other needs a copy (or an add). */
+ * inputs: the first without a gradient yet takes over the output's buffer
+ * itself, so only the other needs a copy (or an add). */
 static int backward_add(model *m, model_op *op, size_t ny) {
     backend *be = m->be;
     model_act *y = &m->acts[op->out];
     void *g = y->grad;
     int rc;
     if (op->relu && (rc = be->ops->relu_bwd(be, ny, y->data, g, g))) return rc;
-    for (int k = 0; k < 2; k++) {
-        int in = k ? op->in2 : op->in;
-        if (in == 0) continue;
-        model_act *a = &m->acts[in];
-        if (!a->grad && y->grad) {
-            a->grad = g, a->grad_set = 1;
-            y->grad = NULL; /* now the input's: grad_put(out) leaves it */
-            continue;
-        }
-        if ((rc = grad_get(m, in))) return rc;
-        if (a->grad_set) {
-            if ((rc = be->ops->accumulate(be, ny, g, a->grad))) return rc;
-        } else {
-            be->ops->copy(be, a->grad, g, ny * backend_act_size(be));
-            a->grad_set = 1;
-        }
-    }
-    return 0;
+    if ((rc = pass_on(m, op->in, y, g, ny))) return rc;
+    return pass_on(m, op->in2, y, g, ny);
 }
 
 static int backward_op(model *m, model_op *op, int n) {
@@ -422,10 +446,14 @@ static int backward_op(model *m, model_op *op, int n) {
     if (op->kind != OP_ADD && op->in != 0 && (rc = grad_get(m, op->in))) return rc;
     switch (op->kind) {
     case OP_ADD: return backward_add(m, op, ny);
-    case OP_CONV:
-        dx = dx_target(m, op->in);
-        rc = o->conv_bwd(be, &op->cs, x->data, m->param + op->w, y->grad, dx, m->grad + op->w);
-        return rc ? rc : dx_done(m, op->in, nx);
+    case OP_CONV: {
+        /* a second gradient for x blends into the first (no scratch pass) */
+        int add = !m->unfused && op->in != 0 && x->grad_set;
+        dx = add ? x->grad : dx_target(m, op->in);
+        rc = o->conv_bwd(be, &op->cs, x->data, m->param + op->w, y->grad, dx, add,
+                         m->grad + op->w);
+        return rc || add ? rc : dx_done(m, op->in, nx);
+    }
     case OP_BN: return backward_bn(m, op);
     case OP_RELU:
         dx = dx_target(m, op->in);

@@ -20,8 +20,11 @@ typedef enum { OP_CONV, OP_BN, OP_RELU, OP_ADD, OP_MAXPOOL, OP_AVGPOOL, OP_LINEA
 
 typedef struct {
     op_kind kind;
-    int in, in2, out; /* activation ids (in2: ADD's second input) */
+    int in, in2, out; /* activation ids (in2: ADD's second input, or what
+                         a BN with add adds) */
     int relu;         /* BN and ADD: ReLU fused after */
+    int add;          /* BN: in2 is added before the ReLU (a residual sum
+                         fused into the batch norm before it: model_fuse_add) */
     int k, r, stride, pad; /* CONV: out channels, kernel, stride, pad; MAXPOOL: window */
     int features;     /* LINEAR: out features */
     size_t w, b;      /* parameter offsets: CONV weight; BN gamma, beta; LINEAR weight, bias */
@@ -111,6 +114,7 @@ struct model {
     } *pool;
     int npool, cap_pool;
     float bn_momentum, bn_eps;
+    int unfused;               /* model_spec's */
     model_hooks hooks;
     int32_t *labels;           /* device copy of the batch's labels */
     backend_loss *loss;        /* device: the last loss's result */
@@ -123,6 +127,9 @@ typedef struct {
     const char *arch;
     int in_c, in_h, in_w, classes;
     uint64_t seed;
+    int unfused; /* every operation writes its own output: no residual sum
+                    folded into a batch norm (model_fuse_add), no second
+                    gradient blended into a convolution's (conv_bwd's dx_add) */
 } model_spec;
 
 /* An empty model for spec: activation 0 is the input; the layers come
@@ -169,5 +176,14 @@ int model_add_act(model *m, int h, int w, int c);
 int model_add_op(model *m, const model_op *op);
 int model_add_param(model *m, const model_param *p, size_t *offset);
 int model_add_buffer(model *m, const char *name, size_t count, float init, size_t *offset);
+/* The sum a + b (then ReLU if relu) folded into the operation just added,
+ * when that is a batch norm without ReLU whose output is a or b and is
+ * read by nothing else: the batch norm then adds the other operand before
+ * its ReLU, and its output is the sum. This saves writing and reading the
+ * batch norm's output and, backward, a pass for the ReLU's mask and one
+ * for the second operand's copy of the gradient. Returns the sum's
+ * activation, or -1 where the sum must be an operation of its own (or the
+ * model was made unfused). */
+int model_fuse_add(model *m, int a, int b, int relu);
 
 #endif

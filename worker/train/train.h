@@ -53,6 +53,7 @@ typedef struct {
     int no_cuda_graph;     /* --no-cuda-graph: run every step op by op */
     int fixed_batch;       /* --fixed-batch: one batch, made once, at every step */
     int cudnn_benchmark;   /* --cudnn-benchmark: time convolution algorithms */
+    int unfused;           /* --unfused: no fused residual sums (model_spec's) */
     int64_t bucket_bytes;  /* --bucket-mb */
     int timeout_s;         /* --timeout: a collective longer than this fails */
     int step_timeout_s;    /* --step-timeout: the launcher's watchdog kills a longer step */

@@ -113,7 +113,8 @@ static int setup_model(trainer *t) {
     if (t->be->kind != BACKEND_CUDA && c->precision == PRECISION_BF16 && t->env.rank == 0)
         log_warn("--precision bf16 on the CPU is emulated (fp32 arithmetic rounded to bf16): "
                  "for checking numerics; it is slower than fp32");
-    model_spec ms = {.arch = c->model, .classes = dataset_classes(t->train), .seed = c->seed};
+    model_spec ms = {.arch = c->model, .classes = dataset_classes(t->train), .seed = c->seed,
+                     .unfused = c->unfused};
     dataset_shape(t->train, &ms.in_c, &ms.in_h, &ms.in_w);
     if ((rc = arch_build(t->be, &ms, &t->m, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
     return 0;

@@ -85,11 +85,13 @@ static int bf16_conv_fwd(backend *b, const conv_shape *s, const void *x, const f
 }
 
 static int bf16_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
-                         const void *dy, void *dx, float *dw) {
+                         const void *dy, void *dx, int dx_add, float *dw) {
     float *X = widen(b, 0, x, conv_in(s)), *W = rounded(b, 1, w, conv_weights(s));
-    float *DY = widen(b, 2, dy, conv_out(s)), *DX = dx ? scratch(b, 3, conv_in(s)) : NULL;
+    float *DY = widen(b, 2, dy, conv_out(s)), *DX = NULL;
+    /* with dx_add, the sum in fp32 and rounded once, as cuDNN blends */
+    if (dx) DX = dx_add ? widen(b, 3, dx, conv_in(s)) : scratch(b, 3, conv_in(s));
     if (!X || !W || !DY || (dx && !DX)) return -ENOMEM;
-    int rc = inner(b)->ops->conv_bwd(inner(b), s, X, W, DY, DX, dw);
+    int rc = inner(b)->ops->conv_bwd(inner(b), s, X, W, DY, DX, dx_add, dw);
     /* cuDNN writes the filter gradient in the data type, bf16: so here. */
     if (rc == 0)
         for (size_t k = 0, n = conv_weights(s); k < n; k++) dw[k] = bf16_round(dw[k]);
@@ -107,10 +109,10 @@ static int bf16_bn_stats(backend *b, const bn_args *a) {
 
 static int bf16_bn_apply(backend *b, const bn_args *a) {
     size_t n = (size_t)a->rows * a->c;
-    float *X = widen(b, 0, a->x, n);
-    if (!X) return -ENOMEM;
+    float *X = widen(b, 0, a->x, n), *R = a->res ? widen(b, 1, a->res, n) : NULL;
+    if (!X || (a->res && !R)) return -ENOMEM;
     bn_args f = *a;
-    f.x = X, f.y = X;
+    f.x = X, f.y = X, f.res = R;
     return narrow(inner(b)->ops->bn_apply(inner(b), &f), a->y, X, n);
 }
 

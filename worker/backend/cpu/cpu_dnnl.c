@@ -43,6 +43,8 @@ typedef struct {
     dnnl_stream_t stream;
     conv_entry convs[MAX_CONVS];
     int nconvs;
+    float *dx_sum;     /* conv_bwd with dx_add: oneDNN's dx, before it is added */
+    size_t dx_sum_len; /* its floats */
 } dnnl_state;
 
 static dnnl_state *state(backend *b) { return b->impl; }
@@ -85,6 +87,7 @@ void cpu_dnnl_destroy(backend *b) {
     }
     dnnl_stream_destroy(st->stream);
     dnnl_engine_destroy(st->engine);
+    free(st->dx_sum);
     free(st);
     b->impl = NULL;
 }
@@ -222,22 +225,35 @@ int cpu_conv_fwd_dnnl(backend *b, const conv_shape *s, const void *x_, const flo
     return 0;
 }
 
+/* oneDNN's backward data has no sum post-op: with dx_add its result goes
+ * to dx_sum first, then adds into dx. */
+static float *dx_sum(dnnl_state *st, size_t n) {
+    if (n > st->dx_sum_len) {
+        float *p = realloc(st->dx_sum, n * sizeof *p);
+        if (!p) return NULL;
+        st->dx_sum = p, st->dx_sum_len = n;
+    }
+    return st->dx_sum;
+}
+
 int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const void *x_, const float *w,
-                      const void *dy_, void *dx_, float *dw) {
+                      const void *dy_, void *dx_, int dx_add, float *dw) {
     const float *x = x_;
     const float *dy = dy_;
-    float *dx = dx_;
+    float *dx = dx_, *into = dx_; /* where oneDNN writes dx */
+    size_t nx = (size_t)s->n * s->h * s->w * s->c;
     dnnl_state *st = state(b);
     conv_entry *e = conv_get(b, s);
     if (!e) return -EIO;
     int rc;
+    if (dx && dx_add && !(into = dx_sum(st, nx))) return -ENOMEM;
     if (dx) {
         const void *wb = w;
         if (e->to_bwd.prim) {
             if ((rc = run_reorder(st, &e->to_bwd, w, e->to_bwd.buf))) return rc;
             wb = e->to_bwd.buf;
         }
-        if (set(e->diff_dst, dy) || set(e->w_bwd, wb) || set(e->diff_src, dx)) return -EIO;
+        if (set(e->diff_dst, dy) || set(e->w_bwd, wb) || set(e->diff_src, into)) return -EIO;
         dnnl_exec_arg_t args[] = {{DNNL_ARG_DIFF_DST, e->diff_dst}, {DNNL_ARG_WEIGHTS, e->w_bwd},
                                   {DNNL_ARG_DIFF_SRC, e->diff_src}};
         DNNL_CHECK(dnnl_primitive_execute(e->bwd_data, st->stream, 3, args));
@@ -249,6 +265,7 @@ int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const void *x_, const flo
     DNNL_CHECK(dnnl_primitive_execute(e->bwd_weights, st->stream, 3, args));
     if (e->from_diff.prim && (rc = run_reorder(st, &e->from_diff, dwp, dw))) return rc;
     DNNL_CHECK(dnnl_stream_wait(st->stream));
+    if (dx && dx_add) cpu_accumulate(b, nx, into, dx);
     return 0;
 }
 

@@ -83,7 +83,7 @@ int cpu_bn_running(backend *b, const bn_args *a) {
 }
 
 int cpu_bn_apply(backend *b, const bn_args *a) {
-    const float *x = a->x;
+    const float *x = a->x, *res = a->res;
     float *y = a->y;
     int rows = a->rows, c = a->c, relu = a->relu;
     const float *mean = a->mean, *invstd = a->invstd, *gamma = a->gamma, *beta = a->beta;
@@ -99,8 +99,16 @@ int cpu_bn_apply(backend *b, const bn_args *a) {
     float lo = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for schedule(static) if ((size_t)rows * c >= PAR_MIN)
     for (int i = 0; i < rows; i++) {
-        const float *xr = x + (size_t)i * c;
+        const float *xr = x + (size_t)i * c, *rr = res ? res + (size_t)i * c : NULL;
         float *yr = y + (size_t)i * c;
+        if (rr) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = (xr[j] - mean[j]) * scale[j] + beta[j] + rr[j];
+                yr[j] = v < lo ? lo : v;
+            }
+            continue;
+        }
 #pragma omp simd
         for (int j = 0; j < c; j++) {
             float v = (xr[j] - mean[j]) * scale[j] + beta[j];
@@ -466,13 +474,13 @@ int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const void *x_, const floa
 }
 
 int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const void *x_, const float *w,
-                     const void *dy_, void *dx_, float *dw) {
+                     const void *dy_, void *dx_, int dx_add, float *dw) {
     const float *x = x_;
     const float *dy = dy_;
     float *dx = dx_;
     (void)b;
     if (dx) {
-        memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);
+        if (!dx_add) memset(dx, 0, (size_t)s->n * s->h * s->w * s->c * sizeof *dx);
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < s->n; n++)
             for (int p = 0; p < s->p; p++)

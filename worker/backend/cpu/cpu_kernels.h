@@ -33,14 +33,14 @@ int cpu_sgd(backend *b, size_t n, float *param, const float *grad, float *mom,
             int nesterov, int first_step);
 int cpu_conv_fwd_ref(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
 int cpu_conv_bwd_ref(backend *b, const conv_shape *s, const void *x, const float *w,
-                     const void *dy, void *dx, float *dw);
+                     const void *dy, void *dx, int dx_add, float *dw);
 
 /* oneDNN (cpu_dnnl.c): state lives in b->impl. */
 int cpu_dnnl_init(backend *b, char *err, size_t errlen);
 void cpu_dnnl_destroy(backend *b);
 int cpu_conv_fwd_dnnl(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
 int cpu_conv_bwd_dnnl(backend *b, const conv_shape *s, const void *x, const float *w,
-                      const void *dy, void *dx, float *dw);
+                      const void *dy, void *dx, int dx_add, float *dw);
 int cpu_linear_fwd_dnnl(backend *b, int n, int in, int out, const void *x, const float *w,
                         const float *bias, void *y);
 int cpu_linear_bwd_dnnl(backend *b, int n, int in, int out, const void *x, const float *w,

@@ -104,7 +104,7 @@ int cuda_conv_init(cuda_state *st);
 void cuda_conv_destroy(cuda_state *st);
 int cuda_conv_fwd(backend *b, const conv_shape *s, const void *x, const float *w, void *y);
 int cuda_conv_bwd(backend *b, const conv_shape *s, const void *x, const float *w,
-                  const void *dy, void *dx, float *dw);
+                  const void *dy, void *dx, int dx_add, float *dw);
 
 /* cuda_linear.c: the linear layer through cuBLAS. */
 int cuda_linear_fwd(backend *b, int n, int in, int out, const void *x, const float *w,

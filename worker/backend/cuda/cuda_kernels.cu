@@ -350,11 +350,13 @@ static cudaError_t channel_launch(cudaStream_t st, int rows, int c, bool aligned
                                  : channel_launch_v<1>(st, rows, c, op);
 }
 
-/* y = (x - mean)*scale + beta per channel; ReLU as a floor of 0, or -INFINITY to
- * let every value (and NaN) through, exactly as the CPU kernel does. */
+/* y = (x - mean)*scale + beta per channel, plus res where given (a residual
+ * block's sum, in fp32 before the one rounding); ReLU as a floor of 0, or
+ * -INFINITY to let every value (and NaN) through, exactly as the CPU kernel
+ * does. */
 template <class T> struct bn_apply_op {
     static constexpr int NK = 3;
-    const T *x;
+    const T *x, *res;
     T *y;
     const float *mean, *invstd, *gamma, *beta;
     int c;
@@ -370,12 +372,14 @@ template <class T> struct bn_apply_op {
     template <int V>
     __device__ __forceinline__ void row(int r, int col, const float (&k)[NK][V]) const {
         size_t i = (size_t)r * c + col;
-        float v[V];
+        float v[V], rv[V];
         ldv<V>(x + i, v);
+        if (res) ldv<V>(res + i, rv);
 #pragma unroll
         for (int e = 0; e < V; e++) {
             /* (x - mean) * scale + beta, as the CPU's kernel: no cancellation */
             float o = (v[e] - k[0][e]) * k[1][e] + k[2][e];
+            if (res) o += rv[e];
             v[e] = o < lo ? lo : o;
         }
         stv<V>(y + i, v);
@@ -383,9 +387,10 @@ template <class T> struct bn_apply_op {
 };
 
 template <class T> static cudaError_t bn_apply_launch(cudaStream_t st, const bn_args *a) {
-    bn_apply_op<T> op = {(const T *)a->x, (T *)a->y, a->mean, a->invstd, a->gamma, a->beta,
-                         a->c, a->relu ? 0.0f : -INFINITY};
-    return channel_launch<T>(st, a->rows, a->c, aligned16(a->x) && aligned16(a->y), op);
+    bn_apply_op<T> op = {(const T *)a->x, (const T *)a->res, (T *)a->y, a->mean, a->invstd,
+                         a->gamma, a->beta, a->c, a->relu ? 0.0f : -INFINITY};
+    bool al = aligned16(a->x) && aligned16(a->y) && (!a->res || aligned16(a->res));
+    return channel_launch<T>(st, a->rows, a->c, al, op);
 }
 
 extern "C" cudaError_t kern_bn_apply(cudaStream_t st, backend_dtype dt, const bn_args *a) {
