@@ -11,15 +11,8 @@ source "$(dirname "$0")/../lib/gpu.bash"
 have_numpy || { echo "FAIL: numpy is missing on a GPU machine ($TEST_PY): the weights cannot be compared"; exit 1; }
 train=(--device cuda --model resnet20 --data synthetic --input-shape 3x32x32 --synthetic-size 8192
        --batch-size 64 --max-steps 25 --ckpt-every 5 --no-eval --log-every 1 --seed 3)
-run() { # name
-    ddprun --standalone --nproc-per-node 1 --max-restarts 1 --no-python \
-        ddp-train "${train[@]}" --ckpt-dir "$SCRATCH/$1" > "$SCRATCH/$1.log" 2>&1 &
-    PIDS+=($!)
-}
-run clean
-wait "${PIDS[0]}" || { echo "FAIL: the clean run failed"; tail -n 20 "$SCRATCH/clean.log"; exit 1; }
-run killed
-agent=${PIDS[1]}
+clean_then_killed
+agent=$AGENT
 for _ in $(seq 1200); do
     [ -e "$SCRATCH/killed/ckpt-0000000010.ddpt" ] && break
     sleep 0.05

@@ -32,3 +32,20 @@ for _ in range(200):
         pass
     finally:
         s.close()'; }
+
+# The kill-and-resume scenarios: one ddp-train rank under ddprun (one
+# restart allowed) with the caller's ${train[@]}, its --ckpt-dir
+# $SCRATCH/NAME and its log $SCRATCH/NAME.log; the agent's pid is added to
+# PIDS. clean_then_killed runs "clean" to its end, then starts "killed" and
+# sets AGENT to its agent.
+run_one_rank() { # NAME
+    ddprun --standalone --nproc-per-node 1 --max-restarts 1 --no-python \
+        ddp-train "${train[@]}" --ckpt-dir "$SCRATCH/$1" > "$SCRATCH/$1.log" 2>&1 &
+    PIDS+=($!)
+}
+clean_then_killed() {
+    run_one_rank clean
+    wait "${PIDS[-1]}" || { echo "FAIL: the clean run failed"; tail -n 20 "$SCRATCH/clean.log"; exit 1; }
+    run_one_rank killed
+    AGENT=${PIDS[-1]}
+}

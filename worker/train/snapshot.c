@@ -231,21 +231,38 @@ int snapshot_due(trainer *t, int64_t step_ns) {
     return t->at.global_step - t->mem.last >= every;
 }
 
+/* After a step every rank holds the same parameters and momentum, but its
+ * own batch-norm running statistics (PyTorch DDP's are each rank's too
+ * between its buffer broadcasts). Before a snapshot every rank takes rank
+ * 0's, so that each node's snapshot of a step is the same state: a run
+ * resumed from whichever node's is newest goes on bit for bit as from rank
+ * 0's, and rank 0's checkpoints, whose buffers these are, do not change. */
+static int buffers_from_rank0(trainer *t) {
+    if (t->env.world < 2 || t->m->nbuf == 0) return 0;
+    int rc = devcomm_broadcast(t->dcomm, t->m->buf, t->m->nbuf * sizeof(float), 0);
+    if (rc)
+        return trainer_fail(t, rc, "broadcasting rank 0's batch-norm statistics failed: %s",
+                            trainer_why(devcomm_error(t->dcomm), rc));
+    return 0;
+}
+
 int snapshot_keep(trainer *t) {
-    if (!t->mem.w) return 0;
+    /* every rank calls this at the same step (rank 0 decided it) */
+    int rc = t->cfg->snapshot_every != 0 ? buffers_from_rank0(t) : 0;
+    if (rc || !t->mem.w) return rc;
     char err[1024];
     if (snapshot_writer_error(t->mem.w, err, sizeof err)) {
         keep_elsewhere(t, err);
         return 0;
     }
-    float *host = snapshot_writer_buffer(t->mem.w);
-    if (!host && t->cfg->snapshot_every > 0) { /* asked for: wait for the last one */
-        if (snapshot_writer_flush(t->mem.w, err, sizeof err)) {
-            keep_elsewhere(t, err);
-            return 0;
-        }
-        host = snapshot_writer_buffer(t->mem.w);
+    /* Asked for (--snapshot-every N): the last one is written before this
+     * one is handed over, which is what makes "step N reported" mean
+     * "step N-1 kept". It has had a whole step to be written. */
+    if (t->cfg->snapshot_every > 0 && snapshot_writer_flush(t->mem.w, err, sizeof err)) {
+        keep_elsewhere(t, err);
+        return 0;
     }
+    float *host = snapshot_writer_buffer(t->mem.w);
     if (!host) { /* the last one is still being written: the next step's will do */
         t->mem.skipped++;
         return 0;
@@ -253,7 +270,7 @@ int snapshot_keep(trainer *t) {
     int64_t t0 = clock_now_ns();
     char *header = header_text(t);
     if (!header) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
-    int rc = download_state(t, host);
+    rc = download_state(t, host);
     if (rc) {
         free(header);
         return rc;
@@ -418,13 +435,8 @@ static int choose_holder(trainer *t, snapshot_offer *mine, snapshot_offer *best)
     *best = all[0];
     for (int r = 1; r < t->env.world; r++)
         if (better(&all[r], best)) *best = all[r];
-    /* Rank 0's state, if it is at most one step older: the weights and
-     * momentum are every rank's, but batch norm's running statistics are
-     * each rank's own (as in PyTorch without SyncBN), and rank 0's are the
-     * ones its checkpoints and evaluation carry; a rank 0 killed while its
-     * last snapshot was being written would otherwise hand them to another
-     * rank's. At most one step is redone for it. */
-    if (all[0].step >= 0 && all[0].step + 1 >= best->step) *best = all[0];
+    /* Any holder will do: every node's snapshot of a step is the same state
+     * (snapshot_keep gives every rank rank 0's batch-norm statistics first). */
     free(all);
     return 0;
 }

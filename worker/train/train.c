@@ -127,6 +127,11 @@ static int run_epoch(trainer *t) {
         time_step(t0, t1);
         int64_t step_in_epoch = advance(t);
         count_step(t, &mine, t1, t1 - t0);
+        /* The snapshot is handed over before the step is reported: once
+         * "step N" shows, the one before it is kept (with --snapshot-every;
+         * snapshot_keep waits for it), so a failure then costs step N alone. */
+        if (stats[4] > 0 && at->pos < t->n && (rc = snapshot_keep(t)))
+            return rc;
         if (t->env.rank == 0)
             progress_step(t, stats[0] / stats[2], stats[1] / stats[2], step_lr(t), step_in_epoch);
         if (stats[3] > 0) { /* a stop signal somewhere: every rank stops here */
@@ -135,8 +140,6 @@ static int run_epoch(trainer *t) {
         }
         if (c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0 && at->pos < t->n &&
             (rc = snapshot_save(t)))
-            return rc;
-        if (stats[4] > 0 && at->pos < t->n && (rc = snapshot_keep(t)))
             return rc;
     }
     return 0;
