@@ -7,9 +7,11 @@
 #   - ours: ddprun --standalone + ddp-train --ckpt-every 20, with the
 #     snapshots in the agent's memory (the default), and without them
 #     (--snapshot-every 0: the checkpoints alone, as before);
-#   - torchrun (Debian's torch 1.13, python3 -m torch.distributed.run
-#     --standalone): bench/torch_chaos_train.py, PyTorch DDP over gloo that
-#     saves with torch.save every 20 steps and loads at start.
+#   - torchrun (python3 -m torch.distributed.run --standalone, with
+#     TORCH_PY: Debian's torch 1.13 by default, or today's torch 2.x from
+#     build/torch2-venv/bin/python, scripts/torch2-venv):
+#     bench/torch_chaos_train.py, PyTorch DDP over gloo that saves with
+#     torch.save every 20 steps and loads at start.
 # A failing run is stopped after CAP x its clean run's time. Goodput:
 # (steps kept / STEPS) x the clean time / the time with failures; and the
 # seconds lost per kill. Target (the zero-loss issue): ours at least 0.95
@@ -20,6 +22,7 @@ cd "$(dirname "$0")/.." || exit 1
 STEPS=${STEPS:-400}
 KILL_EVERY=${KILL_EVERY:-8}
 CAP=${CAP:-3}
+TORCH_PY=${TORCH_PY:-/usr/bin/python3}
 ROOT=$PWD
 export PATH=$ROOT/build/bin:$PATH
 TMP=$(mktemp -d /tmp/ddprun-chaos.XXXXXX)
@@ -27,7 +30,8 @@ AGENT=""
 trap '[ -n "$AGENT" ] && kill -9 "$AGENT" 2> /dev/null; rm -rf "$TMP"' EXIT
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load $(cut -d' ' -f1 /proc/loadavg)"
-echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY CAP=$CAP)"
+echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY CAP=$CAP TORCH_PY=$TORCH_PY)"
+echo "torchrun's torch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1)"
 now() { date +%s.%N; }
 ours() { # name [ddp-train args]
     local name=$1
@@ -40,7 +44,7 @@ ours() { # name [ddp-train args]
 }
 theirs() { # name
     # (--redirects/--tee: Debian's torch 1.13 on Python 3.11 fails without them)
-    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo exec /usr/bin/python3 -m torch.distributed.run \
+    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo exec "$TORCH_PY" -m torch.distributed.run \
         --standalone --nproc_per_node 2 --max_restarts 1000 --monitor_interval 0.1 \
         --redirects 2 --tee 1 \
         "$ROOT/bench/torch_chaos_train.py" --steps "$STEPS" --snapshot "$TMP/$1.pt"

@@ -8,12 +8,13 @@
 #  2. back after 7 s: the survivors have re-formed without the host; its
 #     agent finds its heartbeat lapsed and rejoins as a new node, the
 #     group scales back up to three hosts (six ranks) at the next round and
-#     the job finishes, every agent exiting 0.
+#     the job finishes, every agent exiting 0; each restart does at most
+#     the step under way again.
 source "$(dirname "$0")/../lib/agent.bash"
 source "$(dirname "$0")/../lib/netbed.bash"
 netbed_up 3
 args=(--model resnet20 --data synthetic --input-shape 3x16x16 --synthetic-size 200000 --threads 1
-      --no-eval --log-every 1 --batch-size 8 --ckpt-every 5 --max-steps 300 --seed 3)
+      --no-eval --log-every 1 --batch-size 8 --ckpt-every 5 --snapshot-every 1 --max-steps 300 --seed 3)
 job() { netbed_elastic "$1" "$2" "${args[@]}"; } # name port
 finish() { # name: every agent exits 0
     local h pid
@@ -44,4 +45,5 @@ finish long
 grep -q "rejoins as a new node" "$TMP/long.h3.err" || { dump long.h3; die "host 3 did not rejoin"; }
 grep -q "node rank 0 of 3, global ranks 0-1 of 6, .*(round 2)" "$TMP/long.h1.err" ||
     { dump long.h1; die "the group did not scale back up to three hosts"; }
+netbed_redone long.h1 2 # two restarts: down to two hosts, back to three
 echo "7 s outage: $(grep -c "(round" "$TMP/long.h1.err") rounds, back to 6 ranks"

@@ -3,7 +3,8 @@
 # isa: AVX2 SSE41
 # Three test hosts (network namespaces on a bridge, tests/lib/netbed.bash)
 # x two workers train one job: TCP between the hosts, shared memory within
-# each, checkpoints on host 1 only (no shared file system). Two steps run;
+# each, checkpoints on every host, each its own (no shared file system, the
+# same files). Two steps run;
 # the weights after the first equal those of one host running the same six
 # ranks to 1e-6 (the same global batch; only the all-reduce's path
 # differs, so the gradients agree to rounding). Not after the second: the
@@ -32,8 +33,12 @@ for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
 show() { for h in 1 2 3; do echo "--- host $h"; tail -n 20 "$NETBED_DIR/h$h/run.log"; done; }
 [ $rc -eq 0 ] || { echo "a host's ddprun failed"; show; exit 1; }
 grep -q "6 ranks" "$NETBED_DIR/h1/run.log" || { echo "rank 0 did not see 6 ranks"; show; exit 1; }
-[ -z "$(ls "$NETBED_DIR/h2/ck" "$NETBED_DIR/h3/ck" 2> /dev/null)" ] ||
-    { echo "a host other than rank 0's wrote checkpoints"; exit 1; }
+# Every host writes its own --ckpt-dir (no shared file system), the same state.
+for h in 2 3; do
+    [ -e "$NETBED_DIR/h$h/ck/ckpt-0000000001.ddpt" ] || { echo "host $h wrote no checkpoint"; show; exit 1; }
+    compare "$NETBED_DIR/h$h/ck/ckpt-0000000002.ddpt" "$NETBED_DIR/h1/ck/ckpt-0000000002.ddpt" \
+        --exact > /dev/null || { echo "host $h's checkpoint differs from host 1's"; exit 1; }
+done
 ddprun --standalone --nproc-per-node=6 --no-python ddp-train "${common[@]}" --batch-size 8 \
     --ckpt-dir "$SCRATCH/one" > "$SCRATCH/one.log" 2>&1 || { cat "$SCRATCH/one.log"; exit 1; }
 first=ckpt-0000000001.ddpt

@@ -162,6 +162,17 @@ netbed_elastic() {
     done
 }
 
+# netbed_redone NAME.hI MAX: the steps host I's rank 0 printed twice (a
+# step done again after a restart: --log-every 1) are at most MAX, one per
+# restart: each failure costs at most the step under way. Prints the count.
+netbed_redone() {
+    local out=$TMP/$1.out all uniq
+    all=$(grep -c " step [0-9]*/" "$out")
+    uniq=$(sed -n 's/.* step \([0-9]*\)\/.*/\1/p' "$out" | sort -u | grep -c .)
+    echo "$1: $((all - uniq)) steps done again over $(grep -c '(round' "$TMP/$1.err") restarts (at most $2)"
+    [ $((all - uniq)) -le "$2" ] || { dump "$1"; die "$1: $((all - uniq)) steps done again, more than $2"; }
+}
+
 # netbed_link I up|down: host I's link to the bridge (down: its packets
 # vanish, as when a cable is pulled or a machine loses power).
 netbed_link() { ip link set "nb${NETBED_PID}h$1" "$2"; }

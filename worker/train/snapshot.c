@@ -124,50 +124,6 @@ static int download_state(trainer *t, float *host) {
     return rc;
 }
 
-/* The run as it stands: its header, and download_state's copies in one
- * allocation. */
-static int capture(trainer *t, char **header, float **host) {
-    model *m = t->m;
-    *header = header_text(t);
-    *host = malloc(state_bytes(m) + 1);
-    if (!*header || !*host) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
-    return download_state(t, *host);
-}
-
-/* Writes what capture() took into dir as a checkpoint (keeping `keep`). */
-static int write_ckpt(trainer *t, const char *dir, int keep, const char *header, float *host,
-                      char *path, size_t pathlen, char *err, size_t errlen) {
-    snapshot_tensor st[STATE_TENSORS];
-    ckpt_tensor ts[STATE_TENSORS];
-    state_tensors(t->m, st);
-    for (int i = 0; i < STATE_TENSORS; i++)
-        ts[i] = (ckpt_tensor){st[i].name, CKPT_F32, host + st[i].offset, st[i].nbytes};
-    ckpt_save save = {.dir = dir, .step = (uint64_t)t->at.global_step, .header_json = header,
-                      .tensors = ts, .ntensors = STATE_TENSORS, .keep = keep};
-    return ckpt_write(&save, path, pathlen, err, errlen);
-}
-
-int snapshot_save(trainer *t) {
-    const train_config *c = t->cfg;
-    if (!c->ckpt_dir[0] || t->env.rank != 0) return 0;
-    int64_t t0 = clock_now_ns();
-    char *header = NULL, path[1200], err[1024];
-    float *host = NULL;
-    int rc = capture(t, &header, &host);
-    if (rc == 0 &&
-        (rc = write_ckpt(t, c->ckpt_dir, c->keep, header, host, path, sizeof path, err,
-                         sizeof err)))
-        trainer_fail(t, rc, "%s", err);
-    free(header);
-    free(host);
-    if (rc) return rc;
-    progress_bar_clear(&t->progress);
-    log_info("checkpoint %s (epoch %d, step %lld)", path, t->at.epoch + 1,
-             (long long)t->at.global_step);
-    rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
-    return 0;
-}
-
 /* Snapshots kept in memory: the newest two (one may be under way). */
 #define MEMORY_FULL ".memory-full"
 #define MEM_KEEP 2
@@ -288,6 +244,91 @@ int snapshot_keep(trainer *t) {
 void snapshot_keep_flush(trainer *t) {
     char err[1024];
     if (t->mem.w && snapshot_writer_flush(t->mem.w, err, sizeof err)) keep_elsewhere(t, err);
+}
+
+/* ---- checkpoints in --ckpt-dir, on every node ---------------------------------- */
+
+/* Whether this rank writes its node's --ckpt-dir, starting its writer the
+ * first time: local rank 0, holding the directory's lock (rank 0 took it
+ * at the start, snapshot_lock; another node's local rank 0 tries when a
+ * checkpoint is due). A directory held by another process, which is what
+ * a directory shared with rank 0's node looks like, is left to it: said
+ * once, tried again at the next checkpoint. */
+static int disk_writer(trainer *t) {
+    const train_config *c = t->cfg;
+    if (t->disk.w) return 1;
+    if (t->env.local_rank != 0) return 0;
+    char err[1200];
+    if (!t->ckpt_lock.held) {
+        dir_lock_holder h;
+        int rc = dir_lock_take(&t->ckpt_lock, c->ckpt_dir, getenv("TORCHELASTIC_RUN_ID"), &h,
+                               err, sizeof err);
+        if (rc) {
+            char who[1024];
+            dir_lock_holder_text(&h, who, sizeof who);
+            if (!t->disk.refused)
+                log_info("rank %d: --ckpt-dir %s is held by %s; this node leaves its "
+                         "checkpoints to that process (a directory shared between nodes?)",
+                         t->env.rank, c->ckpt_dir, rc == -EWOULDBLOCK ? who : err);
+            t->disk.refused = 1;
+            return 0;
+        }
+    }
+    int rc = snapshot_writer_start(c->ckpt_dir, c->keep, state_bytes(t->m), &t->disk.w);
+    if (rc) trainer_fail(t, rc, "cannot start writing checkpoints: %s", strerror(-rc));
+    return rc == 0;
+}
+
+int snapshot_save_report(trainer *t) {
+    if (!t->disk.w || t->disk.step < 0) return 0;
+    char path[1200], err[1024];
+    int rc = snapshot_writer_error(t->disk.w, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    if (snapshot_writer_written(t->disk.w, path, sizeof path) != t->disk.step) return 0;
+    if (t->env.rank == 0) {
+        progress_bar_clear(&t->progress);
+        log_info("checkpoint %s (epoch %d, step %lld)", path, t->disk.epoch + 1,
+                 (long long)t->disk.step);
+    } else {
+        log_info("rank %d: checkpoint %s (epoch %d, step %lld)", t->env.rank, path,
+                 t->disk.epoch + 1, (long long)t->disk.step);
+    }
+    t->disk.step = -1;
+    return 0;
+}
+
+int snapshot_save_flush(trainer *t) {
+    if (!t->disk.w) return 0;
+    char err[1024];
+    int rc = snapshot_writer_flush(t->disk.w, err, sizeof err);
+    return rc ? trainer_fail(t, rc, "%s", err) : snapshot_save_report(t);
+}
+
+int snapshot_save(trainer *t) {
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0]) return 0;
+    int rc = buffers_from_rank0(t); /* every rank: each node's file is the same state */
+    if (rc || !disk_writer(t)) return rc;
+    int64_t t0 = clock_now_ns();
+    /* One write at a time: the last checkpoint's, which has had the steps
+     * since to be written, is waited for (and reported) first. */
+    if ((rc = snapshot_save_flush(t))) return rc;
+    float *host = snapshot_writer_buffer(t->disk.w);
+    char *header = header_text(t);
+    if (!host || !header) {
+        free(header);
+        return trainer_fail(t, -ENOMEM, "out of memory taking a checkpoint");
+    }
+    if ((rc = download_state(t, host))) {
+        free(header);
+        return rc;
+    }
+    snapshot_tensor ts[STATE_TENSORS];
+    state_tensors(t->m, ts);
+    snapshot_writer_put(t->disk.w, (uint64_t)t->at.global_step, header, ts, STATE_TENSORS);
+    t->disk.step = t->at.global_step, t->disk.epoch = t->at.epoch;
+    rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
+    return 0;
 }
 
 void snapshot_keep_report(const trainer *t, double run_s) {
@@ -454,7 +495,9 @@ int snapshot_resume(trainer *t, int *root) {
         rc = newest_in(t, c->snapshot_dir, 1, &mine, &d, path, sizeof path);
     if (rc == 0 && c->snapshot_disk_dir[0] && t->env.local_rank == 0)
         rc = newest_in(t, c->snapshot_disk_dir, 0, &mine, &d, path, sizeof path);
-    if (rc == 0 && c->ckpt_dir[0] && t->env.rank == 0)
+    /* every node's own --ckpt-dir: a job whose every agent is new (a
+     * requeue, a new set of pods) resumes from the newest file any has */
+    if (rc == 0 && c->ckpt_dir[0] && t->env.local_rank == 0)
         rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path);
     if (rc == 0) rc = choose_holder(t, &mine, &best);
     if (rc || best.step < 0) {

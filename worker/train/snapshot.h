@@ -9,8 +9,9 @@
 #include "worker/train/trainer.h"
 
 /* Rank 0 takes --ckpt-dir for this job (common/dir_lock.h) before it
- * reads, writes or deletes anything there; others return 0, and so does a
- * run without --ckpt-dir. Another job's process holding it is an error
+ * reads, writes or deletes anything there (other nodes' local rank 0 take
+ * theirs at their first checkpoint: snapshot_save); others return 0, and
+ * so does a run without --ckpt-dir. Another job's process holding it is an error
  * naming the directory and that process, at once; a process of this same
  * run (TORCHELASTIC_RUN_ID: the group's previous rank 0 still stopping,
  * perhaps on another host of a shared file system) is waited for, up to
@@ -18,9 +19,21 @@
 #define SNAPSHOT_LOCK_WAIT_S 30
 int snapshot_lock(trainer *t);
 
-/* Rank 0 writes a checkpoint of the run as it stands (others return 0);
- * nothing without --ckpt-dir. */
+/* A checkpoint of the run as it stands, in --ckpt-dir (nothing without
+ * it), called by every rank at the same step: local rank 0 of every node
+ * writes its own node's directory (no shared file system needed), in the
+ * background: the step copies the state to host memory and a thread of its
+ * own writes the file (atomic, checksummed, --keep kept) while training
+ * goes on. A directory held by another process (rank 0's node sharing it)
+ * is left to that process, said once. One write at a time: a checkpoint
+ * due while the last is still being written waits for it.
+ * snapshot_save_report logs each file once written ("checkpoint PATH
+ * (epoch E, step S)"; a failed write fails the run) and is called after
+ * every step; snapshot_save_flush waits for the write under way and
+ * reports it, before the process ends. */
 int snapshot_save(trainer *t);
+int snapshot_save_report(trainer *t);
+int snapshot_save_flush(trainer *t);
 /* Snapshots in this node's memory (--snapshot-dir, DDPRUN_SNAPSHOT_DIR:
  * a directory on tmpfs that ddprun's agent keeps for its workers across
  * their restarts), kept by local rank 0 of every node, so that every node

@@ -25,6 +25,8 @@ struct snapshot_writer {
     int nts;
     int failed;   /* the first failure's -errno */
     char err[1024];
+    int64_t written;    /* the step of the last file written, -1 before */
+    char path[1200];    /* its path */
 };
 
 static void write_one(snapshot_writer *w) {
@@ -34,12 +36,16 @@ static void write_one(snapshot_writer *w) {
                               w->ts[i].nbytes};
     ckpt_save save = {.dir = w->dir, .step = w->step, .header_json = w->header, .tensors = ts,
                       .ntensors = w->nts, .keep = w->keep};
-    char err[1024];
-    int rc = ckpt_write(&save, NULL, 0, err, sizeof err);
+    char err[1024], path[sizeof w->path];
+    int rc = ckpt_write(&save, path, sizeof path, err, sizeof err);
     pthread_mutex_lock(&w->mu);
     if (rc && !w->failed) {
         w->failed = rc;
         snprintf(w->err, sizeof w->err, "%s", err);
+    }
+    if (rc == 0) {
+        w->written = (int64_t)w->step;
+        memcpy(w->path, path, sizeof path);
     }
     free(w->header);
     w->header = NULL;
@@ -68,6 +74,7 @@ int snapshot_writer_start(const char *dir, int keep, size_t bytes, snapshot_writ
     if (!w) return -ENOMEM;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
     w->keep = keep;
+    w->written = -1;
     w->spare = malloc(bytes + 1);
     w->busy = malloc(bytes + 1);
     pthread_mutex_init(&w->mu, NULL);
@@ -107,6 +114,14 @@ int snapshot_writer_error(snapshot_writer *w, char *err, size_t errlen) {
     if (rc && err && errlen) snprintf(err, errlen, "%s", w->err);
     pthread_mutex_unlock(&w->mu);
     return rc;
+}
+
+int64_t snapshot_writer_written(snapshot_writer *w, char *path, size_t pathlen) {
+    pthread_mutex_lock(&w->mu);
+    int64_t step = w->written;
+    if (pathlen) snprintf(path, pathlen, "%s", w->path);
+    pthread_mutex_unlock(&w->mu);
+    return step;
 }
 
 int snapshot_writer_flush(snapshot_writer *w, char *err, size_t errlen) {

@@ -37,6 +37,9 @@ void snapshot_writer_put(snapshot_writer *w, uint64_t step, char *header,
 /* The first failure so far, at once: 0, or -errno with its message. */
 int snapshot_writer_error(snapshot_writer *w, char *err, size_t errlen);
 
+/* The step of the newest file written so far (-1: none yet), and its path. */
+int64_t snapshot_writer_written(snapshot_writer *w, char *path, size_t pathlen);
+
 /* Waits for the write under way; the first failure so far (0, or -errno
  * with its message in err), which stops the writing of later ones. */
 int snapshot_writer_flush(snapshot_writer *w, char *err, size_t errlen);

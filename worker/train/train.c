@@ -96,7 +96,8 @@ static int stop_on_signal(trainer *t) {
     int rc = snapshot_save(t);
     if (rc == 0) rc = snapshot_keep(t);
     snapshot_keep_flush(t);
-    return rc;
+    int flushed = snapshot_save_flush(t); /* on disk before the process ends */
+    return rc ? rc : flushed;
 }
 
 /* One epoch's steps from t->at.pos on. 1 when the run stops early
@@ -141,6 +142,7 @@ static int run_epoch(trainer *t) {
         if (c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0 && at->pos < t->n &&
             (rc = snapshot_save(t)))
             return rc;
+        if ((rc = snapshot_save_report(t))) return rc;
     }
     return 0;
 }
@@ -186,7 +188,7 @@ static int start(trainer *t) {
 }
 
 int train_run(const train_config *c) {
-    trainer t = {.cfg = c};
+    trainer t = {.cfg = c, .disk.step = -1};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
     signal(SIGTERM, on_sigterm);
@@ -196,6 +198,8 @@ int train_run(const train_config *c) {
     error_file_install_crash_handlers();
     int rc = start(&t);
     if (rc == 0) rc = run_epochs(&t);
+    int flushed = snapshot_save_flush(&t); /* the last checkpoint, on disk before "done" */
+    if (rc == 0) rc = flushed;
     if (t.env.rank == 0) progress_bar_clear(&t.progress);
     if (rc == 0 && t.env.rank == 0) progress_done(&t);
     snapshot_keep_flush(&t);

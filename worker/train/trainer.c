@@ -231,6 +231,7 @@ void trainer_cleanup(trainer *t) {
     if (t->be && b->x) t->be->ops->free(t->be, b->x);
     if (t->be && b->lr) t->be->ops->free(t->be, b->lr);
     snapshot_writer_stop(t->mem.w); /* the snapshot under way is written first */
+    snapshot_writer_stop(t->disk.w);
     ddp_destroy(t->ddp);
     devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);

@@ -92,7 +92,7 @@ typedef struct {
     train_recording rec;
     train_progress progress;
     rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
-    dir_lock ckpt_lock;  /* rank 0's hold on --ckpt-dir (snapshot_lock) */
+    dir_lock ckpt_lock;  /* this node's hold on --ckpt-dir (snapshot_lock, snapshot_save) */
     struct {
         snapshot_writer *w; /* this rank keeps the node's snapshots (local rank 0) */
         const char *dir;    /* where: --snapshot-dir, or the disk's when memory is full */
@@ -102,6 +102,12 @@ typedef struct {
         int64_t every;      /* the interval in use, in steps */
         int64_t step_ns;    /* a step's time, smoothed (for the automatic interval) */
     } mem;               /* snapshots in this node's memory (snapshot_keep) */
+    struct {
+        snapshot_writer *w; /* this rank writes the node's --ckpt-dir (local rank 0) */
+        int refused;        /* the directory is another process's: said once */
+        int64_t step;       /* handed over and not yet reported written, or -1 */
+        int epoch;          /* its epoch */
+    } disk;              /* checkpoints in each node's --ckpt-dir (snapshot_save) */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
