@@ -184,7 +184,9 @@ int snapshot_due(trainer *t, int64_t step_ns) {
         every = every < 1 ? 1 : every > AUTO_MAX_EVERY ? AUTO_MAX_EVERY : every;
     }
     t->mem.every = every;
-    return t->at.global_step - t->mem.last >= every;
+    /* called before the step is counted (advance): it ends global_step + 1;
+     * mem.last is a step counted when its snapshot was kept */
+    return t->at.global_step + 1 - t->mem.last >= every;
 }
 
 /* After a step every rank holds the same parameters and momentum, but its
