@@ -2,8 +2,9 @@
 # DDPRUN_SNAPSHOT_DIR: a directory in memory (/dev/shm) that the agent makes
 # for its workers. What a worker writes there survives its restart (the
 # second attempt reads what the first wrote), the directory goes when the
-# job ends, one left by an agent killed with SIGKILL is swept by the next
-# agent on the machine, and where /dev/shm cannot be used (DDPRUN_SHM_DIR
+# job ends, one of an agent killed with SIGKILL goes at once (the agent's
+# janitor), one left anyway is swept by the next agent on the machine, and
+# where /dev/shm cannot be used (DDPRUN_SHM_DIR
 # names a missing directory) it is on disk, with one warning.
 # timeout: 60
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
@@ -26,12 +27,20 @@ assert_grep "$TMP/restart.out" "^dir=$shm/ddprun-snap\.$PID_restart\.[A-Za-z0-9]
 assert_grep "$TMP/restart.out" "attempt=1 saw=from attempt 0$" "the restarted worker reads what the first wrote"
 assert_eq "$(find "$shm" -mindepth 1 | wc -l)" 0 "entries left in the memory root after the job"
 
-# An agent killed with SIGKILL cannot remove its directory: the next one does.
+# An agent killed with SIGKILL cannot remove its directory: its janitor
+# does at once, without its help (a shell waiting on a pipe the agent held;
+# no child of the agent's: the agent's children are its workers alone).
 start_ddprun killed --standalone --no-python sleep 60
 has_dir() { compgen -G "$shm/ddprun-snap.$PID_killed.*" > /dev/null; }
 wait_for 10 "the killed agent's snapshot directory" has_dir
+assert_eq "$(pgrep -P "$PID_killed" | wc -l)" 1 "the agent's children (its one worker)"
 kill -KILL "$PID_killed"
 wait_exit 5 "$PID_killed"
+gone() { ! has_dir; }
+wait_for 5 "the janitor to remove the killed agent's directory" gone
+# Without a janitor (no /bin/sh for it: a directory made by hand stands in
+# for one left behind), the next agent on the machine sweeps it.
+mkdir "$shm/ddprun-snap.$PID_killed.byhand"
 start_ddprun next --standalone --no-python true
 wait_exit 20 "$PID_next"
 assert_rc next 0

@@ -16,8 +16,9 @@ run=(--data synthetic --input-shape 3x16x16 --synthetic-size 8192 --batch-size 8
 TORCHELASTIC_RUN_ID=job-a ddp-train "${run[@]}" --max-steps 400 > "$SCRATCH/a.log" 2>&1 &
 a=$!
 PIDS+=($a)
-for _ in $(seq 300); do [ -e "$D/ckpt-0000000008.ddpt" ] && break; sleep 0.05; done
-[ -e "$D/ckpt-0000000008.ddpt" ] || { echo "A wrote no checkpoint in 15 s"; cat "$SCRATCH/a.log"; exit 1; }
+for _ in $(seq 300); do grep -q "checkpoint $D/ckpt-0000000008.ddpt" "$SCRATCH/a.log" && break; sleep 0.05; done
+grep -q "checkpoint $D/ckpt-0000000008.ddpt" "$SCRATCH/a.log" ||
+    { echo "A wrote no checkpoint in 15 s"; cat "$SCRATCH/a.log"; exit 1; }
 kill -0 "$a" 2>/dev/null || { echo "A ended before B could start"; cat "$SCRATCH/a.log"; exit 1; }
 
 # B on the same directory: refused at start, quickly, naming A.
@@ -57,8 +58,11 @@ grep -q "resuming from $D/ckpt-0000000400.ddpt" "$SCRATCH/b2.log" || { cat "$SCR
 ddp-train "${run[@]}" --max-steps 100000 > "$SCRATCH/c.log" 2>&1 &
 c=$!
 PIDS+=($c)
-for _ in $(seq 300); do [ -e "$D/ckpt-0000000412.ddpt" ] && break; sleep 0.05; done
-[ -e "$D/ckpt-0000000412.ddpt" ] || { echo "C wrote no checkpoint in 15 s"; cat "$SCRATCH/c.log"; exit 1; }
+# (its log line: the file itself may already be gone, --keep 2 at a few
+# milliseconds a step)
+for _ in $(seq 300); do grep -q "checkpoint $D/ckpt-0000000412.ddpt" "$SCRATCH/c.log" && break; sleep 0.05; done
+grep -q "checkpoint $D/ckpt-0000000412.ddpt" "$SCRATCH/c.log" ||
+    { echo "C wrote no checkpoint in 15 s"; cat "$SCRATCH/c.log"; exit 1; }
 kill -9 "$c"
 wait "$c" 2>/dev/null || true
 timeout -k 5 60 ddp-train "${run[@]}" --max-steps 420 > "$SCRATCH/d.log" 2>&1 ||
