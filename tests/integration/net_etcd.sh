@@ -9,9 +9,9 @@
 #     MASTER_ADDR) loses its link without a word: the two survivors, whose
 #     members keep a quorum of 2 of 3, see its heartbeat lapse and re-form
 #     at world size 2 with node rank 0 and MASTER_ADDR on a survivor,
-#     resume from the snapshot in their own agent's memory (at most the
-#     step under way is lost, though rank 0 was on the lost host) and
-#     finish with exit 0.
+#     resume from the newest state a survivor holds, in its agent's memory
+#     or its own --ckpt-dir (at most the step under way is lost, though
+#     rank 0 was on the lost host) and finish with exit 0.
 #  2. The cut-off host's agent does not hang: its member has lost quorum
 #     and no other answers, so it exits non-zero naming etcd, and nothing
 #     of the job is left running on that host.
@@ -121,13 +121,14 @@ assert_eq "$(sed 's/.* RANK=\([0-9]*\) .*/\1/' <<< "$new" | sort | tr '\n' ' ')"
 grep -q "host=h$s RANK=0 .*GROUP_RANK=0 " <<< "$new" || die "node rank 0 did not move to h$s ($new)"
 grep -q "node rank 0 of 2, .*(round 1)" "$TMP/lost.h$s.err" || { dump "lost.h$s"; die "h$s never became node rank 0 of 2"; }
 from=$(sed -n 's/.*resuming from .*step \([0-9]*\).*/\1/p' "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" | head -n 1)
-# Every survivor holds the newest state in its agent's memory: at most the
-# step under way when the host went is redone (one more if its snapshot was
-# still being written).
+# Every survivor holds the newest state in its agent's memory (and, at
+# checkpoint steps, on its own disk: every node writes its --ckpt-dir): at
+# most the step under way when the host went is redone.
 [ "${from:-0}" -ge $((done_before - 1)) ] ||
     { dump "lost.h$s"; die "the new group resumed from step ${from:-none}, but step $done_before was done before the loss"; }
-grep -q "resuming from .*(memory of node h[0-9])" "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" ||
-    { dump "lost.h$s"; die "the new group did not resume from a survivor's memory"; }
+grep -Eq "resuming from .*\((memory|disk) of node h[0-9]\)" "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" &&
+    ! grep -q "resuming from .* of node h$lost)" "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" ||
+    { dump "lost.h$s"; die "the new group did not resume from a survivor's state"; }
 grep -q "done: 60 steps" "$TMP/lost.h$s.out" || { dump "lost.h$s"; die "the job did not finish"; }
 echo "host h$lost (node rank 0) lost after step $done_before: the survivors resumed from step $from, their first step after $t_step ms, done after ${t_end[$s]} and ${t_end[${survivors[1]}]} ms; node rank 0 and MASTER_ADDR now h$s"
 
