@@ -124,6 +124,23 @@ static int download_state(trainer *t, float *host) {
     return rc;
 }
 
+/* Hands the run as it stands to writer w, whose free buffer is host: the
+ * header, the state downloaded into host, the step. The writer writes the
+ * file meanwhile. */
+static int hand_over(trainer *t, snapshot_writer *w, float *host) {
+    char *header = header_text(t);
+    if (!header) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
+    int rc = download_state(t, host);
+    if (rc) {
+        free(header);
+        return rc;
+    }
+    snapshot_tensor ts[STATE_TENSORS];
+    state_tensors(t->m, ts);
+    snapshot_writer_put(w, (uint64_t)t->at.global_step, header, ts, STATE_TENSORS);
+    return 0;
+}
+
 /* Snapshots kept in memory: the newest two (one may be under way). */
 #define MEMORY_FULL ".memory-full"
 #define MEM_KEEP 2
@@ -196,7 +213,9 @@ int snapshot_due(trainer *t, int64_t step_ns) {
  * resumed from whichever node's is newest goes on bit for bit as from rank
  * 0's, and rank 0's checkpoints, whose buffers these are, do not change. */
 static int buffers_from_rank0(trainer *t) {
-    if (t->env.world < 2 || t->m->nbuf == 0) return 0;
+    /* once a step: a checkpoint's step often has a snapshot too */
+    if (t->env.world < 2 || t->m->nbuf == 0 || t->buffers_step == t->at.global_step) return 0;
+    t->buffers_step = t->at.global_step;
     int rc = devcomm_broadcast(t->dcomm, t->m->buf, t->m->nbuf * sizeof(float), 0);
     if (rc)
         return trainer_fail(t, rc, "broadcasting rank 0's batch-norm statistics failed: %s",
@@ -226,16 +245,7 @@ int snapshot_keep(trainer *t) {
         return 0;
     }
     int64_t t0 = clock_now_ns();
-    char *header = header_text(t);
-    if (!header) return trainer_fail(t, -ENOMEM, "out of memory taking a snapshot");
-    rc = download_state(t, host);
-    if (rc) {
-        free(header);
-        return rc;
-    }
-    snapshot_tensor ts[STATE_TENSORS];
-    state_tensors(t->m, ts);
-    snapshot_writer_put(t->mem.w, (uint64_t)t->at.global_step, header, ts, STATE_TENSORS);
+    if ((rc = hand_over(t, t->mem.w, host))) return rc;
     if (t->at.global_step > t->mem.last) t->mem.every = t->at.global_step - t->mem.last;
     t->mem.last = t->at.global_step;
     t->mem.taken++;
@@ -287,14 +297,11 @@ int snapshot_save_report(trainer *t) {
     int rc = snapshot_writer_error(t->disk.w, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     if (snapshot_writer_written(t->disk.w, path, sizeof path) != t->disk.step) return 0;
-    if (t->env.rank == 0) {
-        progress_bar_clear(&t->progress);
-        log_info("checkpoint %s (epoch %d, step %lld)", path, t->disk.epoch + 1,
-                 (long long)t->disk.step);
-    } else {
-        log_info("rank %d: checkpoint %s (epoch %d, step %lld)", t->env.rank, path,
-                 t->disk.epoch + 1, (long long)t->disk.step);
-    }
+    char who[32] = ""; /* other nodes' lines say whose */
+    if (t->env.rank == 0) progress_bar_clear(&t->progress);
+    else snprintf(who, sizeof who, "rank %d: ", t->env.rank);
+    log_info("%scheckpoint %s (epoch %d, step %lld)", who, path, t->disk.epoch + 1,
+             (long long)t->disk.step);
     t->disk.step = -1;
     return 0;
 }
@@ -315,19 +322,8 @@ int snapshot_save(trainer *t) {
     /* One write at a time: the last checkpoint's, which has had the steps
      * since to be written, is waited for (and reported) first. */
     if ((rc = snapshot_save_flush(t))) return rc;
-    float *host = snapshot_writer_buffer(t->disk.w);
-    char *header = header_text(t);
-    if (!host || !header) {
-        free(header);
-        return trainer_fail(t, -ENOMEM, "out of memory taking a checkpoint");
-    }
-    if ((rc = download_state(t, host))) {
-        free(header);
-        return rc;
-    }
-    snapshot_tensor ts[STATE_TENSORS];
-    state_tensors(t->m, ts);
-    snapshot_writer_put(t->disk.w, (uint64_t)t->at.global_step, header, ts, STATE_TENSORS);
+    /* (flushed: its buffer is free) */
+    if ((rc = hand_over(t, t->disk.w, snapshot_writer_buffer(t->disk.w)))) return rc;
     t->disk.step = t->at.global_step, t->disk.epoch = t->at.epoch;
     rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
     return 0;

@@ -188,7 +188,7 @@ static int start(trainer *t) {
 }
 
 int train_run(const train_config *c) {
-    trainer t = {.cfg = c, .disk.step = -1};
+    trainer t = {.cfg = c, .disk.step = -1, .buffers_step = -1};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
     signal(SIGTERM, on_sigterm);

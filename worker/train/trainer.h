@@ -108,6 +108,7 @@ typedef struct {
         int64_t step;       /* handed over and not yet reported written, or -1 */
         int epoch;          /* its epoch */
     } disk;              /* checkpoints in each node's --ckpt-dir (snapshot_save) */
+    int64_t buffers_step; /* the step whose batch-norm statistics are rank 0's, or -1 */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
