@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/janitor.h"
 #include "agent/worker_env.h"
 #include "common/clock.h"
 #include "common/fdlimit.h"
@@ -206,6 +207,7 @@ static int start_workers(agent *a) {
         a->wg->on_idle = on_group_idle;
         a->wg->data = a;
         set_state(a, ST_RUNNING); /* before the first exit can be seen */
+        for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
         a->nfails = 0;
         metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
                               a->cur.group_world_size, a->cur.restart_count);
@@ -370,26 +372,67 @@ static void on_wake(uv_async_t *h) {
 
 
 
+/* The failures of one turn of the loop are settled: the root cause among
+ * them (one worker's kill -9 and its peer's exit on the lost connection are
+ * often reaped together, and the peer's comes first as often as not) is
+ * counted, logged and recorded as the cause of the restart; the others are
+ * recorded beside it for the summary. */
+static void settle_failures(agent *a) {
+    if (!uv_is_active((uv_handle_t *)&a->settle)) return;
+    uv_check_stop(&a->settle);
+    failure *fs = a->fails + a->settle_from;
+    int n = a->nfails - a->settle_from;
+    int root = failure_root_cause(fs, n);
+    if (root < 0) return;
+    failure *f = &fs[root];
+    metrics_worker_failed(a->metrics, f->exitcode, f->watchdog);
+    log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", f->local_rank,
+              f->rank, f->pid, f->message);
+    for (int i = 0; i < n; i++)
+        if (i != root)
+            log_warn("local rank %d (rank %d, pid %d) failed with it: %s", fs[i].local_rank,
+                     fs[i].rank, fs[i].pid, fs[i].message);
+    agent_record_event(a, "ddprun.agent.restart", "FAILED",
+                       json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", f->rank,
+                                 "failed_pid", f->pid));
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char *json = failure_to_json(&fs[i]);
+        rc = json ? rdzv_record_failure(a->rd, 0, json) : -ENOMEM;
+        free(json);
+    }
+    if (rc == 0) rc = rdzv_end_round(a->rd, 0, RDZV_EV_FAILURE);
+    if (rc) log_error("cannot tell the other nodes about the failure: %s", strerror(-rc));
+}
+
+static void on_settle(uv_check_t *c) { settle_failures(c->data); }
+
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
+    /* A failure while running, or one reaped in the same turn as that one. */
+    int cause = failed && (a->state == ST_RUNNING || uv_is_active((uv_handle_t *)&a->settle));
     agent_note_exit(a, w);
     metrics_worker_exited(a->metrics, w->local_rank,
-                          a->state != ST_RUNNING ? METRICS_W_TERMINATED
-                          : failed               ? METRICS_W_FAILED
-                                                 : METRICS_W_SUCCEEDED);
-    if (!failed || a->state != ST_RUNNING) {
+                          cause                      ? METRICS_W_FAILED
+                          : a->state != ST_RUNNING   ? METRICS_W_TERMINATED
+                                                     : METRICS_W_SUCCEEDED);
+    if (!cause) {
         agent_record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
         agent_tell(a, a->told ? a->told : "running");
         return;
     }
+    if (a->state == ST_RUNNING) { /* the first: the cause is judged at the end of the turn */
+        a->settle_from = a->nfails < MAX_FAILURES ? a->nfails : MAX_FAILURES - 1;
+        uv_check_start(&a->settle, on_settle);
+    }
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
+    failure_free(f);
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
     char scope[256];
-    int reaped = file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid;
-    metrics_worker_failed(a->metrics, f->exitcode, reaped);
-    if (reaped) {
+    f->watchdog = file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid;
+    if (f->watchdog) {
         char *why = NULL;
         if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
                      f->message, scope) > 0) {
@@ -398,23 +441,16 @@ static void on_worker_exit(worker_group *g, worker *w) {
         }
     }
     agent_record_worker_event(a, w, "FAILED", f->message);
-    log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", w->local_rank,
-              w->global_rank, w->pid, f->message);
-    set_state(a, ST_STOPPING);
-    stop_workers(a, SIGTERM);
-    agent_record_event(a, "ddprun.agent.restart", "FAILED",
-                json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", w->global_rank,
-                          "failed_pid", w->pid));
-    agent_tell(a, "stopping");
-    char *json = failure_to_json(f);
-    int rc = json ? rdzv_record_failure(a->rd, 0, json) : -ENOMEM;
-    free(json);
-    if (rc == 0) rc = rdzv_end_round(a->rd, 0, RDZV_EV_FAILURE);
-    if (rc) log_error("cannot tell the other nodes about the failure: %s", strerror(-rc));
+    if (a->state == ST_RUNNING) { /* stop the others now (the last exit makes the group idle) */
+        set_state(a, ST_STOPPING);
+        agent_tell(a, "stopping");
+        stop_workers(a, SIGTERM);
+    }
 }
 
 static void on_group_idle(worker_group *g) {
     agent *a = g->data;
+    settle_failures(a); /* before the group and its round are gone */
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
         return;
@@ -480,6 +516,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     if (!a) return 1;
     a->cfg = cfg;
     a->exe = self_exe;
+    a->janitor_fd = -1;
     a->loop = uv_default_loop();
     pthread_mutex_init(&a->mu, NULL);
     /* --local-addr names this node as the others know it: in the
@@ -498,6 +535,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->wake.data = a;
     uv_timer_init(a->loop, &a->status_timer);
     a->status_timer.data = a;
+    uv_check_init(a->loop, &a->settle);
+    a->settle.data = a;
     int code = 1;
     char why[256];
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
@@ -525,6 +564,7 @@ out:
     metrics_http_stop(a->http[1]);
     snapshot_dir_remove(&a->snapshots);
     agent_remove_tmp_root(a);
+    janitor_dismiss(a->janitor_fd);
     event_log_close(a->events);
     free(a->last_exit);
     numa_plan_free(&a->numa);

@@ -55,6 +55,7 @@ typedef struct {
     char log_root[2048];
     char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
     snapshot_dir snapshots; /* DDPRUN_SNAPSHOT_DIR: the workers' state in memory */
+    int janitor_fd;         /* removes the snapshot directories and tmp_root if we are killed */
     worker_group *wg;
     agent_state state;
     rdzv_result cur;
@@ -65,6 +66,8 @@ typedef struct {
     int spent_restarts; /* restarts are spent after this many: the summary is due at the end */
     failure fails[MAX_FAILURES];
     int nfails;
+    uv_check_t settle; /* at the end of the turn a worker failed in: which failure was the cause */
+    int settle_from;   /* fails[settle_from..nfails): the failed exits reaped in that turn */
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
     double group_started; /* wall clock, s: when the current workers started */
     file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
@@ -106,6 +109,7 @@ void agent_note_exit(agent *a, const worker *w);
 /* Each returns 0, or a negative errno after logging why. */
 int agent_make_log_root(agent *a);
 void agent_remove_tmp_root(agent *a);
+/* Also starts the janitor for it and the log root (none: a warning). */
 int agent_make_snapshot_dir(agent *a);
 int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/janitor.h"
 #include "agent/worker_env.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -37,6 +38,15 @@ int agent_make_log_root(agent *a) {
     return rc;
 }
 
+static void start_janitor(agent *a) {
+    const char *paths[] = {a->snapshots.path, a->snapshots.disk, a->tmp_root, NULL};
+    a->janitor_fd = janitor_start(paths);
+    if (a->janitor_fd < 0)
+        log_warn("cannot start a shell (/bin/sh) to remove %s%s%s if this agent is killed; "
+                 "the next agent on this machine will",
+                 a->snapshots.path, a->tmp_root[0] ? " and " : "", a->tmp_root);
+}
+
 /* DDPRUN_SNAPSHOT_DIR: in memory, or (with a warning) on disk. */
 int agent_make_snapshot_dir(agent *a) {
     char disk[2200], why[600];
@@ -50,6 +60,7 @@ int agent_make_snapshot_dir(agent *a) {
     if (!a->snapshots.in_memory)
         log_warn("%s; the workers' snapshot directory (DDPRUN_SNAPSHOT_DIR) is on disk: %s",
                  why, a->snapshots.path);
+    start_janitor(a);
     return 0;
 }
 

@@ -118,10 +118,21 @@ static void print_one(FILE *out, int index, const failure *f) {
         fprintf(out, "  message   : %s\n", f->message);
 }
 
+int failure_root_cause(const failure *fs, int n) {
+    int root = -1;
+    for (int i = 0; i < n; i++) {
+        if (root < 0) {
+            root = i;
+            continue;
+        }
+        int sig = fs[i].exitcode < 0, root_sig = fs[root].exitcode < 0;
+        if (sig != root_sig ? sig : fs[i].time < fs[root].time) root = i;
+    }
+    return root;
+}
+
 void failure_print_summary(FILE *out, const char *program, failure *fs, int n) {
-    int root = 0;
-    for (int i = 1; i < n; i++)
-        if (fs[i].time < fs[root].time) root = i;
+    int root = failure_root_cause(fs, n);
     const char *bar = "============================================================";
     const char *rule = "------------------------------------------------------------";
     fprintf(out, "%s\n%s FAILED\n%s\nFailures:\n", bar, program, rule);

@@ -18,6 +18,7 @@ typedef struct {
     char error_file[4096]; /* "" if the worker wrote none */
     char *message;   /* malloc'd */
     char *traceback; /* malloc'd; NULL if none */
+    int watchdog;    /* the agent's watchdog killed it (this node's only: not in the JSON) */
 } failure;
 
 /* Builds a failure from a worker's exit, reading its error file if it
@@ -30,6 +31,13 @@ void failure_from_exit(failure *f, const char *host, int rank, int local_rank, i
 char *failure_to_json(const failure *f);
 int failure_from_json(const char *line, failure *f);
 void failure_free(failure *f);
+/* Which of n failures of one round caused the others: the earliest worker
+ * killed by a signal (a crash, the OOM killer, kill -9, the watchdog),
+ * else the earliest. A worker that exits with a code may have been
+ * reacting to another's death (its collective lost a peer), and it tells
+ * its exit time more precisely than the agent can tell a killed one's, so
+ * times alone would blame the survivor. -1 when n is 0. */
+int failure_root_cause(const failure *fs, int n);
 /* torchrun's block: "<program> FAILED", Failures, Root Cause (the earliest). */
 void failure_print_summary(FILE *out, const char *program, failure *fs, int n);
 

@@ -15,18 +15,14 @@ typedef struct {
     int in_memory;  /* made under the memory root (else on disk) */
     char disk[512]; /* with in_memory: a directory on disk for when the memory is full */
                     /* (DDPRUN_SNAPSHOT_DISK_DIR); "" otherwise */
-    int janitor_fd; /* the janitor's pipe, held open for the agent's life (-1: none) */
 } snapshot_dir;
 
 /* Makes a fresh directory under mem_root ("ddprun-snap.<pid>.XXXXXX"),
  * and one under disk_root for the workers to turn to if the memory fills
  * up; or, when mem_root cannot be used, only the one under disk_root; why
  * says what went wrong with mem_root ("" when nothing did). Before that,
- * removes what agents that are gone left under mem_root. A janitor (a
- * shell in a session of its own, reading a pipe whose other end only this
- * agent holds) removes the directories when the agent ends, however it
- * ends: SIGKILL included, which the agent cannot clean up after itself.
- * 0, or -errno when neither could be made. */
+ * removes what agents that are gone (SIGKILLed without a janitor) left
+ * under mem_root. 0, or -errno when neither could be made. */
 int snapshot_dir_make(snapshot_dir *d, const char *mem_root, const char *disk_root, char *why,
                       size_t whylen);
 

@@ -81,12 +81,11 @@ done
 [ -n "$victim" ] || die "no worker of rank 1 found under agent $PID_job ($(pgrep -P "$PID_job" | tr '\n' ' '))"
 kill -KILL "$victim"
 echo "killed rank 1's worker, pid $victim: $(tr '\0' ' ' < "/proc/$victim/cmdline" 2> /dev/null | cut -c1-60)"
-# One failure counted. Its cause is the SIGKILL, or, when the agent reaps
-# rank 0's exit (it saw its peer die mid-all-reduce) first, rank 0's exit
-# code: both deaths come in one turn of the event loop, and the first one
-# handled is taken as the cause (a known gap: torchrun takes the earliest
-# error file's).
+# One failure counted, and its cause is the SIGKILL: rank 0 exits too when
+# its peer's connection closes, often reaped in the same turn of the
+# agent's loop and sometimes first, but a killed worker is the root cause.
 query_is 30 'sum(ddprun_worker_failures_total)' 'v == 1'
+query_is 10 'ddprun_worker_failures_total{cause="SIGKILL"}' 'v == 1'
 query_is 30 'ddprun_restarts_total' 'v == 1'
 query_is 30 'ddprun_rendezvous_rounds_total' 'v == 2'
 query_is 30 'ddprun_workers_up' 'v == 2'

@@ -27,8 +27,8 @@ assert_grep "$TMP/restart.out" "^dir=$shm/ddprun-snap\.$PID_restart\.[A-Za-z0-9]
 assert_grep "$TMP/restart.out" "attempt=1 saw=from attempt 0$" "the restarted worker reads what the first wrote"
 assert_eq "$(find "$shm" -mindepth 1 | wc -l)" 0 "entries left in the memory root after the job"
 
-# An agent killed with SIGKILL cannot remove its directory: its janitor
-# does at once, without its help (a shell waiting on a pipe the agent held;
+# An agent killed with SIGKILL cannot remove its directory, nor its log
+# directory in /tmp (no --log-dir): its janitor does at once, without its help (a shell waiting on a pipe the agent held;
 # no child of the agent's: the agent's children are its workers alone).
 start_ddprun killed --standalone --no-python sleep 60
 has_dir() { compgen -G "$shm/ddprun-snap.$PID_killed.*" > /dev/null; }
@@ -36,8 +36,8 @@ wait_for 10 "the killed agent's snapshot directory" has_dir
 assert_eq "$(pgrep -P "$PID_killed" | wc -l)" 1 "the agent's children (its one worker)"
 kill -KILL "$PID_killed"
 wait_exit 5 "$PID_killed"
-gone() { ! has_dir; }
-wait_for 5 "the janitor to remove the killed agent's directory" gone
+gone() { ! has_dir && ! compgen -G "/tmp/ddprun_${PID_killed}_*" > /dev/null; }
+wait_for 5 "the janitor to remove the killed agent's directories (in $shm and its logs in /tmp)" gone
 # Without a janitor (no /bin/sh for it: a directory made by hand stands in
 # for one left behind), the next agent on the machine sweeps it.
 mkdir "$shm/ddprun-snap.$PID_killed.byhand"
