@@ -19,10 +19,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/err.h"
 #include "common/fs.h"
+#include "common/crc32.h"
 #include "common/hash.h"
 
 /* Tensor data is written as the host holds it; the format is little-endian,
@@ -43,17 +43,7 @@
 /* ------------------------------------------------------------------ */
 /* Little helpers                                                      */
 
-uint32_t ckpt_crc32(uint32_t crc, const void *p, size_t n) {
-    const unsigned char *b = p;
-    /* zlib's crc32 takes a 32-bit length; feed it in chunks. */
-    while (n > 0) {
-        size_t k = n > (1u << 30) ? (1u << 30) : n;
-        crc = (uint32_t)crc32(crc, b, (uInt)k);
-        b += k;
-        n -= k;
-    }
-    return crc;
-}
+uint32_t ckpt_crc32(uint32_t crc, const void *p, size_t n) { return crc32_update(crc, p, n); }
 
 static void put_u16(unsigned char *p, uint16_t v) {
     p[0] = (unsigned char)v;

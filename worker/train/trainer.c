@@ -232,6 +232,7 @@ void trainer_cleanup(trainer *t) {
     if (t->be && b->lr) t->be->ops->free(t->be, b->lr);
     snapshot_writer_stop(t->mem.w); /* the snapshot under way is written first */
     snapshot_writer_stop(t->disk.w);
+    free(t->header_fixed);
     ddp_destroy(t->ddp);
     devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);

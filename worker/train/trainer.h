@@ -109,6 +109,7 @@ typedef struct {
         int epoch;          /* its epoch */
     } disk;              /* checkpoints in each node's --ckpt-dir (snapshot_save) */
     int64_t buffers_step; /* the step whose batch-norm statistics are rank 0's, or -1 */
+    char *header_fixed;  /* the checkpoint header's fixed part, made once (snapshot.c) */
     char err[1024];      /* the first failure's message */
     int stopped;         /* a failure came after SIGTERM: a stop, not an error */
 } trainer;
