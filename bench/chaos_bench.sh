@@ -14,7 +14,9 @@
 #     torch.save every 20 steps and loads at start.
 # A failing run is stopped after CAP x its clean run's time. Goodput:
 # (steps kept / STEPS) x the clean time / the time with failures; and the
-# seconds lost per kill. Target (the zero-loss issue): ours at least 0.95
+# seconds lost per kill; each the median of ROUNDS rounds, a round being a
+# clean run and one with kills (one run of each is noise: +-2% on a 30 s
+# run is the cost of all its kills). Target (the zero-loss issue): ours at least 0.95
 # with a kill every 8 s, at most 0.5 s lost per kill, at least twice
 # torchrun's goodput.
 set -uo pipefail
@@ -22,6 +24,7 @@ cd "$(dirname "$0")/.." || exit 1
 STEPS=${STEPS:-400}
 KILL_EVERY=${KILL_EVERY:-8}
 CAP=${CAP:-3}
+ROUNDS=${ROUNDS:-3}
 TORCH_PY=${TORCH_PY:-/usr/bin/python3}
 ROOT=$PWD
 export PATH=$ROOT/build/bin:$PATH
@@ -30,7 +33,7 @@ AGENT=""
 trap '[ -n "$AGENT" ] && kill -9 "$AGENT" 2> /dev/null; rm -rf "$TMP"' EXIT
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load $(cut -d' ' -f1 /proc/loadavg)"
-echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY CAP=$CAP TORCH_PY=$TORCH_PY)"
+echo "command: make bench-chaos (STEPS=$STEPS KILL_EVERY=$KILL_EVERY CAP=$CAP ROUNDS=$ROUNDS TORCH_PY=$TORCH_PY)"
 echo "torchrun's torch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1)"
 now() { date +%s.%N; }
 ours() { # name [ddp-train args]
@@ -79,25 +82,41 @@ run() {
     grep -q "done: $STEPS steps" "$TMP/$name.log" || kept=0
     echo "$(echo "$(now) - $t0" | bc) $kills $kept"
 }
-report() { # label clean seconds kills kept
-    printf '%-40s %7.1f s, %2d kills, %3d of %d steps, goodput %.2f, %.2f s lost per kill\n' \
-        "$1" "$3" "$4" "$5" "$STEPS" "$(echo "$5 / $STEPS * $2 / $3" | bc -l)" \
-        "$(echo "($3 - $2) / ($4 + ($4 == 0))" | bc -l)"
-    GOODPUT=$(echo "$5 / $STEPS * $2 / $3" | bc -l)
+# goodput CLEAN SECONDS KILLS KEPT: "goodput seconds_lost_per_kill"
+goodput() {
+    echo "$4 / $STEPS * $1 / $2" | bc -l
+    echo "($2 - $1) / ($3 + ($3 == 0))" | bc -l
 }
-read -r ours_clean _ _ < <(run ours-clean 0 100000 ours)
-printf '%-40s %7.1f s\n' "ours, no failures" "$ours_clean"
-read -r t k s < <(run ours-snap 1 "$(echo "$CAP * $ours_clean" | bc)" ours)
-report "ours, memory snapshots" "$ours_clean" "$t" "$k" "$s"
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# side LABEL CLEAN_NAME KILL_NAME SIDE [args]: ROUNDS rounds, each a clean
+# run and a run with kills (paired: a round's goodput uses its own clean
+# time, so a machine that drifts between rounds does not count as a
+# failure's cost); prints each round and the medians, sets GOODPUT.
+side() {
+    local label=$1 clean_name=$2 kill_name=$3 who=$4 r c t k s g=() l=() o
+    shift 4
+    for ((r = 1; r <= ROUNDS; r++)); do
+        if [ "$clean_name" = "-" ]; then c=${CLEAN[$r]}; else
+            read -r c _ _ < <(run "$clean_name$r" 0 100000 "$who")
+            CLEAN[$r]=$c
+        fi
+        read -r t k s < <(run "$kill_name$r" 1 "$(echo "$CAP * $c" | bc)" "$who" "$@")
+        mapfile -t o < <(goodput "$c" "$t" "$k" "$s")
+        g+=("${o[0]}") l+=("${o[1]}")
+        printf '  %-38s round %d: %5.1f s clean, %5.1f s with %2d kills, %3d of %d steps, goodput %.3f, %.2f s lost per kill\n' \
+            "$label" "$r" "$c" "$t" "$k" "$s" "$STEPS" "${o[0]}" "${o[1]}"
+    done
+    GOODPUT=$(printf '%s\n' "${g[@]}" | median)
+    printf '%-40s goodput %.3f, %.2f s lost per kill (medians of %d rounds)\n' "$label" "$GOODPUT" \
+        "$(printf '%s\n' "${l[@]}" | median)" "$ROUNDS"
+}
+CLEAN=()
+side "ours, memory snapshots" ours-clean ours-snap ours
 ours_goodput=$GOODPUT
-grep -h "snapshots in memory" "$TMP/ours-snap.log" | tail -n 1
-read -r t k s < <(run ours-ckpt 1 "$(echo "$CAP * $ours_clean" | bc)" ours --snapshot-every 0)
-report "ours, checkpoints only" "$ours_clean" "$t" "$k" "$s"
-if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
-    read -r their_clean _ _ < <(run theirs-clean 0 100000 theirs)
-    printf '%-40s %7.1f s\n' "torchrun, no failures" "$their_clean"
-    read -r t k s < <(run theirs-kill 1 "$(echo "$CAP * $their_clean" | bc)" theirs)
-    report "torchrun, torch.save every 20 steps" "$their_clean" "$t" "$k" "$s"
+grep -h "snapshots in memory" "$TMP"/ours-snap*.log | tail -n 1
+side "ours, checkpoints only" - ours-ckpt ours --snapshot-every 0
+if "$TORCH_PY" -c 'import torch' 2> /dev/null; then
+    side "torchrun, torch.save every 20 steps" theirs-clean theirs-kill theirs
     printf 'goodput ratio (ours with snapshots / torchrun): %s\n' \
         "$(echo "$GOODPUT > 0" | bc | grep -q 1 && echo "scale=2; $ours_goodput / $GOODPUT" | bc || echo "inf (torchrun kept nothing)")"
 else
