@@ -19,7 +19,7 @@
 #include "rendezvous/store_thread.h"
 #include "worker/comm/comm.h"
 #include "worker/train/dist_env.h"
-#include "worker/train/snapshot.h"
+#include "worker/train/resume.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -46,8 +46,8 @@ int main(int argc, char **argv) {
                     .timeout_ms = 30000, .no_shm = 1};
     comm *c = NULL;
     int rc = comm_init(&co, &c, err, sizeof err);
-    snapshot_offer mine = {.step = 5, .rank = 0, .in_memory = 0, .host = "rank-leaves"};
-    snapshot_offer *all = calloc((size_t)env.world, sizeof *all);
+    resume_offer mine = {.step = 5, .rank = 0, .in_memory = 0, .host = "rank-leaves"};
+    resume_offer *all = calloc((size_t)env.world, sizeof *all);
     if (rc == 0) rc = all ? comm_allgather(c, &mine, all, sizeof mine) : -1;
     free(all);
     if (rc == 0) rc = comm_broadcast(c, &header_len, sizeof header_len, 0);

@@ -1,6 +1,7 @@
 /* The run in checkpoints: what the trainer saves (weights, momentum, batch
- * norm's statistics, where the run stands) and how a new run resumes from
- * it. The file format is checkpoint.c's. */
+ * norm's statistics, where the run stands), in each node's memory and in
+ * each node's --ckpt-dir; resume.h is how a new run picks one up. The file
+ * format is checkpoint.c's. */
 #ifndef DDPRUN_WORKER_TRAIN_SNAPSHOT_H
 #define DDPRUN_WORKER_TRAIN_SNAPSHOT_H
 
@@ -56,27 +57,5 @@ int snapshot_keep(trainer *t);
 void snapshot_keep_report(const trainer *t, double run_s);
 /* The snapshot being written is on file when this returns. */
 void snapshot_keep_flush(trainer *t);
-
-/* What one rank can resume from: the newest snapshot in its node's memory
- * (local rank 0) or checkpoint in --ckpt-dir (rank 0), whichever is newer.
- * Every rank's offer goes to every rank (an all-gather of this struct, the
- * first thing the ranks exchange when they resume), so all choose the same
- * one. */
-typedef struct {
-    int64_t step;      /* its global step; -1: nothing */
-    int32_t rank;
-    int32_t in_memory; /* 1: the node's memory; 0: its disk */
-    char host[48];     /* the holder's host, for the message */
-} snapshot_offer;
-
-/* Resumes from the newest state any rank can offer: the snapshots in its
- * node's memory (local rank 0) or --ckpt-dir's checkpoints (rank 0). The
- * ranks agree on the newest (an all-gather of what each has), its holder
- * reads it and sends it to the others (no shared file system is needed),
- * and every rank takes its weights, momentum and position; *root is the
- * holder, from which the weights are then broadcast (0 when there was
- * nothing: a fresh start). The holder says where it resumed from:
- * "resuming from PATH: epoch E, step S (memory of node H)". */
-int snapshot_resume(trainer *t, int *root);
 
 #endif

@@ -22,6 +22,7 @@
 #include "worker/data/sampler.h"
 #include "worker/train/error_file.h"
 #include "worker/train/progress.h"
+#include "worker/train/resume.h"
 #include "worker/train/snapshot.h"
 #include "worker/train/step.h"
 #include "worker/train/trainer.h"
@@ -166,7 +167,7 @@ static int start(trainer *t) {
     int rc = trainer_setup(t);
     if (rc == 0) rc = snapshot_lock(t);
     int root = 0; /* whose weights (fresh, or the newest state's holder) are everyone's */
-    if (rc == 0) rc = snapshot_resume(t, &root);
+    if (rc == 0) rc = resume_newest(t, &root);
     if (rc == 0 && (rc = ddp_broadcast_model(t->ddp, root)))
         rc = trainer_fail(t, rc, "broadcasting the weights from rank %d failed: %s", root,
                           trainer_why(devcomm_error(t->dcomm), rc));
