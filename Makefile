@@ -40,7 +40,7 @@ NOCUDA_SRC := $(wildcard worker/backend/nocuda/*.c worker/comm/nonccl/*.c)
 # folder a layer (see docs/architecture.md).
 WORKER_BASE := $(wildcard $(addsuffix /*.c,worker/backend worker/backend/cpu worker/data \
 	worker/comm worker/model worker/train worker/plot))
-WORKER_CPU_LIBS := -ldnnl -fopenmp
+WORKER_CPU_LIBS := -ldnnl -fopenmp -ljpeg -lpng
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
 $(error CUDA=1, but nvcc is neither on PATH nor in $(CUDA_HOME)/bin: set NVCC or CUDA_HOME, or build with CUDA=0)
@@ -68,7 +68,7 @@ BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
-	$(B)/tests/rank-leaves $(B)/tests/etcd-check
+	$(B)/tests/rank-leaves $(B)/tests/etcd-check $(B)/tests/make-images $(B)/tests/data-dump
 ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
@@ -164,6 +164,16 @@ $(B)/tests/model-dump: $(B)/obj/tests/tools/model_dump.o $(B)/libddptrain.a $(B)
 $(B)/tests/etcd-check: $(B)/obj/tests/tools/etcd_check.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# Image folders (JPEG, PNG) for the imagefolder tests and the data benchmark.
+$(B)/tests/make-images: $(B)/obj/tests/tools/make_images.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ -ljpeg -lpng -lz
+
+# A data set's samples as the loader makes them, for the torchvision comparison.
+$(B)/tests/data-dump: $(B)/obj/tests/tools/data_dump.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 $(B)/tests/rank-leaves: $(B)/obj/tests/tools/rank_leaves.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)

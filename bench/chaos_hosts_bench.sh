@@ -36,8 +36,12 @@ mkdir -p "$NETBED_DIR/shared"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load $(cut -d' ' -f1 /proc/loadavg)"
 echo "command: make bench-chaos-hosts (STEPS=$STEPS LOSE_EVERY=$LOSE_EVERY BACK_AFTER=$BACK_AFTER CAP=$CAP)"
-now() { date +%s.%N; }
-gt() { [ "$(echo "$1 > $2" | bc)" = 1 ]; }
+# No process of its own per turn of the watching loop (see chaos_bench.sh):
+# bash's clock in microseconds, a read that times out for a pause.
+exec {NAP}<> <(:)
+nap() { read -r -t "$1" -u "$NAP" _ || :; }
+us() { US=${EPOCHREALTIME/./}; }
+secs() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
 
 # One host's side of a job (name port host), in the background; every
 # process of it carries DDPRUN_TEST_TAG=$TAG.hH (host_pids).
@@ -83,31 +87,37 @@ running() { local h; for h in 1 2 3; do [ -n "${AGENTS[$h]}" ] && kill -0 "${AGE
 
 # run SIDE NAME PORT LOSE CAP_S: prints "seconds losses steps_kept redone"
 run() {
-    local side=$1 name=$2 port=$3 lose=$4 cap=$5 t0 losses=0 next back="" down="" h kept redone
+    local side=$1 name=$2 port=$3 lose=$4 cap_us t0 losses=0 next back=0 down="" h kept redone
+    cap_us=$(echo "$5 * 1000000 / 1" | bc)
     AGENTS=([1]="" [2]="" [3]="")
-    t0=$(now)
+    us
+    t0=$US
     for h in 1 2 3; do "${side}_on" "$name" "$port" "$h"; done
-    next=$(echo "$t0 + $LOSE_EVERY" | bc)
+    next=$((t0 + LOSE_EVERY * 1000000))
     while running; do
-        if gt "$(now)" "$(echo "$t0 + $cap" | bc)"; then
+        us
+        if ((US - t0 > cap_us)); then
             sweep_hosts
             break
         fi
-        if [ "$lose" = 1 ] && [ -z "$down" ] && gt "$(now)" "$next"; then
+        if [ "$lose" = 1 ] && [ -z "$down" ] && ((US > next)); then
             down=$((2 + RANDOM % 2))
             lose_host "$down"
             losses=$((losses + 1))
-            back=$(echo "$(now) + $BACK_AFTER" | bc)
+            us
+            back=$((US + BACK_AFTER * 1000000))
         fi
-        if [ -n "$down" ] && gt "$(now)" "$back"; then
+        if [ -n "$down" ] && ((US > back)); then
             netbed_link "$down" up
             "${side}_on" "$name" "$port" "$down"
             down=""
-            next=$(echo "$(now) + $LOSE_EVERY - $BACK_AFTER" | bc)
+            us
+            next=$((US + (LOSE_EVERY - BACK_AFTER) * 1000000))
         fi
-        sleep 0.1
+        nap 0.1
     done
-    local t=$(echo "$(now) - $t0" | bc)
+    us
+    local t=$((US - t0))
     for h in 1 2 3; do [ -n "${AGENTS[$h]}" ] && wait "${AGENTS[$h]}" 2> /dev/null; done
     [ -n "$down" ] && netbed_link "$down" up
     kept=0
@@ -115,7 +125,7 @@ run() {
     # steps rank 0 printed (on whichever host it was) more than once
     redone=$(cat "$TMP/$name".h*.out 2> /dev/null | sed -n 's/.* step \([0-9]*\)\/.*/\1/p' |
         sort | uniq -d | grep -c .)
-    echo "$t $losses $kept $redone"
+    echo "$(secs "$t") $losses $kept $redone"
 }
 report() { # label clean seconds losses kept redone
     printf '%-44s %6.1f s, %d host losses, %3d of %d steps, goodput %.2f, %.2f s lost per loss%s\n' \

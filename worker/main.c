@@ -146,13 +146,17 @@ static int parse(int argc, char **argv, train_config *c) {
          .metavar = "NAME", .help = data_help},
         {"data-dir", 0, OPTS_BUF, .target = c->data_dir, .size = sizeof c->data_dir,
          .metavar = "DIR", .help = "where the data set's files are (fashion-mnist\n"
-                                   "default: /usr/share/datasets/fashion-mnist)"},
+                                   "default: /usr/share/datasets/fashion-mnist;\n"
+                                   "imagefolder: the folder with train/ and val/)"},
         {"input-shape", 0, OPTS_CALL, .apply = apply_shape, .metavar = "CxHxW",
          .help = "synthetic images' shape (default 3x32x32)"},
         {"classes", 0, OPTS_INT, .target = &c->classes, .lo = 2, .hi = 100000, .metavar = "N",
          .help = "synthetic classes (default 10)"},
         {"synthetic-size", 0, OPTS_I64, .target = &c->synthetic_size, .lo = 1, .hi = 1e9,
          .metavar = "N", .help = "synthetic training samples (default 60000)"},
+        {"image-size", 0, OPTS_INT, .target = &c->image_size, .lo = 8, .hi = 4096, .metavar = "P",
+         .help = "imagefolder: the side of the square the images are\ncropped and resized to "
+                 "(default 224)"},
         {"no-augment", 0, OPTS_FLAG_CLEAR, .target = &c->augment,
          .help = "no random crop and flip"},
         {"fixed-batch", 0, OPTS_FLAG, .target = &c->fixed_batch,

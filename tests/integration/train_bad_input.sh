@@ -20,9 +20,9 @@ fails 2 "--input-shape: '3x32' is not CxHxW" --data synthetic --input-shape 3x32
 fails 2 "--input-shape: '0x8x8' is not CxHxW" --data synthetic --input-shape 0x8x8
 fails 1 "unknown model 'resnet7'" "${quick[@]}" --model resnet7
 # --data's names are the format table's (worker/data/ds_table.c), as is --help's list.
-fails 2 "--data: 'imagenet' is not fashion-mnist, mnist, cifar10 or synthetic" --data imagenet
+fails 2 "--data: 'imagenet' is not fashion-mnist, mnist, cifar10, synthetic or imagefolder" --data imagenet
 ddp-train --help > "$SCRATCH/help"
-grep -qF -- "fashion-mnist (default), mnist, cifar10 or synthetic" "$SCRATCH/help" ||
+tr -s ' \n' ' ' < "$SCRATCH/help" | grep -qF -- "fashion-mnist (default), mnist, cifar10, synthetic or imagefolder" ||
     { echo "--help does not list the data sets:"; cat "$SCRATCH/help"; exit 1; }
 fails 2 "unknown option '--bogus'" --bogus 3
 # Options are not abbreviated: a near miss is refused with the one meant

@@ -650,9 +650,9 @@ static int flaky_open(const dataset_format *f, const dataset_opts *o, void **sta
     return 0;
 }
 
-static int flaky_sample(const void *state, int64_t index, void *px, int32_t *label, char *err,
-                        size_t errlen) {
-    (void)state;
+static int flaky_sample(const void *state, int64_t index, const ds_draw *dr, void *px,
+                        int32_t *label, char *err, size_t errlen) {
+    (void)state, (void)dr;
     if (index % 10 == 7) {
         snprintf(err, errlen, "sample %lld: its file is gone", (long long)index);
         return -ENOENT;

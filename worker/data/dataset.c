@@ -213,11 +213,12 @@ static void augment_sample(const dataset *d, float *x, uint64_t seed, int epoch,
 int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
                    float *x, int32_t *y, char *err, size_t errlen) {
     assert(index >= 0 && index < d->info.n);
-    int rc = d->f->sample(d->state, index, x, y, err, errlen);
+    ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch};
+    int rc = d->f->sample(d->state, index, &dr, x, y, err, errlen);
     if (rc) return rc;
     assert(*y >= 0 && *y < d->info.classes);
     if (d->info.pixels == DS_BYTES) normalise_in_place(d, x);
-    if (augment) augment_sample(d, x, seed, epoch, index);
+    if (augment && !d->info.own_augment) augment_sample(d, x, seed, epoch, index);
     return 0;
 }
 

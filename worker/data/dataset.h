@@ -26,6 +26,7 @@ typedef struct {
      * test_batch.bin are looked for in dir, then in dir/cifar-10-batches-bin. */
     const char *dir;
     int train;          /* 1: the training split, 0: the test split */
+    int image_size;     /* imagefolder: a sample's side (0: 224) */
     /* synthetic only (0 picks the default) */
     int c, h, w;        /* --input-shape CxHxW; default 3x32x32 */
     int classes;        /* default 10 */

@@ -26,8 +26,9 @@ int ds_file_exists(const char *path) {
 }
 
 /* In memory nothing can fail: err stays untouched. */
-int ds_stored_sample(const void *state, int64_t index, void *px, int32_t *label, char *err,
-                     size_t errlen) {
+int ds_stored_sample(const void *state, int64_t index, const ds_draw *dr, void *px,
+                     int32_t *label, char *err, size_t errlen) {
+    (void)dr;
     (void)err, (void)errlen;
     const ds_stored *s = state;
     memcpy(px, s->pixels + (size_t)index * s->bytes, s->bytes);

@@ -34,7 +34,17 @@ typedef struct {
     int classes;             /* labels are 0 .. classes - 1 */
     ds_pixels pixels;
     const float *mean, *std; /* DS_BYTES: c each, of values in [0, 1] */
+    int own_augment;         /* the format crops and flips as it decodes (ds_draw):
+                              * dataset.c adds no augmentation of its own */
 } ds_info;
+
+/* How a sample is drawn: what a format that augments on its own
+ * (own_augment) draws its crop and flip from, (seed, epoch, index) alone. */
+typedef struct {
+    int augment; /* 0: the evaluation's view */
+    uint64_t seed;
+    int epoch;
+} ds_draw;
 
 typedef struct dataset_format dataset_format;
 
@@ -47,14 +57,15 @@ struct dataset_format {
      * leaves nothing to close. */
     int (*open)(const dataset_format *f, const dataset_opts *o, void **state, ds_info *info,
                 char *err, size_t errlen);
-    /* Sample `index` (0 <= index < n) into px and its label into *label.
+    /* Sample `index` (0 <= index < n), drawn as dr says, into px and its
+     * label into *label.
      * px is the start of room for C x H x W floats: a DS_FLOATS format
      * fills it, a DS_BYTES one writes its C x H x W bytes at its start.
      * Called by several threads at once with the same state, which open
      * left read-only. May read files: 0, or -errno with err naming the
      * file and the sample. */
-    int (*sample)(const void *state, int64_t index, void *px, int32_t *label, char *err,
-                  size_t errlen);
+    int (*sample)(const void *state, int64_t index, const ds_draw *dr, void *px, int32_t *label,
+                  char *err, size_t errlen);
     /* Frees what open made (state may be NULL). */
     void (*close)(void *state);
     /* The format's own constant, for a file that serves several names (the
@@ -90,8 +101,8 @@ typedef struct {
     uint8_t *labels; /* n */
 } ds_stored;
 
-int ds_stored_sample(const void *state, int64_t index, void *px, int32_t *label, char *err,
-                     size_t errlen);
+int ds_stored_sample(const void *state, int64_t index, const ds_draw *dr, void *px,
+                     int32_t *label, char *err, size_t errlen);
 void ds_stored_close(void *state);
 
 #endif

@@ -82,9 +82,9 @@ static void synthetic_pattern(const synthetic *d, int label, float *x) {
 }
 
 /* Pure computation: nothing can fail, err stays untouched. */
-static int synthetic_sample(const void *state, int64_t index, void *px, int32_t *label,
-                            char *err, size_t errlen) {
-    (void)err, (void)errlen;
+static int synthetic_sample(const void *state, int64_t index, const ds_draw *dr, void *px,
+                            int32_t *label, char *err, size_t errlen) {
+    (void)dr, (void)err, (void)errlen;
     const synthetic *d = state;
     float *x = px;
     rng_t r;

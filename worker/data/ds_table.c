@@ -7,11 +7,13 @@
 extern const dataset_format ds_idx_fashion_mnist, ds_idx_mnist; /* ds_idx.c */
 extern const dataset_format ds_cifar10;                         /* ds_cifar10.c */
 extern const dataset_format ds_synthetic;                       /* ds_synthetic.c */
+extern const dataset_format ds_imagefolder;                     /* ds_imagefolder.c */
 
 const dataset_format *const ds_formats[] = {
     &ds_idx_fashion_mnist,
     &ds_idx_mnist,
     &ds_cifar10,
     &ds_synthetic,
+    &ds_imagefolder,
     NULL,
 };

@@ -19,6 +19,7 @@ typedef struct {
     int in_c, in_h, in_w;  /* --input-shape (synthetic; else from the data) */
     int classes;           /* --classes (synthetic) */
     int64_t synthetic_size; /* --synthetic-size */
+    int image_size;        /* --image-size (imagefolder) */
     int epochs;            /* --epochs */
     int64_t max_steps;     /* --max-steps: stop after this many global steps (0: none) */
     int batch;             /* --batch-size, per rank */

@@ -63,7 +63,7 @@ static int setup_data(trainer *t) {
     char err[1024];
     dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
                       .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
-                      .size = c->synthetic_size, .seed = c->seed};
+                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size};
     int rc = dataset_open(&o, &t->train, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     o.train = 0;
