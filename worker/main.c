@@ -17,6 +17,7 @@
 #include "worker/model/arch.h"
 #include "worker/plot/plot.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/data_bench.h"
 #include "worker/train/train.h"
 
 /* OPTS_CHOICE writes an int; these enums are stored through it. */
@@ -28,6 +29,7 @@ static const char usage_head[] =
     "usage: ddp-train [options]\n"
     "       ddp-train inspect CHECKPOINT|DIRECTORY\n"
     "       ddp-train plot METRICS [-o FILE] [--size WxH] [--title TEXT] [--refresh S]\n"
+    "       ddp-train data-bench [options] [--steps N]   the input pipeline alone: img/s\n"
     "\n"
     "Data-parallel ResNet training. Run one process per rank under ddprun, torchrun,\n"
     "mpirun or srun (ranks come from their environment), or alone. Options are\n"
@@ -297,9 +299,19 @@ int main(int argc, char **argv) {
     log_init("ddp-train");
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0) return inspect(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "plot") == 0) return plot_main(argc - 1, argv + 1);
+    int bench = argc >= 2 && strcmp(argv[1], "data-bench") == 0;
+    if (bench) { /* the training's options, --steps for --max-steps */
+        argv[1] = argv[0];
+        argc--, argv++;
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], "--steps") == 0) argv[i] = "--max-steps";
+            else if (strncmp(argv[i], "--steps=", 8) == 0 &&
+                     asprintf(&argv[i], "--max-steps=%s", argv[i] + 8) < 0)
+                return 1;
+    }
     train_config c;
     int rc = parse(argc, argv, &c);
     if (rc == OPTS_HELP_GIVEN) return 0;
     if (rc) return 2; /* a bad command line, as for every program here */
-    return train_run(&c);
+    return bench ? data_bench_run(&c) : train_run(&c);
 }
