@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
 
-.PHONY: all deps check check-quick check-torch2 demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data clean
+.PHONY: all deps check check-quick check-torch2 demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -214,7 +214,7 @@ demo-store: deps
 # bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store,
 # bench-recovery (root: test hosts in network namespaces): ours and
 # the peer's side by side (bench/NAME_bench.sh; docs/results.md).
-BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data
+BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$(subst -,_,$*)_bench.sh

@@ -46,6 +46,7 @@ static const char usage_tail[] =
 #define HELP_WIDTH 52
 static const opts_choice schedules[] = {
     {"cosine", SCHED_COSINE}, {"step", SCHED_STEP}, {"constant", SCHED_CONSTANT}, {NULL, 0}};
+static const opts_choice recipes[] = {{"resnet", 0}, {"plain", 1}, {NULL, 0}};
 static const opts_choice devices[] = {{"auto", BACKEND_AUTO}, {"cpu", BACKEND_CPU},
                                       {"cuda", BACKEND_CUDA}, {"gpu", BACKEND_CUDA}, {NULL, 0}};
 static const opts_choice precisions[] = {
@@ -159,8 +160,15 @@ static int parse(int argc, char **argv, train_config *c) {
         {"image-size", 0, OPTS_INT, .target = &c->image_size, .lo = 8, .hi = 4096, .metavar = "P",
          .help = "imagefolder: the side of the square the images are\ncropped and resized to "
                  "(default 224)"},
+        {"image-recipe", 0, OPTS_CHOICE, .target = &c->image_plain, .choices = recipes,
+         .metavar = "R", .help = "imagefolder: resnet (RandomResizedCrop + flip;\nResize + "
+                                 "CenterCrop for val; the default) or\nplain (resized to PxP "
+                                 "whole; a padded\nrandom crop and flip, as for the small sets)"},
         {"no-augment", 0, OPTS_FLAG_CLEAR, .target = &c->augment,
          .help = "no random crop and flip"},
+        {"skip-bad-images", 0, OPTS_FLAG, .target = &c->skip_bad,
+         .help = "a damaged or unreadable image is replaced by the\nnext good one and counted "
+                 "(said at each epoch's\nend) instead of stopping the run"},
         {"fixed-batch", 0, OPTS_FLAG, .target = &c->fixed_batch,
          .help = "benchmarks: make the first batch once and train\n"
                  "on it at every step (the step's speed without\n"

@@ -8,7 +8,8 @@
 # error naming the file: a truncated JPEG, a JPEG with a bogus header, a
 # damaged PNG, a text file called .jpg, an empty file, an image format
 # torchvision reads and ddp-train does not, an empty class folder, no
-# train/, no --data-dir.
+# train/, no --data-dir; with --skip-bad-images they are replaced by the
+# next good image, the first said and all counted at each epoch's end.
 source "$(dirname "$0")/../lib/train.bash"
 MK=$ROOT/build/tests/make-images
 [ -x "$MK" ] || { echo "skipped: build/tests/make-images is not built"; exit 77; }
@@ -79,6 +80,16 @@ rc=0
 ddp-train --data imagefolder --threads 1 > "$SCRATCH/out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -qF -- "--data imagefolder needs --data-dir DIR" "$SCRATCH/out" ||
     { echo "no --data-dir: exit $rc"; cat "$SCRATCH/out"; exit 1; }
+# --skip-bad-images: the damaged files are replaced, said once, counted at each epoch's end.
+head -c 400 "$c0/img_00003.jpg" > "$c0/cut.jpg"
+echo "hello" > "$D/val/class_01/text.png"
+ddp-train "${args[@]}" --epochs 2 --skip-bad-images > "$SCRATCH/out" 2>&1 || { cat "$SCRATCH/out"; exit 1; }
+[ "$(grep -c "skipping a sample: .*: a truncated JPEG image\|skipping a sample: .* is not a JPEG or PNG image" "$SCRATCH/out")" -le 2 ] &&
+    grep -q "skipping a sample: " "$SCRATCH/out" &&
+    grep -q "epoch 1: 1 draw of bad training images and 1 of bad test images skipped (--skip-bad-images)" "$SCRATCH/out" &&
+    grep -q "epoch 2: 1 draw of bad training images and 1 of bad test images skipped (--skip-bad-images)" "$SCRATCH/out" ||
+    { echo "--skip-bad-images did not say what it skipped:"; cat "$SCRATCH/out"; exit 1; }
+rm "$c0/cut.jpg" "$D/val/class_01/text.png"
 # and after all that, the folder still trains
 ddp-train "${args[@]}" --no-eval --max-steps 2 > "$SCRATCH/out" 2>&1 || { cat "$SCRATCH/out"; exit 1; }
 echo "ok: trained and tested on the folder; bit-exact across loader threads; 9 kinds of bad input named"

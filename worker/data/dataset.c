@@ -10,6 +10,7 @@
 #include "worker/data/dataset.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +31,23 @@
 #define CRITICAL
 #endif
 
+/* --skip-bad-images: what was skipped, by the epoch's parity (the loader
+ * draws at most into the next epoch); changed through a const dataset. */
+typedef struct {
+    _Atomic int64_t n[2];
+    _Atomic int warned;
+    void (*warn)(const char *message);
+} skip_count;
+
+/* How many samples after a bad one are tried before giving up. */
+#define SKIP_TRIES 64
+
 struct dataset {
     const dataset_format *f;
     void *state;       /* the format's */
     ds_info info;
     float (*lut)[256]; /* DS_BYTES: raw byte -> normalised value, per channel */
+    skip_count *skips; /* NULL unless bad samples are skipped */
 };
 
 /* ---- The table -------------------------------------------------------- */
@@ -117,7 +130,18 @@ void dataset_close(dataset *d) {
     if (!d) return;
     d->f->close(d->state);
     free(d->lut);
+    free(d->skips);
     free(d);
+}
+
+int dataset_skip_bad(dataset *d, void (*warn)(const char *message)) {
+    if (!d->skips && !(d->skips = calloc(1, sizeof *d->skips))) return -ENOMEM;
+    d->skips->warn = warn;
+    return 0;
+}
+
+int64_t dataset_take_skipped(dataset *d, int epoch) {
+    return d->skips ? atomic_exchange(&d->skips->n[epoch & 1], 0) : 0;
 }
 
 int64_t dataset_size(const dataset *d) { return d->info.n; }
@@ -210,15 +234,34 @@ static void augment_sample(const dataset *d, float *x, uint64_t seed, int epoch,
 
 /* ---- Samples and batches ---------------------------------------------- */
 
+static int draw(const dataset *d, int64_t index, const ds_draw *dr, float *x, int32_t *y,
+                char *err, size_t errlen) {
+    int rc = d->f->sample(d->state, index, dr, x, y, err, errlen);
+    if (rc) return rc;
+    assert(*y >= 0 && *y < d->info.classes);
+    if (d->info.pixels == DS_BYTES) normalise_in_place(d, x);
+    if (dr->augment && !d->info.own_augment) augment_sample(d, x, dr->seed, dr->epoch, index);
+    return 0;
+}
+
 int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
                    float *x, int32_t *y, char *err, size_t errlen) {
     assert(index >= 0 && index < d->info.n);
     ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch};
-    int rc = d->f->sample(d->state, index, &dr, x, y, err, errlen);
-    if (rc) return rc;
-    assert(*y >= 0 && *y < d->info.classes);
-    if (d->info.pixels == DS_BYTES) normalise_in_place(d, x);
-    if (augment && !d->info.own_augment) augment_sample(d, x, seed, epoch, index);
+    int rc = draw(d, index, &dr, x, y, err, errlen);
+    if (rc == 0 || !d->skips) return rc;
+    /* the next sample that can be drawn, whichever thread asks */
+    char first[512];
+    snprintf(first, sizeof first, "%s", err);
+    int64_t k = 1;
+    for (; rc && k <= SKIP_TRIES && k < d->info.n; k++)
+        rc = draw(d, (index + k) % d->info.n, &dr, x, y, err, errlen);
+    if (rc)
+        return err_set(err, errlen, rc, "%s; and the %lld samples after it could not be drawn "
+                                        "either (--skip-bad-images gives up)",
+                       first, (long long)(k - 1));
+    atomic_fetch_add(&d->skips->n[epoch & 1], 1);
+    if (!atomic_exchange(&d->skips->warned, 1) && d->skips->warn) d->skips->warn(first);
     return 0;
 }
 

@@ -27,6 +27,8 @@ typedef struct {
     const char *dir;
     int train;          /* 1: the training split, 0: the test split */
     int image_size;     /* imagefolder: a sample's side (0: 224) */
+    int image_plain;    /* imagefolder: each image resized whole to image_size, with
+                         * the generic augmentation (not the ResNet recipe's crops) */
     /* synthetic only (0 picks the default) */
     int c, h, w;        /* --input-shape CxHxW; default 3x32x32 */
     int classes;        /* default 10 */
@@ -72,5 +74,15 @@ int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint
  * file gone or damaged since). */
 int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
                    float *x, int32_t *y, char *err, size_t errlen);
+
+/* --skip-bad-images: from now on a sample that cannot be drawn (a damaged
+ * or unreadable file) is replaced by the next one in the set that can,
+ * and counted, instead of failing the batch; the replacement depends on
+ * the index alone, so the batch is the same whatever the threads. The
+ * first one's error goes to warn (once). 0, or -ENOMEM. */
+int dataset_skip_bad(dataset *d, void (*warn)(const char *message));
+/* The samples skipped in an epoch's draws so far (counted by the epoch's
+ * parity: the loader works at most into the next epoch), then zeroed. */
+int64_t dataset_take_skipped(dataset *d, int epoch);
 
 #endif

@@ -8,6 +8,8 @@
  *               ten tries, then the centre) and a horizontal flip with
  *               probability 1/2, both drawn from (seed, epoch, index);
  *   evaluation  Resize(S * 256 / 224) of the shorter side, CenterCrop(S);
+ * (--image-recipe plain: the whole image resized to S x S instead, and
+ * the padded random crop and flip of the small data sets for training.)
  * S is --image-size; resampling is bilinear with PIL's antialiasing (the
  * filter widens with the reduction), values ImageNet's mean and std.
  * JPEGs are decoded with libjpeg-turbo no larger and no further than the
@@ -63,6 +65,7 @@ typedef struct {
     int64_t n;
     int size;  /* the side of a sample: --image-size */
     int train; /* the training recipe (else evaluation's) */
+    int plain; /* --image-recipe plain: the whole image resized, no crop of our own */
 } folder;
 
 /* ---- Listing ----------------------------------------------------------- */
@@ -296,6 +299,7 @@ static int folder_open(const dataset_format *fmt, const dataset_opts *o, void **
     }
     f->size = o->image_size > 0 ? o->image_size : 224;
     f->train = o->train;
+    f->plain = o->image_plain;
     rc = list_images(f, root, classes, nclasses, err, errlen);
     free_names(classes, nclasses);
     if (rc) {
@@ -304,7 +308,7 @@ static int folder_open(const dataset_format *fmt, const dataset_opts *o, void **
     }
     *info = (ds_info){.n = f->n, .c = 3, .h = f->size, .w = f->size, .classes = nclasses,
                       .pixels = DS_BYTES, .mean = IMAGENET_MEAN, .std = IMAGENET_STD,
-                      .own_augment = 1};
+                      .own_augment = !f->plain};
     *state = f;
     return 0;
 }
@@ -455,6 +459,7 @@ out:
 /* The box of the image this sample takes, and whether it is mirrored. */
 static box draw_box(const folder *f, const ds_draw *dr, int64_t index, int w, int h, int *flip) {
     *flip = 0;
+    if (f->plain) return (box){0, 0, w, h};
     if (!f->train || !dr->augment) return resize_center_crop(f->size, w, h);
     rng_t r;
     rng_seed(&r, dr->seed, (uint64_t)(int64_t)dr->epoch, (uint64_t)index);

@@ -19,7 +19,8 @@ int data_bench_run(const train_config *c) {
     char err[1024];
     dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
                       .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
-                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size};
+                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size,
+                      .image_plain = c->image_plain};
     dataset *ds = NULL;
     backend *be = NULL;
     loader *l = NULL;

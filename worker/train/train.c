@@ -148,12 +148,33 @@ static int run_epoch(trainer *t) {
     return 0;
 }
 
+/* --skip-bad-images: how many samples every rank skipped in the epoch
+ * (training) and its evaluation, said by rank 0. Draws are counted: an
+ * image drawn twice (the last batch's wrap-around, a batch built again
+ * after a resume) counts twice. */
+static int report_skipped(trainer *t) {
+    if (!t->cfg->skip_bad) return 0;
+    float n[2] = {(float)dataset_take_skipped(t->train, t->at.epoch),
+                  t->test ? (float)dataset_take_skipped(t->test, 0) : 0.0f};
+    int rc = step_allreduce_small(t, n, 2);
+    if (rc)
+        return trainer_fail(t, rc, "all-reduce of the skipped images' count failed: %s",
+                            trainer_why(comm_error(t->comm), rc));
+    if (t->env.rank == 0 && (n[0] > 0 || n[1] > 0)) {
+        progress_bar_clear(&t->progress);
+        log_warn("epoch %d: %.0f draw%s of bad training images and %.0f of bad test images "
+                 "skipped (--skip-bad-images)",
+                 t->at.epoch + 1, n[0], n[0] == 1 ? "" : "s", n[1]);
+    }
+    return 0;
+}
+
 static int run_epochs(trainer *t) {
     for (; t->at.epoch < t->cfg->epochs; t->at.epoch++, t->at.pos = 0) {
         int rc = run_epoch(t);
         if (rc) return rc > 0 ? 0 : rc;
         watchdog_arm(&t->wd, WATCHED);
-        if ((rc = step_evaluate(t))) return rc;
+        if ((rc = step_evaluate(t)) || (rc = report_skipped(t))) return rc;
         watchdog_arm(&t->wd, WATCHED);
         t->rec.recorded = 0, t->rec.eager_steps = 0; /* every rank: see step_run */
         if ((rc = save_at_epoch_end(t))) return rc;

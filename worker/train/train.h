@@ -20,6 +20,8 @@ typedef struct {
     int classes;           /* --classes (synthetic) */
     int64_t synthetic_size; /* --synthetic-size */
     int image_size;        /* --image-size (imagefolder) */
+    int image_plain;       /* --image-recipe plain (imagefolder; 0: resnet) */
+    int skip_bad;          /* --skip-bad-images */
     int epochs;            /* --epochs */
     int64_t max_steps;     /* --max-steps: stop after this many global steps (0: none) */
     int batch;             /* --batch-size, per rank */

@@ -58,18 +58,27 @@ static int setup_job(trainer *t) {
     return 0;
 }
 
+static void skipped_first(const char *why) {
+    log_warn("skipping a sample: %s (--skip-bad-images: the next good one takes its place; the "
+             "count comes at each epoch's end)", why);
+}
+
 static int setup_data(trainer *t) {
     const train_config *c = t->cfg;
     char err[1024];
     dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
                       .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
-                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size};
+                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size,
+                      .image_plain = c->image_plain};
     int rc = dataset_open(&o, &t->train, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     o.train = 0;
     o.size = c->synthetic_size ? c->synthetic_size / 6 + 1 : 0;
     if (c->eval && (rc = dataset_open(&o, &t->test, err, sizeof err)))
         return trainer_fail(t, rc, "%s", err);
+    if (c->skip_bad && ((rc = dataset_skip_bad(t->train, skipped_first)) ||
+                        (t->test && (rc = dataset_skip_bad(t->test, skipped_first)))))
+        return trainer_fail(t, rc, "out of memory");
     t->n = dataset_size(t->train);
     return 0;
 }
