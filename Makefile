@@ -115,9 +115,11 @@ $(B)/bin/ddprun: $(B)/obj/launcher/ddprun_main.o $(B)/obj/launcher/config.o $(B)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# -rdynamic: the stacks it writes (on a crash, or asked for by the agent's
+# watchdog) name its functions, not only addresses.
 $(B)/bin/ddp-train: $(B)/obj/worker/main.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -rdynamic $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 $(B)/bin/ddp-allreduce-bench: $(B)/obj/bench/allreduce_bench.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)

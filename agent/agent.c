@@ -410,6 +410,8 @@ static void on_settle(uv_check_t *c) { settle_failures(c->data); }
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = w->term_signal != 0 || w->exit_status != 0;
+    char scope[256]; /* (asked at every exit: a kill the group's stop overtook is cleared) */
+    int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
     /* A failure while running, or one reaped in the same turn as that one. */
     int cause = failed && (a->state == ST_RUNNING || uv_is_active((uv_handle_t *)&a->settle));
     agent_note_exit(a, w);
@@ -430,8 +432,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
     failure_free(f);
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
-    char scope[256];
-    f->watchdog = file_timer_take_reaped(a->watchdog, scope, sizeof scope) == w->pid;
+    f->watchdog = by_watchdog;
     if (f->watchdog) {
         char *why = NULL;
         if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",

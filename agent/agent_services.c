@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/janitor.h"
+#include "agent/stacks.h"
 #include "agent/worker_env.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -171,6 +172,19 @@ static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
     return 0;
 }
 
+/* How long the workers have to write their stacks before the kill. */
+#define STACK_GRACE_S 2.0
+
+/* Before the watchdog kills a worker: every running worker's stack, from
+ * those that catch the signal (agent/stacks.h). */
+static int ask_stacks(void *ctx) {
+    agent *a = ctx;
+    int n = 0;
+    for (int i = 0; a->wg && i < a->wg->n; i++)
+        if (a->wg->w[i].running) n += stacks_ask(a->wg->w[i].pid);
+    return n;
+}
+
 /* torchrun's TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
  * requests on TORCHELASTIC_TIMER_FILE (or a new FIFO), which the workers
  * are told. */
@@ -188,6 +202,7 @@ int agent_start_watchdog(agent *a) {
         log_error("TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", err);
         return -EIO;
     }
+    file_timer_before_kill(a->watchdog, ask_stacks, STACK_GRACE_S);
     log_info("worker watchdog: serving torch's FileTimer requests on %s", a->watchdog_path);
     return 0;
 }

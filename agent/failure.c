@@ -118,6 +118,10 @@ static void print_one(FILE *out, int index, const failure *f) {
         fprintf(out, "  message   : %s\n", f->message);
 }
 
+/* Lower first: a worker the watchdog killed (it named the hung one), one
+ * killed by another signal, one that exited with a code. */
+static int tier(const failure *f) { return f->watchdog ? 0 : f->exitcode < 0 ? 1 : 2; }
+
 int failure_root_cause(const failure *fs, int n) {
     int root = -1;
     for (int i = 0; i < n; i++) {
@@ -125,8 +129,8 @@ int failure_root_cause(const failure *fs, int n) {
             root = i;
             continue;
         }
-        int sig = fs[i].exitcode < 0, root_sig = fs[root].exitcode < 0;
-        if (sig != root_sig ? sig : fs[i].time < fs[root].time) root = i;
+        int a = tier(&fs[i]), b = tier(&fs[root]);
+        if (a != b ? a < b : fs[i].time < fs[root].time) root = i;
     }
     return root;
 }

@@ -31,9 +31,10 @@ void failure_from_exit(failure *f, const char *host, int rank, int local_rank, i
 char *failure_to_json(const failure *f);
 int failure_from_json(const char *line, failure *f);
 void failure_free(failure *f);
-/* Which of n failures of one round caused the others: the earliest worker
- * killed by a signal (a crash, the OOM killer, kill -9, the watchdog),
- * else the earliest. A worker that exits with a code may have been
+/* Which of n failures of one round caused the others: the worker the
+ * watchdog killed (of several, the one whose deadline passed first), else
+ * the earliest killed by a signal (a crash, the OOM killer, kill -9), else
+ * the earliest. A worker that exits with a code may have been
  * reacting to another's death (its collective lost a peer), and it tells
  * its exit time more precisely than the agent can tell a killed one's, so
  * times alone would blame the survivor. -1 when n is 0. */

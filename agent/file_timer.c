@@ -23,6 +23,7 @@ typedef struct {
     char scope[256];
     double expires; /* seconds since the epoch */
     int sig;
+    double kill_at; /* expired: the stacks were asked for, the kill comes then (0: not yet) */
 } timer_entry;
 
 struct file_timer {
@@ -39,8 +40,18 @@ struct file_timer {
     file_timer_owner_fn owner;
     void *ctx;
     pid_t reaped;
+    double reaped_expires;
     char reaped_scope[256];
+    int (*ask)(void *ctx); /* before a kill: the stacks (file_timer_before_kill) */
+    double grace;
+    double asked_until;    /* a round of stacks is being written until then */
 };
+
+void file_timer_before_kill(file_timer *t, int (*ask)(void *ctx), double grace_s) {
+    if (!t) return;
+    t->ask = ask;
+    t->grace = grace_s;
+}
 
 static void drop(file_timer *t, int i) { t->timers[i] = t->timers[--t->n]; }
 
@@ -77,6 +88,7 @@ static void handle_line(file_timer *t, const char *line, size_t n) {
         }
         e->expires = expires;
         e->sig = (int)sig;
+        e->kill_at = 0; /* renewed: whatever was pending is off */
     }
     json_decref(req);
 }
@@ -123,10 +135,32 @@ static void on_tick(uv_timer_t *h) {
             drop(t, i);
             continue;
         }
+        if (e->kill_at == 0) { /* first seen expired: the stacks, then the kill */
+            if (t->ask && now >= t->asked_until) {
+                int n = t->ask(t->ctx);
+                if (n > 0) {
+                    t->asked_until = now + t->grace;
+                    log_error("worker watchdog: %s ran past its deadline in '%s': asked %d "
+                              "worker%s for %s stacks (in their logs) before SIG%s",
+                              who, e->scope, n, n == 1 ? "" : "s", n == 1 ? "its" : "their",
+                              sigabbrev_np(e->sig));
+                }
+            }
+            /* (a round under way covers the others that expire meanwhile) */
+            e->kill_at = t->asked_until > now ? t->asked_until : now;
+        }
+        if (e->kill_at > now) {
+            i++;
+            continue;
+        }
         log_error("worker watchdog: %s ran past its deadline in '%s' (%.1f s ago): sending "
                   "SIG%s", who, e->scope, now - e->expires, sigabbrev_np(e->sig));
-        t->reaped = pid;
-        snprintf(t->reaped_scope, sizeof t->reaped_scope, "%s", e->scope);
+        /* of several killed at once, the one that ran out first: the others
+         * (waiting for it in a collective) ran out because of it */
+        if (!t->reaped || e->expires < t->reaped_expires) {
+            t->reaped = pid, t->reaped_expires = e->expires;
+            snprintf(t->reaped_scope, sizeof t->reaped_scope, "%s", e->scope);
+        }
         kill(pid, e->sig);
         for (int k = t->n - 1; k >= 0; k--) /* the process's other timers go with it */
             if (t->timers[k].pid == pid) drop(t, k);
@@ -134,11 +168,12 @@ static void on_tick(uv_timer_t *h) {
     }
 }
 
-pid_t file_timer_take_reaped(file_timer *t, char *scope, size_t len) {
-    pid_t pid = t ? t->reaped : 0;
-    if (len) snprintf(scope, len, "%s", pid ? t->reaped_scope : "");
-    if (t) t->reaped = 0;
-    return pid;
+int file_timer_killed(file_timer *t, pid_t pid, char *scope, size_t len) {
+    if (len) scope[0] = '\0';
+    if (!t || !t->reaped || t->reaped != pid) return 0;
+    if (len) snprintf(scope, len, "%s", t->reaped_scope);
+    t->reaped = 0;
+    return 1;
 }
 
 file_timer *file_timer_start(uv_loop_t *loop, const char *path, file_timer_owner_fn owner,

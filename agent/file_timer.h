@@ -33,9 +33,15 @@ typedef int (*file_timer_owner_fn)(void *ctx, pid_t pid, char *name, size_t len)
  * serving it on loop. NULL with a message in err on failure. */
 file_timer *file_timer_start(uv_loop_t *loop, const char *path, file_timer_owner_fn owner,
                              void *ctx, char *err, size_t errlen);
-/* The pid the watchdog last killed, and the scope that expired ("" if
- * none); cleared by reading it. */
-pid_t file_timer_take_reaped(file_timer *t, char *scope, size_t len);
+/* Before a process is killed for an expired timer, ask(ctx) is called
+ * (the agent asks every worker for its stack: the hung one and those
+ * waiting for it) and, if it asked any, the kill waits grace_s seconds for
+ * the stacks to be written. */
+void file_timer_before_kill(file_timer *t, int (*ask)(void *ctx), double grace_s);
+/* Whether pid is the process the watchdog killed (of several killed at
+ * once, the one whose deadline passed first), and the scope that expired;
+ * cleared once it says yes. */
+int file_timer_killed(file_timer *t, pid_t pid, char *scope, size_t len);
 /* Stops serving and removes the FIFO. */
 void file_timer_stop(file_timer *t);
 

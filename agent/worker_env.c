@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/stacks.h"
+
 const char *worker_env_gpu(const char *cvd, int local_rank, char *out, size_t len) {
     snprintf(out, len, "%d", local_rank);
     for (int i = 0; cvd && *cvd; i++) {
@@ -57,6 +59,7 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
     if (!env->torch_nccl_async_set) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
     if (!env->nccl_async_set) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
     VAR("DDPRUN_AGENT_PID=%d", x->agent_pid);
+    VAR("DDPRUN_STACK_SIGNAL=%d", stacks_signal());
     if (x->timer_file) VAR("TORCHELASTIC_TIMER_FILE=%s", x->timer_file);
     if (x->metrics_dir && x->metrics_dir[0]) VAR("DDPRUN_METRICS_DIR=%s", x->metrics_dir);
     if (x->snapshot_dir && x->snapshot_dir[0]) VAR("DDPRUN_SNAPSHOT_DIR=%s", x->snapshot_dir);

@@ -6,7 +6,10 @@
 # why, and the group restarts and finishes. (2) ddp-train's --step-timeout:
 # a rank frozen mid-training (SIGSTOP) is killed by the watchdog within the
 # step timeout, long before the collective's own timeout, and the restarted
-# group resumes from the checkpoint and finishes.
+# group resumes from the checkpoint and finishes. Before each kill the
+# agent asks the workers that catch DDPRUN_STACK_SIGNAL for their stacks:
+# the sleeping Python rank's (faulthandler), the waiting ddp-train rank's
+# every thread.
 # timeout: 90
 source "$(dirname "$0")/../lib/train.bash"
 export TORCHELASTIC_ENABLE_FILE_TIMER=1
@@ -14,8 +17,10 @@ unset TORCHELASTIC_TIMER_FILE
 
 if /usr/bin/python3 -c 'from torch.distributed.elastic.timer import FileTimerClient' 2>/dev/null; then
     cat > "$SCRATCH/timed.py" <<'PY'
-import os, time
+import faulthandler, os, time
 from torch.distributed.elastic import timer
+# the agent asks for the stacks before the watchdog's kill (agent/stacks.h)
+faulthandler.register(int(os.environ["DDPRUN_STACK_SIGNAL"]), all_threads=True)
 timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 with timer.expires(after=1, scope="my_step"):
@@ -32,6 +37,10 @@ PY
     grep -q "failed: .*stopped by the worker watchdog, 'my_step' ran past its deadline" \
         "$SCRATCH/torch.log" || { cat "$SCRATCH/torch.log"; echo "the failure does not say why"; exit 1; }
     grep -q "^rank 1 done at restart 1" "$SCRATCH/torch.log" || { cat "$SCRATCH/torch.log"; exit 1; }
+    # the sleeping rank's Python stack, written before the kill
+    grep -q "worker watchdog: local rank 1 .* asked [12] workers\? for \(its\|their\) stacks" "$SCRATCH/torch.log" &&
+        grep -A3 "most recent call first" "$SCRATCH/torch.log" | grep -q "timed.py\", line 9 in <module>" ||
+        { cat "$SCRATCH/torch.log"; echo "no Python stack of the sleeping rank"; exit 1; }
     [ ! -e "$(sed -n 's/.*FileTimer requests on //p' "$SCRATCH/torch.log")" ] || {
         echo "the FIFO was left behind"; exit 1; }
     echo "torch's FileTimerClient: the overrunning rank was killed and the group restarted"
@@ -68,4 +77,12 @@ from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) (\(memory\|di
 [ "$from" -ge $((done_before - 1)) ] ||
     { cat "$SCRATCH/train.log"; echo "resumed from step $from, after step $done_before was done"; exit 1; }
 grep -q "step 300/" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "did not finish"; exit 1; }
+# Before the kill, the agent asked the workers for their stacks: the rank
+# that was not frozen wrote every thread's, its main thread inside the step
+# (the frozen one cannot run its handler).
+grep -q "worker watchdog: .* asked [12] workers\? for \(its\|their\) stacks (in their logs) before SIGKILL" "$SCRATCH/train.log" &&
+    grep -q "ddp-train: rank [01]: the stacks of every thread, asked for by the launcher (step [0-9]* under way)" "$SCRATCH/train.log" &&
+    [ "$(grep -c "^ddp-train: rank [01], thread [0-9]*:" "$SCRATCH/train.log")" -ge 2 ] &&
+    grep -q "(step_train+0x" "$SCRATCH/train.log" ||
+    { cat "$SCRATCH/train.log"; echo "no stacks of the waiting rank before the kill"; exit 1; }
 echo "ddp-train --step-timeout 2: the frozen rank killed after step $done_before, the group resumed from step $from and finished ($killed_ms ms in all)"

@@ -32,6 +32,14 @@ TEST(failure_root_cause_prefers_a_killed_worker) {
     CHECK_EQ(failure_root_cause(sigs, 3), 1);
 }
 
+/* The watchdog killed two ranks at once, the hung one first: it is the
+ * cause, whatever the reaping order. */
+TEST(failure_root_cause_prefers_the_watchdog_kill) {
+    failure fs[] = {at(7.0, -9, 1), at(7.1, -9, 0), at(6.9, 1, 2)};
+    fs[1].watchdog = 1;
+    CHECK_EQ(failure_root_cause(fs, 3), 1);
+}
+
 TEST(failure_summary_names_the_root_cause) {
     failure fs[] = {at(100.010, 1, 0), at(100.020, -9, 1)};
     fs[0].message = strdup("all-reduce failed: rank 1 closed its connection");

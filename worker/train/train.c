@@ -24,6 +24,7 @@
 #include "worker/train/progress.h"
 #include "worker/train/resume.h"
 #include "worker/train/snapshot.h"
+#include "worker/train/stacks.h"
 #include "worker/train/step.h"
 #include "worker/train/trainer.h"
 
@@ -115,6 +116,7 @@ static int run_epoch(trainer *t) {
         float stats[5];
         int64_t t0 = clock_now_ns();
         watchdog_arm(&t->wd, WATCHED);
+        stacks_note_step(t->at.global_step + 1);
         int rc = step_train(t, stats);
         if (rc) return rc;
         /* Rank 0 decides when the nodes keep a snapshot, and the step's
@@ -218,6 +220,7 @@ int train_run(const train_config *c) {
     signal(SIGUSR2, on_sigterm);
     signal(SIGPIPE, SIG_IGN);
     error_file_install_crash_handlers();
+    stacks_install(getenv("RANK") ? atoi(getenv("RANK")) : 0);
     int rc = start(&t);
     if (rc == 0) rc = run_epochs(&t);
     int flushed = snapshot_save_flush(&t); /* the last checkpoint, on disk before "done" */
