@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent/janitor.h"
+#include "agent/tf_config.h"
 #include "agent/worker_env.h"
 #include "common/clock.h"
 #include "common/fdlimit.h"
@@ -55,8 +56,11 @@ static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_resu
         e->rc = rc;
         e->why = why;
         if (res) e->res = *res;
-        e->res.nodes = NULL;
         if (err) snprintf(e->err, sizeof e->err, "%s", err);
+        if (kind == EV_ROUND && rc == 0 && a->cfg->tf_config &&
+            !(e->tf_cluster = tf_config_cluster(res, e->err, sizeof e->err)))
+            e->rc = -EPROTO;
+        e->res.nodes = NULL;
     }
     pthread_mutex_unlock(&a->mu);
     uv_async_send(&a->wake);
@@ -155,6 +159,27 @@ static void clear_rank_metrics(agent *a) {
     if (d) closedir(d);
 }
 
+/* A worker's environment: the agent's, its variables over it, and with
+ * --tf-config its TF_CONFIG (too long for a variable of vars). */
+static char **with_tf_config(agent *a, int local_rank, char (*vars)[WORKER_ENV_LEN], int nv) {
+    if (!a->cfg->tf_config || !a->tf_cluster) return worker_env_build(environ, vars, nv);
+    int n = 0;
+    while (environ[n]) n++;
+    char **base = calloc((size_t)n + 2, sizeof *base);
+    char *tf = tf_config_var(a->tf_cluster, a->cur.rank_offset + local_rank);
+    char **env = NULL;
+    if (base && tf) {
+        int k = 0;
+        for (int i = 0; i < n; i++) /* a TF_CONFIG of the agent's own is replaced */
+            if (strncmp(environ[i], "TF_CONFIG=", 10) != 0) base[k++] = environ[i];
+        base[k] = tf;
+        env = worker_env_build(base, vars, nv);
+    }
+    free(tf);
+    free(base);
+    return env;
+}
+
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
     int n = c->nproc_per_node, rc = 0;
@@ -192,7 +217,7 @@ static int start_workers(agent *a) {
         stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], dup_file[0], &specs[i].out);
         stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], dup_file[1], &specs[i].err);
         int nv = worker_env_vars(&ctx, i, specs[i].error_file, vars);
-        specs[i].env = worker_env_build(environ, vars, nv);
+        specs[i].env = with_tf_config(a, i, vars, nv);
         specs[i].argv = c->argv;
         specs[i].global_rank = a->cur.rank_offset + i;
         if (!specs[i].env) rc = -ENOMEM;
@@ -285,7 +310,7 @@ static void round_formed(agent *a) {
     a->prev_group_size = r->group_world_size;
 }
 
-static void on_round(agent *a, const agent_event *e) {
+static void on_round(agent *a, agent_event *e) {
     if (e->rc == RDZV_RESTARTS_SPENT) {
         a->spent_restarts = e->res.restart_count > 0 ? e->res.restart_count : 1;
         /* the workers still stopping get their grace period, then the agent ends */
@@ -313,9 +338,13 @@ static void on_round(agent *a, const agent_event *e) {
     if (a->wg && !a->wg->idle) { /* the old group is still stopping */
         a->pending = e->res;
         a->have_pending = 1;
+        free(a->pending_tf_cluster);
+        a->pending_tf_cluster = e->tf_cluster, e->tf_cluster = NULL;
         return;
     }
     a->cur = e->res;
+    free(a->tf_cluster);
+    a->tf_cluster = e->tf_cluster, e->tf_cluster = NULL;
     round_formed(a);
     if (start_workers(a) != 0) finish(a, 1);
 }
@@ -367,6 +396,7 @@ static void on_wake(uv_async_t *h) {
             if (!a->wg || a->wg->idle) finish(a, 1);
             break;
         }
+        free(evs[i].tf_cluster); /* (NULL when the round took it) */
     }
 }
 
@@ -475,6 +505,8 @@ static void on_group_idle(worker_group *g) {
     if (a->have_pending) {
         a->have_pending = 0;
         a->cur = a->pending;
+        free(a->tf_cluster);
+        a->tf_cluster = a->pending_tf_cluster, a->pending_tf_cluster = NULL;
         round_formed(a);
         if (start_workers(a) != 0) finish(a, 1);
     }

@@ -110,6 +110,7 @@ typedef struct {
     int signals[AGENT_MAX_SIGNALS]; /* --signals-to-handle: stop the workers with it */
     int nsignals;
     numa_mode numa_binding;     /* --numa-binding */
+    int tf_config;              /* --tf-config: TensorFlow's TF_CONFIG for each worker */
     int event_log_console;      /* --event-log-handler console: events on stderr as JSON */
     char *metrics_host;         /* --metrics-port [HOST:]PORT: HOST, NULL: 127.0.0.1 */
     int metrics_port;           /* its PORT (0: a free one); -1: no metrics server */

@@ -34,6 +34,7 @@ typedef struct {
     int rc;
     rdzv_event why;
     rdzv_result res; /* scalars only: res.nodes belongs to the other thread */
+    char *tf_cluster; /* --tf-config: the round's workers (tf_config.h), malloc'd; or NULL */
     char err[512];
 } agent_event;
 
@@ -61,6 +62,8 @@ typedef struct {
     rdzv_result cur;
     int have_pending;
     rdzv_result pending;
+    char *tf_cluster, *pending_tf_cluster; /* --tf-config: cur's and pending's worker lists */
+    char tf_ports[1024];   /* --tf-config: this node's workers' ports, published */
     int exit_code;
     int shutdown_signal;
     int spent_restarts; /* restarts are spent after this many: the summary is due at the end */

@@ -13,6 +13,7 @@
 
 #include "agent/janitor.h"
 #include "agent/stacks.h"
+#include "agent/tf_config.h"
 #include "agent/worker_env.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -118,6 +119,16 @@ int agent_open_rendezvous(agent *a) {
                    .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
                    .on_beat = on_beat,
                    .clear_own_store = apart && a->store.host ? clear_own_store : NULL, .ctx = a};
+    if (c->tf_config) { /* its workers' ports for TF_CONFIG, the same every round */
+        char err[300];
+        int rc = tf_config_ports(c->nproc_per_node, a->tf_ports, sizeof a->tf_ports, err,
+                                 sizeof err);
+        if (rc) {
+            log_error("%s", err);
+            return rc;
+        }
+        o.worker_ports = a->tf_ports;
+    }
     if (!apart) { /* the job's store: this agent's own, or where it was found */
         o.where.host = a->store.host ? "127.0.0.1" : a->store.addr;
         o.where.port = a->store.port;

@@ -712,6 +712,7 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"module", 'm', OPTS_FLAG, .target = &c->run_module},
         {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
+        {"tf-config", 0, OPTS_FLAG, .target = &c->tf_config},
         {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
         {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
          .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -1071,6 +1072,9 @@ static const char usage_text[] =
     "                            (default off; PET_MODULE)\n"
     "  --no-python               run PROGRAM itself instead of python3 -u PROGRAM, e.g.\n"
     "                            for a compiled program (default off; PET_NO_PYTHON)\n"
+    "  --tf-config               TensorFlow's TF_CONFIG for every worker (MultiWorkerMirrored-\n"
+    "                            Strategy): the round's workers as host:port, ports picked\n"
+    "                            free by each agent; index = RANK (PET_TF_CONFIG)\n"
     "  --virtual-local-rank      LOCAL_RANK=0 for every worker, each seeing only its own\n"
     "                            GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"
     "                            off; PET_VIRTUAL_LOCAL_RANK)\n"

@@ -158,6 +158,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     /* The caller's options may live on its stack: keep a copy of the
      * store address that every later round's description carries. */
     r->o.store_addr = o->store_addr ? strdup(o->store_addr) : NULL;
+    r->o.worker_ports = o->worker_ports ? strdup(o->worker_ports) : NULL;
     r->in_job_store = (o->backend->flags & RDZV_IN_JOB_STORE) != 0;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
@@ -201,6 +202,7 @@ void rdzv_close(rdzv *r) {
     free(r->run_id);
     free(r->hostname);
     free((char *)r->o.store_addr);
+    free((char *)r->o.worker_ports);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -210,15 +212,18 @@ const char *rdzv_agent_id(const rdzv *r) { return r->agent_id; }
 /* ---- joining a round ---------------------------------------------------- */
 
 static void describe_self(const rdzv *r, char *out, size_t n) {
-    snprintf(out, n, "%s\t%s\t%d\t%d\t%s", r->agent_id, r->hostname, r->o.nproc, r->o.node_rank,
-             r->o.store_addr ? r->o.store_addr : "-");
+    snprintf(out, n, "%s\t%s\t%d\t%d\t%s\t%s", r->agent_id, r->hostname, r->o.nproc,
+             r->o.node_rank, r->o.store_addr ? r->o.store_addr : "-",
+             r->o.worker_ports ? r->o.worker_ports : "-");
 }
 
 int rdzv_parse_node(const char *s, rdzv_node *node) {
     memset(node, 0, sizeof *node);
-    int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]", node->agent_id, node->host,
-                   &node->nproc, &node->node_rank_hint, node->store);
+    int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]\t%1023[^\t]", node->agent_id,
+                   node->host, &node->nproc, &node->node_rank_hint, node->store,
+                   node->worker_ports);
     if (k == 4) snprintf(node->store, sizeof node->store, "-");
+    if (k <= 5) snprintf(node->worker_ports, sizeof node->worker_ports, "-");
     return k >= 4 ? 0 : -EPROTO;
 }
 
@@ -504,7 +509,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         return rc ? rc : ROUND_AGAIN;
     }
     int64_t idx;
-    char desc[512];
+    char desc[1600];
     describe_self(r, desc, sizeof desc);
     rc = kv_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
     if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);

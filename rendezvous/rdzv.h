@@ -51,6 +51,8 @@ typedef struct {
     int strict_ranks;         /* static backend: node ranks must be exactly 0..n-1 */
     int nproc;                /* this node's workers */
     const char *hostname;     /* this node's name, for ranks and messages */
+    const char *worker_ports; /* "p1,p2,...": ports this node's workers listen on, */
+                              /* published to the others (--tf-config); NULL: none */
     double join_timeout;      /* s */
     double last_call_timeout; /* s */
     double heartbeat;         /* s */
@@ -72,6 +74,7 @@ typedef struct {
     int nproc;
     int node_rank_hint;
     char store[160]; /* the agent's own store "host:port" (etcd-v3), or "-" */
+    char worker_ports[1024]; /* its rdzv_opts.worker_ports, or "-" */
 } rdzv_node;
 
 typedef struct {

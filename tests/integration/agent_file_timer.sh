@@ -78,11 +78,11 @@ from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) (\(memory\|di
     { cat "$SCRATCH/train.log"; echo "resumed from step $from, after step $done_before was done"; exit 1; }
 grep -q "step 300/" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "did not finish"; exit 1; }
 # Before the kill, the agent asked the workers for their stacks: the rank
-# that was not frozen wrote every thread's, its main thread inside the step
+# that was not frozen wrote every thread's, its main thread inside train_run
 # (the frozen one cannot run its handler).
 grep -q "worker watchdog: .* asked [12] workers\? for \(its\|their\) stacks (in their logs) before SIGKILL" "$SCRATCH/train.log" &&
     grep -q "ddp-train: rank [01]: the stacks of every thread, asked for by the launcher (step [0-9]* under way)" "$SCRATCH/train.log" &&
     [ "$(grep -c "^ddp-train: rank [01], thread [0-9]*:" "$SCRATCH/train.log")" -ge 2 ] &&
-    grep -q "(step_train+0x" "$SCRATCH/train.log" ||
+    grep -q "(train_run+0x" "$SCRATCH/train.log" ||
     { cat "$SCRATCH/train.log"; echo "no stacks of the waiting rank before the kill"; exit 1; }
 echo "ddp-train --step-timeout 2: the frozen rank killed after step $done_before, the group resumed from step $from and finished ($killed_ms ms in all)"
