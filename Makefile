@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
 
-.PHONY: all deps check check-quick check-torch2 demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -196,6 +196,13 @@ check-quick: all $(B)/tests/unit-tests-asan $(B)/fuzz/fuzz-store-parse
 
 # The compatibility tests against today's PyTorch (2.x from PyPI, in
 # build/torch2-venv: 2.3 GB to download the first time, 4.0 GB installed).
+# TensorFlow from PyPI into build/tf-venv (opt-in: 280 MB), then its tests;
+# `make check` runs them too once the venv exists.
+check-tf: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/tf-venv
+	@TESTS=tf_ tests/run
+
 check-torch2: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/unit-tests-asan
 	@scripts/torch2-venv

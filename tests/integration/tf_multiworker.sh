@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# TensorFlow's MultiWorkerMirroredStrategy under ddprun --tf-config, with
+# real TensorFlow (build/tf-venv: scripts/tf-venv, `make check-tf`; skipped,
+# saying so, without it): a Keras model.fit of a small network, each worker
+# reading TF_CONFIG as ddprun wrote it, on one agent with 2 workers and on
+# two agents (c10d) with 1 worker each. Every worker trains in the same
+# cluster of 2 (num_replicas_in_sync) and ends with the same loss (the
+# gradients are all-reduced), and both layouts give the same loss.
+# timeout: 300
+# shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
+source "$(dirname "$0")/../lib/agent.bash"
+TFPY=$ROOT/build/tf-venv/bin/python
+[ -x "$TFPY" ] || skip "skipped: no TensorFlow (build/tf-venv: make check-tf makes it)"
+cat > "$TMP/fit.py" << 'PY'
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+tf.keras.utils.set_random_seed(1)
+x = np.random.RandomState(0).randn(512, 8).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+with strategy.scope():
+    m = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+    m.compile(optimizer=tf.keras.optimizers.SGD(0.1),
+              loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+h = m.fit(ds, epochs=3, verbose=0)
+print(f"rank={os.environ['RANK']} replicas={strategy.num_replicas_in_sync} "
+      f"loss={h.history['loss'][-1]:.6f}", flush=True)
+PY
+export PYTHON_EXEC=$TFPY
+# losses NAME: the workers' result lines of a job, checked: 2 replicas each,
+# one loss for all; prints it.
+losses() {
+    local lines
+    lines=$(cat "$TMP/$1".*out 2> /dev/null | sed -n 's/.*\(rank=[0-9]* replicas=[0-9]* loss=[0-9.]*\).*/\1/p' | sort)
+    [ "$(grep -c "replicas=2 " <<< "$lines")" = 2 ] || { dump "$1"; die "$1: not 2 workers in a cluster of 2: $lines"; }
+    [ "$(sed 's/.*loss=//' <<< "$lines" | sort -u | wc -l)" = 1 ] || die "$1: the workers' losses differ: $lines"
+    sed -n '1s/.*loss=//p' <<< "$lines"
+}
+start_ddprun one --standalone --nproc-per-node 2 --tf-config "$TMP/fit.py"
+wait_exit 180 "$PID_one"
+assert_rc one 0
+l1=$(losses one)
+port=$(free_port)
+for n in a b; do
+    start_ddprun "$n" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \
+        --rdzv-endpoint 127.0.0.1:"$port" --rdzv-id tf --tf-config "$TMP/fit.py"
+    [ "$n" = a ] && wait_for 30 "a's store on port $port" store_up "$port"
+done
+for n in a b; do
+    pid=PID_$n
+    wait_exit 180 "${!pid}"
+    assert_rc "$n" 0
+done
+cat "$TMP"/a.out "$TMP"/b.out > "$TMP/two.out"
+l2=$(losses two)
+[ "$l1" = "$l2" ] || die "one node's loss $l1, two nodes' $l2"
+echo "ok: MultiWorkerMirroredStrategy from ddprun's TF_CONFIG: 2 workers on one node and on two, loss $l1 both"
