@@ -14,6 +14,7 @@ TFPY=$ROOT/build/tf-venv/bin/python
 cat > "$TMP/fit.py" << 'PY'
 import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # Keras 2: Keras 3 has no MultiWorkerMirroredStrategy
 import numpy as np
 import tensorflow as tf
 
