@@ -5,7 +5,10 @@
 # reading TF_CONFIG as ddprun wrote it, on one agent with 2 workers and on
 # two agents (c10d) with 1 worker each. Every worker trains in the same
 # cluster of 2 (num_replicas_in_sync) and ends with the same loss (the
-# gradients are all-reduced), and both layouts give the same loss.
+# gradients are all-reduced), and both layouts give the same loss. Then a
+# worker SIGKILLed in the middle of fit: the group restarts with a fresh
+# TF_CONFIG and Keras' BackupAndRestore resumes the fit from the last
+# finished epoch, not from the first.
 # timeout: 300
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -60,4 +63,41 @@ done
 cat "$TMP"/a.out "$TMP"/b.out > "$TMP/two.out"
 l2=$(losses two)
 [ "$l1" = "$l2" ] || die "one node's loss $l1, two nodes' $l2"
-echo "ok: MultiWorkerMirroredStrategy from ddprun's TF_CONFIG: 2 workers on one node and on two, loss $l1 both"
+
+# A worker killed mid-fit; BackupAndRestore resumes.
+cat > "$TMP/resume.py" << 'PY'
+import os, signal, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+x = np.random.RandomState(0).randn(512, 8).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+
+class Trace(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        print(f"rank={os.environ['RANK']} restart={restart} epoch={epoch}", flush=True)
+        if restart == 0 and epoch == 3 and os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+with strategy.scope():
+    m = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+    m.compile(optimizer=tf.keras.optimizers.SGD(0.1),
+              loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+backup = tf.keras.callbacks.BackupAndRestore(backup_dir=sys.argv[1])
+m.fit(ds, epochs=6, verbose=0, callbacks=[backup, Trace()])
+print(f"rank={os.environ['RANK']} restart={restart} done", flush=True)
+PY
+start_ddprun kill --standalone --nproc-per-node 2 --max-restarts 1 --tf-config "$TMP/resume.py" "$TMP/backup"
+wait_exit 180 "$PID_kill"
+assert_rc kill 0
+assert_grep "$TMP/kill.err" "local rank 1 \(rank 1, pid [0-9]+\) failed: Signal 9 \(SIGKILL\)" "the killed worker"
+first=$(sed -n 's/.*rank=0 restart=1 epoch=\([0-9]*\).*/\1/p' "$TMP/kill.out" | head -n 1)
+[ -n "$first" ] && [ "$first" -ge 2 ] || { dump kill; die "after the restart the fit began at epoch '${first}', not where it stopped"; }
+[ "$(grep -c "restart=1 done" "$TMP/kill.out")" = 2 ] || { dump kill; die "the restarted workers did not finish"; }
+echo "ok: MultiWorkerMirroredStrategy from ddprun's TF_CONFIG: 2 workers on one node and on two, loss $l1 both; killed at epoch 3, resumed at epoch $first"
