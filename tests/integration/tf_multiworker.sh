@@ -5,7 +5,8 @@
 # reading TF_CONFIG as ddprun wrote it, on one agent with 2 workers and on
 # two agents (c10d) with 1 worker each. Every worker trains in the same
 # cluster of 2 (num_replicas_in_sync) and ends with the same loss (the
-# gradients are all-reduced), and both layouts give the same loss. Then a
+# gradients are all-reduced), and every layout gives the same loss; also on
+# two test hosts (network namespaces, tests/lib/netbed.bash). Then a
 # worker SIGKILLed in the middle of fit: the group restarts with a fresh
 # TF_CONFIG and Keras' BackupAndRestore resumes the fit from the last
 # finished epoch, not from the first.
@@ -100,4 +101,24 @@ assert_grep "$TMP/kill.err" "local rank 1 \(rank 1, pid [0-9]+\) failed: Signal 
 first=$(sed -n 's/.*rank=0 restart=1 epoch=\([0-9]*\).*/\1/p' "$TMP/kill.out" | head -n 1)
 [ -n "$first" ] && [ "$first" -ge 2 ] || { dump kill; die "after the restart the fit began at epoch '${first}', not where it stopped"; }
 [ "$(grep -c "restart=1 done" "$TMP/kill.out")" = 2 ] || { dump kill; die "the restarted workers did not finish"; }
-echo "ok: MultiWorkerMirroredStrategy from ddprun's TF_CONFIG: 2 workers on one node and on two, loss $l1 both; killed at epoch 3, resumed at epoch $first"
+
+# Two test hosts (network namespaces): the cluster list names h1 and h2.
+source "$ROOT/tests/lib/netbed.bash"
+netbed_up 2
+port=$(free_port)
+for h in 1 2; do
+    netbed_exec "$h" env DDPRUN_TEST_TAG="$TAG" PYTHON_EXEC="$TFPY" ddprun --nnodes 2 --nproc-per-node 1 \
+        --rdzv-backend c10d --rdzv-endpoint "$(netbed_addr 1):$port" --rdzv-id tfbed --tf-config \
+        "$TMP/fit.py" > "$TMP/bed.h$h.out" 2> "$TMP/bed.h$h.err" &
+    PIDS+=($!)
+    printf -v "PID_bed_h$h" %s "$!"
+done
+for h in 1 2; do
+    pid=PID_bed_h$h
+    wait_exit 180 "${!pid}"
+    [ "$RC" = 0 ] || { dump bed.h1 bed.h2; die "host $h's ddprun exited $RC"; }
+done
+l3=$(losses bed)
+[ "$l3" = "$l1" ] || die "the test hosts' loss $l3, one node's $l1"
+grep -q "started 1 worker on h2: node rank [01] of 2" "$TMP/bed.h2.err" || { dump bed.h1 bed.h2; die "host 2 did not take part"; }
+echo "ok: MultiWorkerMirroredStrategy from ddprun's TF_CONFIG: 2 workers on one node, on two, on two test hosts, loss $l1 each time; killed at epoch 3, resumed at epoch $first"
