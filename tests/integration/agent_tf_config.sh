@@ -7,7 +7,8 @@
 # environment is replaced. (2) Two agents (c10d), 2 workers each: the
 # workers of both nodes list the same 4 workers; after a failure the new
 # round's workers get the list again. (3) PET_TF_CONFIG=1 turns it on; an
-# agent without it joining one with it is refused, naming the host.
+# agent without it joining one with it is refused, naming the host. (4) The
+# same through the etcd-v3 rendezvous.
 # timeout: 60
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -82,4 +83,23 @@ assert_rc c 1
 assert_grep "$TMP/c.err" "--tf-config: the agent on .* published - for its 1 workers' ports \(is it running ddprun with --tf-config too\?\)" \
     "the agent without --tf-config"
 wait_exit 30 "$PID_d"
-echo "ok: TF_CONFIG for 2 workers on one node, for 4 on two nodes in two rounds; refused without --tf-config on a node"
+
+# (4) the etcd-v3 rendezvous publishes the ports the same way
+etcd_part="etcd part skipped: etcd is not installed"
+if command -v etcd > /dev/null; then
+    # shellcheck source=tests/lib/etcd.bash
+    source "$ROOT/tests/lib/etcd.bash"
+    etcd_cluster 1
+    for n in e f; do
+        REC=$TMP/four start_ddprun "$n" --nnodes 2 --nproc-per-node 2 --rdzv-backend etcd-v3 \
+            --rdzv-endpoint "$ETCD_ENDPOINTS" --rdzv-id tf4 --tf-config --no-python "$TMP/w.sh"
+    done
+    for n in e f; do
+        pid=PID_$n
+        wait_exit 30 "${!pid}"
+        assert_rc "$n" 0
+    done
+    check "$TMP/four" 0 4
+    etcd_part="and on etcd-v3"
+fi
+echo "ok: TF_CONFIG for 2 workers on one node, for 4 on two nodes in two rounds, $etcd_part; refused without --tf-config on a node"
