@@ -66,6 +66,9 @@ typedef struct {
     int size;  /* the side of a sample: --image-size */
     int train; /* the training recipe (else evaluation's) */
     int plain; /* --image-recipe plain: the whole image resized, no crop of our own */
+    /* the ResNet recipe: samples are written as normalised floats at once,
+     * through this table (the values dataset.c's would give the bytes) */
+    float lut[3][256];
 } folder;
 
 /* ---- Listing ----------------------------------------------------------- */
@@ -306,9 +309,15 @@ static int folder_open(const dataset_format *fmt, const dataset_opts *o, void **
         folder_close(f);
         return rc;
     }
+    for (int ch = 0; ch < 3; ch++)
+        for (int v = 0; v < 256; v++)
+            f->lut[ch][v] = (float)(((double)v / 255.0 - IMAGENET_MEAN[ch]) / IMAGENET_STD[ch]);
+    /* plain: bytes, which dataset.c normalises and pads with black as it
+     * augments; the ResNet recipe pads nothing, and its floats are written
+     * directly (a pass over the sample saved) */
     *info = (ds_info){.n = f->n, .c = 3, .h = f->size, .w = f->size, .classes = nclasses,
-                      .pixels = DS_BYTES, .mean = IMAGENET_MEAN, .std = IMAGENET_STD,
-                      .own_augment = !f->plain};
+                      .pixels = f->plain ? DS_BYTES : DS_FLOATS, .mean = IMAGENET_MEAN,
+                      .std = IMAGENET_STD, .own_augment = !f->plain};
     *state = f;
     return 0;
 }
@@ -401,14 +410,15 @@ typedef float px4 __attribute__((vector_size(16)));
 
 /* The box of an image of 4-byte pixels (R, G, B, and one not used; iw x
  * ih, rows of stride bytes) resampled to size x size, written as 3 planes
- * of bytes, mirrored with flip. An output row at a time: vertically first,
+ * of bytes, or with lut of normalised floats (each byte's value in the
+ * table), mirrored with flip. An output row at a time: vertically first,
  * the source rows its filter reads weighed into one row of floats (whole
  * rows of contiguous values, which the compiler vectorises: AVX2 where
  * the CPU has it, each value computed alike either way), then
  * horizontally, a pixel's four values a vector. */
 __attribute__((target_clones("avx2", "default"))) static int
 resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int size, int flip,
-         unsigned char *out) {
+         const float (*lut)[256], void *out) {
     axis ax = {0}, ay = {0};
     float *row = NULL;
     int rc = -ENOMEM;
@@ -431,7 +441,7 @@ resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int siz
             for (size_t i = 0; i < nv; i++) row[i] += wk * (float)src[i];
         }
         const px4 *r4 = (const px4 *)row;
-        unsigned char *dst = out + (size_t)o * size;
+        size_t at = (size_t)o * size;
         for (int x = 0; x < size; x++) {
             const float *wx = ax.w + (size_t)x * ax.taps;
             const px4 *p = r4 + (ax.first[x] - c0);
@@ -442,7 +452,9 @@ resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int siz
             int ox = flip ? size - 1 - x : x;
             for (int ch = 0; ch < 3; ch++) {
                 float v = s[ch];
-                dst[ch * plane + ox] = (unsigned char)(v <= 0 ? 0 : v >= 255 ? 255 : (int)(v + 0.5f));
+                int q = v <= 0 ? 0 : v >= 255 ? 255 : (int)(v + 0.5f);
+                if (lut) ((float *)out)[ch * plane + at + ox] = lut[ch][q];
+                else ((unsigned char *)out)[ch * plane + at + ox] = (unsigned char)q;
             }
         }
     }
@@ -508,7 +520,7 @@ static void cmyk_to_rgb(unsigned char *row, int n, int inverted) {
 }
 
 static int decode_jpeg(const folder *f, const ds_draw *dr, int64_t index, const char *path,
-                       const unsigned char *data, size_t len, unsigned char *out, char *err,
+                       const unsigned char *data, size_t len, void *out, char *err,
                        size_t errlen) {
     struct jpeg_decompress_struct ci;
     struct jpeg_fail e;
@@ -568,14 +580,15 @@ static int decode_jpeg(const folder *f, const ds_draw *dr, int64_t index, const 
     jpeg_abort_decompress(&ci);
     jpeg_destroy_decompress(&ci);
     box rel = {sb.x0 - xoff, sb.y0 - r0, sb.x1 - xoff, sb.y1 - r0};
-    int rc = resample(pix, (int)cw, r1 - r0, stride, rel, f->size, flip, out);
+    int rc = resample(pix, (int)cw, r1 - r0, stride, rel, f->size, flip,
+                      f->plain ? NULL : (const float(*)[256])f->lut, out);
     free(pix);
     if (rc) return err_set(err, errlen, rc, "%s: out of memory resampling", path);
     return 0;
 }
 
 static int decode_png(const folder *f, const ds_draw *dr, int64_t index, const char *path,
-                      const unsigned char *data, size_t len, unsigned char *out, char *err,
+                      const unsigned char *data, size_t len, void *out, char *err,
                       size_t errlen) {
     png_image im;
     memset(&im, 0, sizeof im);
@@ -599,7 +612,8 @@ static int decode_png(const folder *f, const ds_draw *dr, int64_t index, const c
     }
     int w = (int)im.width, h = (int)im.height, flip;
     box b = draw_box(f, dr, index, w, h, &flip);
-    int rc = resample(pix, w, h, stride, b, f->size, flip, out); /* (the alpha unread) */
+    int rc = resample(pix, w, h, stride, b, f->size, flip, /* (the alpha unread) */
+                      f->plain ? NULL : (const float(*)[256])f->lut, out);
     free(pix);
     if (rc) return err_set(err, errlen, rc, "%s: out of memory resampling", path);
     return 0;
