@@ -168,9 +168,9 @@ $(B)/tests/etcd-check: $(B)/obj/tests/tools/etcd_check.o $(B)/libddprun.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # Image folders (JPEG, PNG) for the imagefolder tests and the data benchmark.
-$(B)/tests/make-images: $(B)/obj/tests/tools/make_images.o
+$(B)/tests/make-images: $(B)/obj/tests/tools/make_images.o $(B)/libddprun.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $^ -o $@ -ljpeg -lpng -lz
+	$(CC) $(CFLAGS) $^ -o $@ -ljpeg -lpng $(LDLIBS)
 
 # A data set's samples as the loader makes them, for the torchvision comparison.
 $(B)/tests/data-dump: $(B)/obj/tests/tools/data_dump.o $(B)/libddptrain.a $(B)/libddprun.a

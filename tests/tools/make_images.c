@@ -11,16 +11,16 @@
  *       PNGs, DIR/SPLIT/<label>/<index>.png: lossless, so the folder holds
  *       exactly the IDX file's pixels.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jpeglib.h>
 #include <png.h>
 #include <zlib.h>
+
+#include "common/fs.h"
 
 static void die(const char *fmt, const char *what) {
     fprintf(stderr, "make-images: ");
@@ -30,15 +30,7 @@ static void die(const char *fmt, const char *what) {
 }
 
 static void mkdirs(const char *path) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) die("cannot make %s", path);
+    if (fs_mkdir_p(path) != 0) die("cannot make %s", path);
 }
 
 static uint64_t mix(uint64_t x) {

@@ -35,6 +35,7 @@
 #include <jerror.h>
 #include <png.h>
 
+#include "common/fs.h"
 #include "common/rng.h"
 #include "worker/data/ds_format.h"
 
@@ -83,6 +84,10 @@ typedef struct {
     size_t n, cap;
 } entries;
 
+static int dot_or_dotdot(const char *name) {
+    return name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]));
+}
+
 static int has_ext(const char *name, const char *ext) {
     size_t n = strlen(name), k = strlen(ext);
     return n > k && strcasecmp(name + n - k, ext) == 0;
@@ -124,8 +129,7 @@ static int walk(const char *dir, entries *out, int depth, char *err, size_t errl
     int rc = 0;
     size_t root_len = strlen(dir);
     while (rc == 0 && (de = readdir(d))) {
-        if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
-            continue;
+        if (dot_or_dotdot(de->d_name)) continue;
         char *path = NULL;
         if (asprintf(&path, "%s/%s", dir, de->d_name) < 0) {
             rc = err_set(err, errlen, -ENOMEM, "out of memory listing %s", dir);
@@ -174,8 +178,7 @@ static int list_classes(const char *root, char ***names, int *n, char *err, size
     struct dirent *de;
     int cap = 0, rc = 0;
     while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
-            continue;
+        if (dot_or_dotdot(de->d_name)) continue;
         char path[PATH_MAX];
         struct stat st;
         if (snprintf(path, sizeof path, "%s/%s", root, de->d_name) >= (int)sizeof path ||
@@ -623,16 +626,16 @@ static int decode_png(const folder *f, const ds_draw *dr, int64_t index, const c
 static int read_file(const char *path, unsigned char **data, size_t *len, char *err,
                      size_t errlen) {
     *data = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *kind;
+    int fd = fs_open_regular(path, O_RDONLY, &kind); /* a FIFO never holds the loader up */
+    if (fd < 0)
+        return kind ? err_set(err, errlen, fd, "%s is %s, not an image file", path, kind)
+                    : err_set(err, errlen, fd, "cannot read %s: %s", path, strerror(-fd));
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
-        if (fd >= 0) close(fd);
-        return err_set(err, errlen, -e, "cannot read %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return err_set(err, errlen, -EINVAL, "%s is not a regular file", path);
+        return err_set(err, errlen, -e, "cannot read %s: %s", path, strerror(e));
     }
     size_t n = (size_t)st.st_size, got = 0;
     unsigned char *b = malloc(n ? n : 1);

@@ -17,10 +17,7 @@
 
 int data_bench_run(const train_config *c) {
     char err[1024];
-    dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
-                      .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
-                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size,
-                      .image_plain = c->image_plain};
+    dataset_opts o = train_config_data(c, 1);
     dataset *ds = NULL;
     backend *be = NULL;
     loader *l = NULL;

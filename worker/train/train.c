@@ -238,6 +238,15 @@ int train_run(const train_config *c) {
     return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
 }
 
+dataset_opts train_config_data(const train_config *c, int train) {
+    return (dataset_opts){.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL,
+                          .train = train, .c = c->in_c, .h = c->in_h, .w = c->in_w,
+                          .classes = c->classes, .seed = c->seed, .image_size = c->image_size,
+                          .image_plain = c->image_plain,
+                          .size = train || !c->synthetic_size ? c->synthetic_size
+                                                              : c->synthetic_size / 6 + 1};
+}
+
 void train_config_defaults(train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->model, sizeof c->model, "resnet20");

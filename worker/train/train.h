@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "worker/backend/backend.h"
+#include "worker/data/dataset.h"
 #include "worker/model/optim.h"
 
 /* --precision not given: tf32 on a GPU, fp32 on the CPU (trainer.c). */
@@ -67,6 +68,10 @@ typedef struct {
 /* Defaults: resnet20 on Fashion-MNIST, 1 epoch, batch 128, lr 0.1 cosine,
  * momentum 0.9, weight decay 5e-4 (not on BN and bias), seed 0. */
 void train_config_defaults(train_config *c);
+
+/* The data set the options name: its training split (train 1) or its test
+ * split (train 0, synthetic: a sixth of the training size, plus one). */
+dataset_opts train_config_data(const train_config *c, int train);
 
 /* Runs training on this rank; returns the process exit code: 0 success,
  * 1 failure with the error file written (a bad command line is main's

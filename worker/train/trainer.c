@@ -66,14 +66,10 @@ static void skipped_first(const char *why) {
 static int setup_data(trainer *t) {
     const train_config *c = t->cfg;
     char err[1024];
-    dataset_opts o = {.name = c->data, .dir = c->data_dir[0] ? c->data_dir : NULL, .train = 1,
-                      .c = c->in_c, .h = c->in_h, .w = c->in_w, .classes = c->classes,
-                      .size = c->synthetic_size, .seed = c->seed, .image_size = c->image_size,
-                      .image_plain = c->image_plain};
+    dataset_opts o = train_config_data(c, 1);
     int rc = dataset_open(&o, &t->train, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
-    o.train = 0;
-    o.size = c->synthetic_size ? c->synthetic_size / 6 + 1 : 0;
+    o = train_config_data(c, 0);
     if (c->eval && (rc = dataset_open(&o, &t->test, err, sizeof err)))
         return trainer_fail(t, rc, "%s", err);
     if (c->skip_bad && ((rc = dataset_skip_bad(t->train, skipped_first)) ||
