@@ -151,3 +151,35 @@ TEST(imagefolder_training_views_are_drawn_from_seed_epoch_index) {
     dataset_close(d);
     free(j);
 }
+
+/* The layout the trainer takes, written as the image is resampled: the
+ * same values as the C x H x W sample, reordered, in both views, whether
+ * the view is mirrored or not (several epochs: crops and flips alike). */
+static void nhwc_is_chw_reordered(const char *name, void (*make)(unsigned char **, size_t *)) {
+    unsigned char *j;
+    size_t n;
+    make(&j, &n);
+    char file[600];
+    dataset *d = folder_with(name, 1, file, sizeof file);
+    put(file, j, n);
+    CHECK(dataset_native_nhwc(d));
+    float chw[3 * S * S], hwc[3 * S * S];
+    int32_t y;
+    char err[512];
+    for (int augment = 0; augment <= 1; augment++)
+        for (int e = 0; e < 6; e++) {
+            CHECK_EQ(dataset_sample(d, 0, augment, 7, e, chw, &y, err, sizeof err), 0);
+            CHECK_EQ(dataset_sample_nhwc(d, 0, augment, 7, e, hwc, &y, err, sizeof err), 0);
+            int same = 1;
+            for (int p = 0; p < S * S; p++)
+                for (int ch = 0; ch < 3; ch++) same &= hwc[p * 3 + ch] == chw[ch * S * S + p];
+            CHECK(same);
+        }
+    dataset_close(d);
+    free(j);
+}
+
+TEST(imagefolder_nhwc_sample_is_the_chw_sample_reordered) {
+    nhwc_is_chw_reordered("a.jpg", make_jpeg);
+    nhwc_is_chw_reordered("b.png", make_png);
+}

@@ -244,25 +244,42 @@ static int draw(const dataset *d, int64_t index, const ds_draw *dr, float *x, in
     return 0;
 }
 
-int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
-                   float *x, int32_t *y, char *err, size_t errlen) {
+/* dataset_sample, drawn as dr says. */
+static int sample(const dataset *d, int64_t index, const ds_draw *dr, float *x, int32_t *y,
+                  char *err, size_t errlen) {
     assert(index >= 0 && index < d->info.n);
-    ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch};
-    int rc = draw(d, index, &dr, x, y, err, errlen);
+    int rc = draw(d, index, dr, x, y, err, errlen);
     if (rc == 0 || !d->skips) return rc;
     /* the next sample that can be drawn, whichever thread asks */
     char first[512];
     snprintf(first, sizeof first, "%s", err);
     int64_t k = 1;
     for (; rc && k <= SKIP_TRIES && k < d->info.n; k++)
-        rc = draw(d, (index + k) % d->info.n, &dr, x, y, err, errlen);
+        rc = draw(d, (index + k) % d->info.n, dr, x, y, err, errlen);
     if (rc)
         return err_set(err, errlen, rc, "%s; and the %lld samples after it could not be drawn "
                                         "either (--skip-bad-images gives up)",
                        first, (long long)(k - 1));
-    atomic_fetch_add(&d->skips->n[epoch & 1], 1);
+    atomic_fetch_add(&d->skips->n[dr->epoch & 1], 1);
     if (!atomic_exchange(&d->skips->warned, 1) && d->skips->warn) d->skips->warn(first);
     return 0;
+}
+
+int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                   float *x, int32_t *y, char *err, size_t errlen) {
+    ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch};
+    return sample(d, index, &dr, x, y, err, errlen);
+}
+
+int dataset_native_nhwc(const dataset *d) {
+    return d->info.nhwc && d->info.pixels == DS_FLOATS && d->info.own_augment;
+}
+
+int dataset_sample_nhwc(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                        float *x, int32_t *y, char *err, size_t errlen) {
+    assert(dataset_native_nhwc(d));
+    ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch, .nhwc = 1};
+    return sample(d, index, &dr, x, y, err, errlen);
 }
 
 /* Each sample depends only on (seed, epoch, index), so filling them in

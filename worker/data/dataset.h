@@ -74,6 +74,13 @@ int dataset_batch(const dataset *d, const int64_t *idx, int n, int augment, uint
  * file gone or damaged since). */
 int dataset_sample(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
                    float *x, int32_t *y, char *err, size_t errlen);
+/* Whether the data set's format writes a sample as H x W x C floats (the
+ * layout the trainer's batches take) itself, as it decodes it: then
+ * dataset_sample_nhwc draws dataset_sample's sample in that layout, the
+ * same values, without a pass to reorder them. */
+int dataset_native_nhwc(const dataset *d);
+int dataset_sample_nhwc(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                        float *x, int32_t *y, char *err, size_t errlen);
 
 /* --skip-bad-images: from now on a sample that cannot be drawn (a damaged
  * or unreadable file) is replaced by the next one in the set that can,

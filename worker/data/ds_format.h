@@ -36,6 +36,8 @@ typedef struct {
     const float *mean, *std; /* DS_BYTES: c each, of values in [0, 1] */
     int own_augment;         /* the format crops and flips as it decodes (ds_draw):
                               * dataset.c adds no augmentation of its own */
+    int nhwc;                /* a DS_FLOATS format with own_augment that writes
+                              * H x W x C floats when ds_draw asks (nhwc) */
 } ds_info;
 
 /* How a sample is drawn: what a format that augments on its own
@@ -44,6 +46,7 @@ typedef struct {
     int augment; /* 0: the evaluation's view */
     uint64_t seed;
     int epoch;
+    int nhwc; /* H x W x C rather than C x H x W (only where ds_info's nhwc) */
 } ds_draw;
 
 typedef struct dataset_format dataset_format;

@@ -320,7 +320,7 @@ static int folder_open(const dataset_format *fmt, const dataset_opts *o, void **
      * directly (a pass over the sample saved) */
     *info = (ds_info){.n = f->n, .c = 3, .h = f->size, .w = f->size, .classes = nclasses,
                       .pixels = f->plain ? DS_BYTES : DS_FLOATS, .mean = IMAGENET_MEAN,
-                      .std = IMAGENET_STD, .own_augment = !f->plain};
+                      .std = IMAGENET_STD, .own_augment = !f->plain, .nhwc = !f->plain};
     *state = f;
     return 0;
 }
@@ -369,11 +369,12 @@ static box resize_center_crop(int size, int width, int height) {
 /* ---- Resampling ------------------------------------------------------- */
 
 /* One axis of PIL's bilinear resampling of [b0, b1) of `in` pixels to `out`:
- * each output pixel's first source pixel, and `taps` weights (zero past its
- * last), the triangle filter widened by the reduction (antialiasing). */
+ * each output pixel's first source pixel, how many it reads, and `taps`
+ * weights (zero past its last), the triangle filter widened by the
+ * reduction (antialiasing). */
 typedef struct {
     int taps;
-    int *first;
+    int *first, *count;
     float *w;
 } axis;
 
@@ -381,8 +382,9 @@ static int axis_plan(axis *a, double b0, double b1, int in, int out) {
     double scale = (b1 - b0) / out, fscale = scale > 1 ? scale : 1, support = fscale;
     a->taps = (int)ceil(support) * 2 + 1;
     a->first = malloc((size_t)out * sizeof *a->first);
+    a->count = malloc((size_t)out * sizeof *a->count);
     a->w = calloc((size_t)out * a->taps, sizeof *a->w);
-    if (!a->first || !a->w) return -ENOMEM;
+    if (!a->first || !a->count || !a->w) return -ENOMEM;
     for (int o = 0; o < out; o++) {
         double center = b0 + (o + 0.5) * scale;
         int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
@@ -398,67 +400,95 @@ static int axis_plan(axis *a, double b0, double b1, int in, int out) {
         }
         if (sum > 0)
             for (int x = 0; x < hi - lo; x++) w[x] = (float)(w[x] / sum);
+        while (hi > lo && w[hi - 1 - lo] == 0) hi--; /* the zero weights at the end */
         a->first[o] = lo;
+        a->count[o] = hi > lo ? hi - lo : 0;
     }
     return 0;
 }
 
 static void axis_free(axis *a) {
     free(a->first);
+    free(a->count);
     free(a->w);
 }
 
 /* Four floats: a pixel's R, G, B and a fourth value carried along. */
 typedef float px4 __attribute__((vector_size(16)));
 
+/* Where resample writes a sample. */
+typedef struct {
+    void *px;
+    const float (*lut)[256]; /* floats, each byte's value in the table; NULL: bytes */
+    int nhwc;                /* H x W x 3 (floats only); else 3 planes */
+} sink;
+
 /* The box of an image of 4-byte pixels (R, G, B, and one not used; iw x
- * ih, rows of stride bytes) resampled to size x size, written as 3 planes
- * of bytes, or with lut of normalised floats (each byte's value in the
- * table), mirrored with flip. An output row at a time: vertically first,
- * the source rows its filter reads weighed into one row of floats (whole
- * rows of contiguous values, which the compiler vectorises: AVX2 where
- * the CPU has it, each value computed alike either way), then
- * horizontally, a pixel's four values a vector. */
+ * ih, rows of stride bytes) resampled to size x size into out, mirrored
+ * with flip. An output row at a time, each pass over whole rows of
+ * contiguous values, which the compiler vectorises (AVX2 where the CPU
+ * has it, each value computed alike either way): vertically first, the
+ * source rows the filter reads weighed into one row of floats; then
+ * horizontally, a pixel's four values a vector, into a row of pixels in
+ * the output's order (flipped or not); then every value rounded to a byte,
+ * as PIL's image holds it; then written out, through the table or not. */
 __attribute__((target_clones("avx2", "default"))) static int
 resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int size, int flip,
-         const float (*lut)[256], void *out) {
+         sink out) {
     axis ax = {0}, ay = {0};
-    float *row = NULL;
+    float *row = NULL, *hrow = NULL;
+    int32_t *q = NULL;
     int rc = -ENOMEM;
     if (axis_plan(&ax, b.x0, b.x1, iw, size) || axis_plan(&ay, b.y0, b.y1, ih, size)) goto out;
-    /* the columns the horizontal pass reads */
-    int c0 = ax.first[0], c1 = ax.first[size - 1] + ax.taps;
-    if (c1 > iw) c1 = iw;
+    /* the columns the horizontal pass reads; and room for its last taps
+     * past them, zero, so that it reads a fixed number of them */
+    int c0 = ax.first[0], c1 = ax.first[size - 1] + ax.count[size - 1];
+    if (c1 < c0) c1 = c0;
     size_t nv = (size_t)(c1 - c0) * 4;
-    row = malloc(nv * sizeof *row);
-    if (!row) goto out;
+    row = calloc(nv + (size_t)(ax.taps + ax.first[size - 1] - c0 + 1) * 4, sizeof *row);
+    hrow = malloc((size_t)size * 4 * sizeof *hrow);
+    q = malloc((size_t)size * 4 * sizeof *q);
+    if (!row || !hrow || !q) goto out;
     size_t plane = (size_t)size * size;
     for (int o = 0; o < size; o++) {
         const float *w = ay.w + (size_t)o * ay.taps;
-        int n = ay.taps;
-        if (ay.first[o] + n > ih) n = ih - ay.first[o];
         memset(row, 0, nv * sizeof *row);
-        for (int k = 0; k < n; k++) {
+        for (int k = 0; k < ay.count[o]; k++) {
             const unsigned char *src = img + (size_t)(ay.first[o] + k) * stride + (size_t)c0 * 4;
             float wk = w[k];
             for (size_t i = 0; i < nv; i++) row[i] += wk * (float)src[i];
         }
         const px4 *r4 = (const px4 *)row;
-        size_t at = (size_t)o * size;
+        px4 *h4 = (px4 *)hrow;
         for (int x = 0; x < size; x++) {
             const float *wx = ax.w + (size_t)x * ax.taps;
             const px4 *p = r4 + (ax.first[x] - c0);
-            int m = ax.taps;
-            if (ax.first[x] + m > c1) m = c1 - ax.first[x];
             px4 s = {0, 0, 0, 0};
-            for (int k = 0; k < m; k++) s += wx[k] * p[k];
-            int ox = flip ? size - 1 - x : x;
-            for (int ch = 0; ch < 3; ch++) {
-                float v = s[ch];
-                int q = v <= 0 ? 0 : v >= 255 ? 255 : (int)(v + 0.5f);
-                if (lut) ((float *)out)[ch * plane + at + ox] = lut[ch][q];
-                else ((unsigned char *)out)[ch * plane + at + ox] = (unsigned char)q;
-            }
+            for (int k = 0; k < ax.taps; k++) s += wx[k] * p[k];
+            h4[flip ? size - 1 - x : x] = s;
+        }
+        /* PIL's rounding of the result to a byte. The filter's weights
+         * are positive and sum to 1, so a value is within rounding of
+         * [0, 255]: converted first, then clamped as an integer (no branch,
+         * which the compiler keeps for a float's clamp) */
+        for (int i = 0; i < size * 4; i++) {
+            int32_t v = (int32_t)(hrow[i] + 0.5f);
+            v = v > 0 ? v : 0;
+            q[i] = v < 255 ? v : 255;
+        }
+        size_t at = (size_t)o * size;
+        if (!out.lut) {
+            unsigned char *px = out.px;
+            for (int ch = 0; ch < 3; ch++)
+                for (int x = 0; x < size; x++) px[ch * plane + at + x] = (unsigned char)q[4 * x + ch];
+        } else if (out.nhwc) {
+            float *px = (float *)out.px + at * 3;
+            for (int x = 0; x < size; x++)
+                for (int ch = 0; ch < 3; ch++) px[3 * x + ch] = out.lut[ch][q[4 * x + ch]];
+        } else {
+            float *px = out.px;
+            for (int ch = 0; ch < 3; ch++)
+                for (int x = 0; x < size; x++) px[ch * plane + at + x] = out.lut[ch][q[4 * x + ch]];
         }
     }
     rc = 0;
@@ -466,10 +496,16 @@ out:
     axis_free(&ax);
     axis_free(&ay);
     free(row);
+    free(hrow);
+    free(q);
     return rc;
 }
 
 /* ---- Decoding ------------------------------------------------------------ */
+
+static sink sink_of(const folder *f, const ds_draw *dr, void *px) {
+    return (sink){px, f->plain ? NULL : (const float(*)[256])f->lut, dr->nhwc};
+}
 
 /* The box of the image this sample takes, and whether it is mirrored. */
 static box draw_box(const folder *f, const ds_draw *dr, int64_t index, int w, int h, int *flip) {
@@ -583,8 +619,7 @@ static int decode_jpeg(const folder *f, const ds_draw *dr, int64_t index, const 
     jpeg_abort_decompress(&ci);
     jpeg_destroy_decompress(&ci);
     box rel = {sb.x0 - xoff, sb.y0 - r0, sb.x1 - xoff, sb.y1 - r0};
-    int rc = resample(pix, (int)cw, r1 - r0, stride, rel, f->size, flip,
-                      f->plain ? NULL : (const float(*)[256])f->lut, out);
+    int rc = resample(pix, (int)cw, r1 - r0, stride, rel, f->size, flip, sink_of(f, dr, out));
     free(pix);
     if (rc) return err_set(err, errlen, rc, "%s: out of memory resampling", path);
     return 0;
@@ -615,8 +650,7 @@ static int decode_png(const folder *f, const ds_draw *dr, int64_t index, const c
     }
     int w = (int)im.width, h = (int)im.height, flip;
     box b = draw_box(f, dr, index, w, h, &flip);
-    int rc = resample(pix, w, h, stride, b, f->size, flip, /* (the alpha unread) */
-                      f->plain ? NULL : (const float(*)[256])f->lut, out);
+    int rc = resample(pix, w, h, stride, b, f->size, flip, sink_of(f, dr, out)); /* (alpha unread) */
     free(pix);
     if (rc) return err_set(err, errlen, rc, "%s: out of memory resampling", path);
     return 0;

@@ -83,11 +83,22 @@ void loader_to_nhwc(const float *chw, int c, int hw, backend_dtype dt, void *out
 static int build(loader *l, slot *s, int from, int to, float *tmp, int *rc, char *err,
                  size_t errlen) {
     const loader_opts *o = &l->o;
+    int native = dataset_native_nhwc(o->ds), f32 = o->be->act == DTYPE_F32;
+    size_t count = (size_t)l->c * l->hw;
     for (int i = from; i < to; i++) {
+        void *x = (char *)s->x + (size_t)i * l->sample_bytes;
+        if (native) { /* H x W x C already: into the batch, or to bf16 from tmp */
+            *rc = dataset_sample_nhwc(o->ds, s->idx[i], o->augment, o->seed, s->epoch,
+                                      f32 ? x : tmp, &s->y[i], err, errlen);
+            if (*rc) return i;
+            if (!f32)
+                for (size_t k = 0; k < count; k++) ((uint16_t *)x)[k] = bf16_from_float(tmp[k]);
+            continue;
+        }
         *rc = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp, &s->y[i], err,
                              errlen);
         if (*rc) return i;
-        loader_to_nhwc(tmp, l->c, l->hw, o->be->act, (char *)s->x + (size_t)i * l->sample_bytes);
+        loader_to_nhwc(tmp, l->c, l->hw, o->be->act, x);
     }
     return to;
 }
