@@ -68,8 +68,9 @@ typedef struct {
     int train; /* the training recipe (else evaluation's) */
     int plain; /* --image-recipe plain: the whole image resized, no crop of our own */
     /* the ResNet recipe: samples are written as normalised floats at once,
-     * through this table (the values dataset.c's would give the bytes) */
-    float lut[3][256];
+     * byte * scale + shift (ToTensor and Normalize, in float: within an
+     * ulp or two of the bytes dataset.c would normalise) */
+    float scale[4], shift[4];
 } folder;
 
 /* ---- Listing ----------------------------------------------------------- */
@@ -312,9 +313,10 @@ static int folder_open(const dataset_format *fmt, const dataset_opts *o, void **
         folder_close(f);
         return rc;
     }
-    for (int ch = 0; ch < 3; ch++)
-        for (int v = 0; v < 256; v++)
-            f->lut[ch][v] = (float)(((double)v / 255.0 - IMAGENET_MEAN[ch]) / IMAGENET_STD[ch]);
+    for (int ch = 0; ch < 3; ch++) {
+        f->scale[ch] = (float)(1.0 / (255.0 * IMAGENET_STD[ch]));
+        f->shift[ch] = (float)(-IMAGENET_MEAN[ch] / IMAGENET_STD[ch]);
+    }
     /* plain: bytes, which dataset.c normalises and pads with black as it
      * augments; the ResNet recipe pads nothing, and its floats are written
      * directly (a pass over the sample saved) */
@@ -373,7 +375,7 @@ static box resize_center_crop(int size, int width, int height) {
  * weights (zero past its last), the triangle filter widened by the
  * reduction (antialiasing). */
 typedef struct {
-    int taps;
+    int taps, most; /* weights kept per pixel; the most that are not zero */
     int *first, *count;
     float *w;
 } axis;
@@ -403,6 +405,7 @@ static int axis_plan(axis *a, double b0, double b1, int in, int out) {
         while (hi > lo && w[hi - 1 - lo] == 0) hi--; /* the zero weights at the end */
         a->first[o] = lo;
         a->count[o] = hi > lo ? hi - lo : 0;
+        if (a->count[o] > a->most) a->most = a->count[o];
     }
     return 0;
 }
@@ -413,43 +416,45 @@ static void axis_free(axis *a) {
     free(a->w);
 }
 
-/* Four floats: a pixel's R, G, B and a fourth value carried along. */
+/* Four floats, four integers: a pixel's R, G, B and a fourth value
+ * carried along. */
 typedef float px4 __attribute__((vector_size(16)));
+typedef int32_t int4 __attribute__((vector_size(16)));
 
 /* Where resample writes a sample. */
 typedef struct {
     void *px;
-    const float (*lut)[256]; /* floats, each byte's value in the table; NULL: bytes */
-    int nhwc;                /* H x W x 3 (floats only); else 3 planes */
+    const float *scale, *shift; /* floats, byte * scale + shift (4 each); NULL: bytes */
+    int nhwc;                   /* H x W x 3 (floats only); else 3 planes */
 } sink;
 
 /* The box of an image of 4-byte pixels (R, G, B, and one not used; iw x
  * ih, rows of stride bytes) resampled to size x size into out, mirrored
- * with flip. An output row at a time, each pass over whole rows of
- * contiguous values, which the compiler vectorises (AVX2 where the CPU
- * has it, each value computed alike either way): vertically first, the
- * source rows the filter reads weighed into one row of floats; then
- * horizontally, a pixel's four values a vector, into a row of pixels in
- * the output's order (flipped or not); then every value rounded to a byte,
- * as PIL's image holds it; then written out, through the table or not. */
+ * with flip. An output row at a time: vertically first, the source rows
+ * the filter reads weighed into one row of floats (contiguous values,
+ * which the compiler vectorises: AVX2 where the CPU has it, each value
+ * computed alike either way); then each pixel horizontally, its four
+ * values a vector, rounded to bytes as PIL's image holds them, and
+ * written out. */
 __attribute__((target_clones("avx2", "default"))) static int
 resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int size, int flip,
          sink out) {
     axis ax = {0}, ay = {0};
-    float *row = NULL, *hrow = NULL;
-    int32_t *q = NULL;
+    float *row = NULL;
     int rc = -ENOMEM;
     if (axis_plan(&ax, b.x0, b.x1, iw, size) || axis_plan(&ay, b.y0, b.y1, ih, size)) goto out;
-    /* the columns the horizontal pass reads; and room for its last taps
-     * past them, zero, so that it reads a fixed number of them */
+    /* the columns the horizontal pass reads; and room past them, zero, for
+     * the pixels that read fewer than the most (the rest of their weights
+     * are zero), so that every pixel reads as many */
     int c0 = ax.first[0], c1 = ax.first[size - 1] + ax.count[size - 1];
     if (c1 < c0) c1 = c0;
     size_t nv = (size_t)(c1 - c0) * 4;
-    row = calloc(nv + (size_t)(ax.taps + ax.first[size - 1] - c0 + 1) * 4, sizeof *row);
-    hrow = malloc((size_t)size * 4 * sizeof *hrow);
-    q = malloc((size_t)size * 4 * sizeof *q);
-    if (!row || !hrow || !q) goto out;
-    size_t plane = (size_t)size * size;
+    row = calloc(nv + (size_t)(ax.most + ax.first[size - 1] - c0 + 1) * 4, sizeof *row);
+    if (!row) goto out;
+    size_t plane = (size_t)size * size, last = plane - 1;
+    const int4 zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
+    px4 scale = {0}, shift = {0};
+    if (out.scale) memcpy(&scale, out.scale, sizeof scale), memcpy(&shift, out.shift, sizeof shift);
     for (int o = 0; o < size; o++) {
         const float *w = ay.w + (size_t)o * ay.taps;
         memset(row, 0, nv * sizeof *row);
@@ -459,36 +464,33 @@ resample(const unsigned char *img, int iw, int ih, size_t stride, box b, int siz
             for (size_t i = 0; i < nv; i++) row[i] += wk * (float)src[i];
         }
         const px4 *r4 = (const px4 *)row;
-        px4 *h4 = (px4 *)hrow;
-        for (int x = 0; x < size; x++) {
+        size_t at = (size_t)o * size;
+        /* in the output's order, so that each pixel's 16 bytes written
+         * below overrun only into the next one's, still to come */
+        for (int ox = 0; ox < size; ox++) {
+            int x = flip ? size - 1 - ox : ox;
             const float *wx = ax.w + (size_t)x * ax.taps;
             const px4 *p = r4 + (ax.first[x] - c0);
             px4 s = {0, 0, 0, 0};
-            for (int k = 0; k < ax.taps; k++) s += wx[k] * p[k];
-            h4[flip ? size - 1 - x : x] = s;
-        }
-        /* PIL's rounding of the result to a byte. The filter's weights
-         * are positive and sum to 1, so a value is within rounding of
-         * [0, 255]: converted first, then clamped as an integer (no branch,
-         * which the compiler keeps for a float's clamp) */
-        for (int i = 0; i < size * 4; i++) {
-            int32_t v = (int32_t)(hrow[i] + 0.5f);
-            v = v > 0 ? v : 0;
-            q[i] = v < 255 ? v : 255;
-        }
-        size_t at = (size_t)o * size;
-        if (!out.lut) {
-            unsigned char *px = out.px;
-            for (int ch = 0; ch < 3; ch++)
-                for (int x = 0; x < size; x++) px[ch * plane + at + x] = (unsigned char)q[4 * x + ch];
-        } else if (out.nhwc) {
-            float *px = (float *)out.px + at * 3;
-            for (int x = 0; x < size; x++)
-                for (int ch = 0; ch < 3; ch++) px[3 * x + ch] = out.lut[ch][q[4 * x + ch]];
-        } else {
+            for (int k = 0; k < ax.most; k++) s += wx[k] * p[k];
+            /* PIL's rounding to a byte: the weights are positive and sum
+             * to 1, so a value is within rounding of [0, 255], converted
+             * first and then clamped as an integer */
+            int4 q = __builtin_convertvector(s + 0.5f, int4);
+            q &= q > zero;   /* a comparison: all ones where true */
+            int4 high = q > top;
+            q = (q & ~high) | (top & high);
+            size_t i = at + (size_t)ox;
+            if (!out.scale) {
+                unsigned char *px = out.px;
+                for (int ch = 0; ch < 3; ch++) px[ch * plane + i] = (unsigned char)q[ch];
+                continue;
+            }
+            px4 v = __builtin_convertvector(q, px4) * scale + shift;
             float *px = out.px;
-            for (int ch = 0; ch < 3; ch++)
-                for (int x = 0; x < size; x++) px[ch * plane + at + x] = out.lut[ch][q[4 * x + ch]];
+            if (out.nhwc && i != last) memcpy(px + 3 * i, &v, sizeof v);
+            else if (out.nhwc) px[3 * i] = v[0], px[3 * i + 1] = v[1], px[3 * i + 2] = v[2];
+            else px[i] = v[0], px[plane + i] = v[1], px[2 * plane + i] = v[2];
         }
     }
     rc = 0;
@@ -496,15 +498,13 @@ out:
     axis_free(&ax);
     axis_free(&ay);
     free(row);
-    free(hrow);
-    free(q);
     return rc;
 }
 
 /* ---- Decoding ------------------------------------------------------------ */
 
 static sink sink_of(const folder *f, const ds_draw *dr, void *px) {
-    return (sink){px, f->plain ? NULL : (const float(*)[256])f->lut, dr->nhwc};
+    return (sink){px, f->plain ? NULL : f->scale, f->plain ? NULL : f->shift, dr->nhwc};
 }
 
 /* The box of the image this sample takes, and whether it is mirrored. */
