@@ -49,6 +49,7 @@ struct comm {
     comm_stop stop;     /* comm_destroy and comm_abort_at: in-flight calls give up */
     char err[512];
     comm_async async;   /* the asynchronous all-reduces, run by comm_exec_allreduce */
+    coll_record *record; /* comm_opts' (NULL: none) */
 };
 
 /* --- failure -------------------------------------------------------------- */
@@ -163,6 +164,7 @@ static int exec(comm *c, const op_args *a) {
     }
     char msg[sizeof c->err - 32] = "";
     comm_call k = comm_call_start(op_names[a->kind], c->timeout_ms, &c->stop, msg, sizeof msg);
+    k.rec = c->record;
     switch (a->kind) {
     case OP_ALLREDUCE: rc = a->n ? do_allreduce(c, a->buf, a->n, &k) : 0; break;
     case OP_BROADCAST: rc = a->n ? do_broadcast(c, a->buf, a->n, a->root, &k) : 0; break;
@@ -174,13 +176,24 @@ static int exec(comm *c, const op_args *a) {
 
 /* An asynchronous all-reduce, on the queue's thread (comm_async.c calls it
  * back). Marks the communicator broken on failure, as every call does. */
-static int comm_exec_allreduce(void *ctx, float *buf, size_t count) {
+static int comm_exec_allreduce(void *ctx, float *buf, size_t count, uint64_t seq) {
+    comm *c = ctx;
     op_args a = {.kind = OP_ALLREDUCE, .buf = buf, .n = count};
-    return exec(ctx, &a);
+    int rc = exec(c, &a);
+    coll_record_leave(c->record, seq, rc);
+    return rc;
+}
+
+/* The bytes a call moves, for the collective record. */
+static uint64_t op_bytes(const op_args *a) {
+    return a->kind == OP_ALLREDUCE ? (uint64_t)a->n * sizeof(float) : (uint64_t)a->n;
 }
 
 int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **req) {
-    return comm_async_push(&c->async, buf, count, req);
+    uint64_t seq = coll_record_enter(c->record, op_names[OP_ALLREDUCE], count * sizeof(float));
+    int rc = comm_async_push(&c->async, buf, count, seq, req);
+    if (rc) coll_record_leave(c->record, seq, rc);
+    return rc;
 }
 
 int comm_wait(comm_req *req) { return comm_async_wait(req); }
@@ -189,8 +202,11 @@ int comm_wait(comm_req *req) { return comm_async_wait(req); }
  * requests issued before it have run, which keeps every rank's sequence of
  * collectives in the order the program issued them. */
 static int run_sync(comm *c, const op_args *a) {
+    uint64_t seq = coll_record_enter(c->record, op_names[a->kind], op_bytes(a));
     comm_async_drain(&c->async);
-    return exec(c, a);
+    int rc = exec(c, a);
+    coll_record_leave(c->record, seq, rc);
+    return rc;
 }
 
 int comm_allreduce_sum(comm *c, float *buf, size_t count) {
@@ -388,13 +404,17 @@ int comm_init(const comm_opts *o, comm **out, char *err, size_t errlen) {
     c->world = o->world;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : COMM_DEFAULT_TIMEOUT_MS;
     c->stop.abort_at_ns = o->abort_at_ns;
+    c->record = o->record;
     c->nhosts = c->lsize = 1;
     comm_ring_clear(&c->ring);
     comm_async_init(&c->async, comm_exec_allreduce, c);
     if (c->world > 1) {
         comm_call k = comm_call_start("communicator set-up", c->timeout_ms, &c->stop, err,
                                       errlen);
+        k.rec = c->record;
+        uint64_t seq = coll_record_enter(c->record, "set-up", 0);
         rc = connect_all(c, o, &k);
+        coll_record_leave(c->record, seq, rc);
         if (rc) {
             if (errlen && !err[0]) snprintf(err, errlen, "%s", strerror(-rc));
             comm_shm_abort(c->shm, rc);

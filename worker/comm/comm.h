@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/coll_record.h"
+
 typedef struct comm comm;
 typedef struct comm_req comm_req;
 
@@ -31,6 +33,10 @@ typedef struct {
      * failure, so the peers find out at once. For a process told to stop
      * while a peer may be gone: a signal handler may set it. */
     const _Atomic int64_t *abort_at_ns;
+    /* NULL, or the rank's collective record (common/coll_record.h): every
+     * collective is entered in it as it is issued, and left as it ends;
+     * the caller keeps it open until comm_destroy. */
+    coll_record *record;
 } comm_opts;
 
 /* Connects all ranks. 0 or -errno with a message. Ranks with the same

@@ -10,6 +10,7 @@ struct comm_req {
     int done, rc;
     float *buf;
     size_t count;
+    uint64_t tag;
     comm_req *next;
 };
 
@@ -34,7 +35,7 @@ static void *async_main(void *arg) {
         pthread_mutex_unlock(&q->mu);
         /* Once its owner is stopping, run cancels the call (comm.c: the
          * communicator's cancel flag, set by comm_destroy). */
-        finish(r, q->run(q->ctx, r->buf, r->count));
+        finish(r, q->run(q->ctx, r->buf, r->count, r->tag));
         pthread_mutex_lock(&q->mu);
         q->busy = 0;
         pthread_cond_broadcast(&q->cv);
@@ -50,7 +51,7 @@ void comm_async_init(comm_async *q, comm_async_fn run, void *ctx) {
     q->ctx = ctx;
 }
 
-int comm_async_push(comm_async *q, float *buf, size_t count, comm_req **out) {
+int comm_async_push(comm_async *q, float *buf, size_t count, uint64_t tag, comm_req **out) {
     *out = NULL;
     comm_req *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
@@ -58,6 +59,7 @@ int comm_async_push(comm_async *q, float *buf, size_t count, comm_req **out) {
     pthread_cond_init(&r->cv, NULL);
     r->buf = buf;
     r->count = count;
+    r->tag = tag;
     pthread_mutex_lock(&q->mu);
     if (!q->started) {
         if (pthread_create(&q->thread, NULL, async_main, q) != 0) {

@@ -12,12 +12,13 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct comm_req comm_req; /* as comm.h names it */
 
 /* Runs one request on the queue's thread: 0 or -errno, which is what its
  * waiter gets. */
-typedef int (*comm_async_fn)(void *ctx, float *buf, size_t count);
+typedef int (*comm_async_fn)(void *ctx, float *buf, size_t count, uint64_t tag);
 
 typedef struct {
     pthread_mutex_t mu;
@@ -32,9 +33,9 @@ typedef struct {
 } comm_async;
 
 void comm_async_init(comm_async *q, comm_async_fn run, void *ctx);
-/* Queues run(ctx, buf, count) and sets *out to the request to wait for.
+/* Queues run(ctx, buf, count, tag) and sets *out to the request to wait for.
  * 0, -ENOMEM, or -EAGAIN when the thread cannot be started. */
-int comm_async_push(comm_async *q, float *buf, size_t count, comm_req **out);
+int comm_async_push(comm_async *q, float *buf, size_t count, uint64_t tag, comm_req **out);
 /* Waits until r has run, frees it, and returns what run returned. */
 int comm_async_wait(comm_req *r);
 /* Returns once every queued request has finished. */

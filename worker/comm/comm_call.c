@@ -18,11 +18,13 @@ static int why_stop(const comm_call *k, int64_t now) {
 }
 
 int comm_call_stopped(const comm_call *k) {
+    coll_record_tick(k->rec);
     int why = why_stop(k, clock_now_ns());
     return why == 0 ? 0 : why == 3 ? -ETIMEDOUT : -ECANCELED;
 }
 
 int comm_call_check(comm_call *k) {
+    coll_record_tick(k->rec);
     switch (why_stop(k, clock_now_ns())) {
     case 1:
         return comm_call_fail(k, -ECANCELED, "%s cancelled: the communicator is being destroyed",

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/clock.h"
+#include "common/coll_record.h"
 
 /* What stops every call of a communicator early, from outside the call:
  * its destruction (cancel), or its owner stopping (*abort_at_ns, the
@@ -27,13 +28,15 @@ typedef struct {
     int timeout_ms;           /* the budget the deadline came from, for messages */
     char *err;                /* receives the first failure's message */
     size_t errlen;
+    coll_record *rec;         /* NULL, or the rank's collective record: every check */
+                              /* of the call's wait loops notes the rank alive in it */
 } comm_call;
 
 /* Starts a call of timeout_ms from now. */
 static inline comm_call comm_call_start(const char *op, int timeout_ms, const comm_stop *stop,
                                         char *err, size_t errlen) {
     return (comm_call){clock_now_ns() + (int64_t)timeout_ms * 1000000, stop, op, timeout_ms,
-                       err, errlen};
+                       err, errlen, NULL};
 }
 
 /* Nanoseconds left before the deadline (0 once passed). */

@@ -117,6 +117,7 @@ static int run_epoch(trainer *t) {
         int64_t t0 = clock_now_ns();
         watchdog_arm(&t->wd, WATCHED);
         stacks_note_step(t->at.global_step + 1);
+        coll_record_step(t->coll, t->at.global_step + 1);
         int rc = step_train(t, stats);
         if (rc) return rc;
         /* Rank 0 decides when the nodes keep a snapshot, and the step's

@@ -133,7 +133,8 @@ static int setup_comm(trainer *t) {
                     .rank = t->env.rank, .world = t->env.world, .local_rank = t->env.local_rank,
                     .local_world = t->env.local_world, .timeout_ms = c->timeout_s * 1000,
                     .no_shm = c->no_shm, .prefix = prefix,
-                    .abort_at_ns = &trainer_abort_at_ns};
+                    .abort_at_ns = &trainer_abort_at_ns,
+                    .record = t->coll = coll_record_from_env(t->env.rank)};
     int rc = comm_init(&co, &t->comm, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     if (t->be->kind == BACKEND_CUDA) {
@@ -241,6 +242,7 @@ void trainer_cleanup(trainer *t) {
     ddp_destroy(t->ddp);
     devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);
+    coll_record_close(t->coll);
     model_destroy(t->m);
     dataset_close(t->train);
     dataset_close(t->test);

@@ -82,6 +82,7 @@ typedef struct {
     dataset *train, *test;
     model *m;
     comm *comm;          /* host data: checkpoint headers, the step's loss */
+    coll_record *coll;   /* DDPRUN_COLL_RECORD: where this rank stands in its collectives */
     devcomm *dcomm;      /* backend memory: gradients, weights, SyncBN */
     ddp *ddp;
     int batch;           /* per rank */
