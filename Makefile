@@ -68,7 +68,8 @@ BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
-	$(B)/tests/rank-leaves $(B)/tests/etcd-check $(B)/tests/make-images $(B)/tests/data-dump
+	$(B)/tests/rank-leaves $(B)/tests/etcd-check $(B)/tests/make-images $(B)/tests/data-dump \
+	$(B)/tests/coll-peek
 ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
@@ -176,6 +177,11 @@ $(B)/tests/make-images: $(B)/obj/tests/tools/make_images.o $(B)/libddprun.a
 $(B)/tests/data-dump: $(B)/obj/tests/tools/data_dump.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+# Where a rank stands in its collectives, for the hang tests.
+$(B)/tests/coll-peek: $(B)/obj/tests/tools/coll_peek.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(B)/tests/rank-leaves: $(B)/obj/tests/tools/rank_leaves.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)

@@ -197,7 +197,7 @@ static int start_workers(agent *a) {
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
                           .snapshot_dir = a->snapshots.path,
-                          .snapshot_disk_dir = a->snapshots.disk};
+                          .snapshot_disk_dir = a->snapshots.disk, .coll_dir = a->coll_dir};
     if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
              a->cur.restart_count);
@@ -238,6 +238,7 @@ static int start_workers(agent *a) {
                               a->cur.group_world_size, a->cur.restart_count);
         char err[512] = "";
         a->group_started = clock_wall_s();
+        agent_coll_group_started(a);
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
     } else {
@@ -402,6 +403,51 @@ static void on_wake(uv_async_t *h) {
 
 
 
+/* The root cause's message says what the collective records found: that
+ * it is the rank the others waited for, or that it waited for one. */
+static void note_hang(failure *f, const coll_verdict *v) {
+    char *why = NULL;
+    if (asprintf(&why, f->hung ? "%s; the rank the others waited for: %s"
+                               : "%s; it waited for a hung rank: %s",
+                 f->message, v->text) > 0) {
+        free(f->message);
+        f->message = why;
+    }
+}
+
+/* The ranks v blames that are not among the n failures at fs (the
+ * watchdog killed them with the others but their exits come later, they
+ * still run, or they are another node's): each becomes a failure of its
+ * own, so that the summary names it as the cause (the summary keeps one
+ * failure per rank). How many were added. */
+static int add_hung_ranks(agent *a, failure *fs, int n, const coll_verdict *v) {
+    int added = 0;
+    for (int b = 0; b < v->nblamed && a->nfails < MAX_FAILURES; b++) {
+        const coll_pos *p = &v->blamed[b];
+        int known = 0;
+        for (int i = 0; i < n + added; i++) known |= fs[i].rank == p->rank;
+        if (known) continue;
+        int local = p->rank - a->cur.rank_offset;
+        const worker *w = a->wg && local >= 0 && local < a->wg->n && a->wg->w[local].pid == p->pid
+                              ? &a->wg->w[local] : NULL;
+        failure *f = &a->fails[a->nfails++];
+        failure_free(f);
+        if (w && !w->running)
+            failure_from_exit(f, a->hostname, p->rank, local, p->pid, w->exit_status,
+                              w->term_signal, w->exit_time, w->error_file, a->cur.round);
+        else /* still running, or another node's: it goes with the group, killed */
+            failure_from_exit(f, p->host, p->rank, p->local_rank, p->pid, 0, SIGKILL,
+                              clock_wall_s(), w ? w->error_file : "", a->cur.round);
+        char *why = NULL;
+        if (asprintf(&why, "%s: hung (stopped with the group)", f->message) > 0) {
+            free(f->message);
+            f->message = why;
+        }
+        added++;
+    }
+    return added;
+}
+
 /* The failures of one turn of the loop are settled: the root cause among
  * them (one worker's kill -9 and its peer's exit on the lost connection are
  * often reaped together, and the peer's comes first as often as not) is
@@ -412,9 +458,17 @@ static void settle_failures(agent *a) {
     uv_check_stop(&a->settle);
     failure *fs = a->fails + a->settle_from;
     int n = a->nfails - a->settle_from;
+    coll_verdict hang;
+    int hung = n > 0 && agent_coll_verdict(a, &hang);
+    if (hung) n += add_hung_ranks(a, fs, n, &hang);
+    for (int i = 0; hung && i < n; i++) fs[i].hung = coll_verdict_blames(&hang, fs[i].rank);
     int root = failure_root_cause(fs, n);
     if (root < 0) return;
     failure *f = &fs[root];
+    if (hung) {
+        log_error("hang in collective #%llu: %s", (unsigned long long)hang.seq, hang.text);
+        note_hang(f, &hang);
+    }
     metrics_worker_failed(a->metrics, f->exitcode, f->watchdog);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", f->local_rank,
               f->rank, f->pid, f->message);
@@ -423,8 +477,9 @@ static void settle_failures(agent *a) {
             log_warn("local rank %d (rank %d, pid %d) failed with it: %s", fs[i].local_rank,
                      fs[i].rank, fs[i].pid, fs[i].message);
     agent_record_event(a, "ddprun.agent.restart", "FAILED",
-                       json_pack("{s:s, s:i, s:i}", "why", f->message, "failed_rank", f->rank,
-                                 "failed_pid", f->pid));
+                       json_pack("{s:s, s:i, s:i, s:s?}", "why", f->message, "failed_rank",
+                                 f->rank, "failed_pid", f->pid, "hang",
+                                 hung ? hang.text : NULL));
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         char *json = failure_to_json(&fs[i]);
@@ -482,6 +537,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
 static void on_group_idle(worker_group *g) {
     agent *a = g->data;
     settle_failures(a); /* before the group and its round are gone */
+    agent_coll_group_stopped(a);
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
         return;
@@ -570,6 +626,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->status_timer.data = a;
     uv_check_init(a->loop, &a->settle);
     a->settle.data = a;
+    uv_timer_init(a->loop, &a->coll_timer);
+    a->coll_timer.data = a;
     int code = 1;
     char why[256];
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
@@ -577,7 +635,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) || agent_open_event_log(a) ||
+    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) || agent_coll_prepare(a) ||
+        agent_open_event_log(a) ||
         agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
         agent_store_setup(cfg, a->hostname, &a->store) || agent_open_rendezvous(a))
         goto out;
@@ -600,6 +659,7 @@ out:
     janitor_dismiss(a->janitor_fd);
     event_log_close(a->events);
     free(a->last_exit);
+    free(a->coll);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

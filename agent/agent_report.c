@@ -100,10 +100,24 @@ void agent_report_exhausted(agent *a, int restarts) {
         n++;
     }
     free(all);
+    /* The last round's, one per rank: where two nodes recorded one rank
+     * (its own, and another that found the others had waited for it), the
+     * one that says it hung */
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (fs[i].round == last_round) fs[k++] = fs[i];
-        else failure_free(&fs[i]);
+        int same = -1;
+        for (int j = 0; j < k && same < 0; j++)
+            if (fs[j].rank == fs[i].rank) same = j;
+        if (fs[i].round != last_round) {
+            failure_free(&fs[i]);
+        } else if (same < 0) {
+            fs[k++] = fs[i];
+        } else if (fs[i].hung && !fs[same].hung) {
+            failure_free(&fs[same]);
+            fs[same] = fs[i];
+        } else {
+            failure_free(&fs[i]);
+        }
     }
     if (k == 0) /* the store had none: fall back to what this node saw */
         for (int i = 0; i < a->nfails; i++) fs[k++] = a->fails[i], a->fails[i].message = NULL,

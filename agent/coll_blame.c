@@ -27,13 +27,13 @@ static char proc_state(int pid) {
     return p && p[1] == ' ' && p[2] ? p[2] : '?';
 }
 
-int coll_pos_read(const char *path, const char *host, coll_pos *p) {
+int coll_pos_read(const char *path, const char *host, int local_rank, coll_pos *p) {
     coll_view v;
     memset(p, 0, sizeof *p);
     int rc = coll_record_read(path, &v);
     if (rc) return rc;
     double wall = clock_wall_s(), mono = clock_now_s();
-    p->rank = v.rank, p->pid = v.pid, p->step = v.step;
+    p->rank = v.rank, p->local_rank = local_rank, p->pid = v.pid, p->step = v.step;
     snprintf(p->host, sizeof p->host, "%s", host);
     p->entered = v.entered, p->done = v.done;
     p->alive = v.alive_ns ? wall - (mono - (double)v.alive_ns * 1e-9) : 0;
@@ -47,13 +47,14 @@ int coll_pos_read(const char *path, const char *host, coll_pos *p) {
     return 0;
 }
 
-char *coll_pos_json(const coll_pos *ps, int n) {
+char *coll_pos_json(const coll_pos *ps, int n, double at) {
     json_t *a = json_array();
     for (int i = 0; a && i < n; i++) {
         const coll_pos *p = &ps[i];
         char state[2] = {p->state ? p->state : '?', 0};
-        json_t *o = json_pack("{s:i, s:i, s:s, s:I, s:I, s:I, s:s, s:I, s:f, s:f, s:s}", "rank",
-                              p->rank, "pid", p->pid, "host", p->host, "step",
+        json_t *o = json_pack("{s:i, s:i, s:i, s:s, s:I, s:I, s:I, s:s, s:I, s:f, s:f, s:s}",
+                              "rank", p->rank, "local_rank", p->local_rank, "pid", p->pid,
+                              "host", p->host, "step",
                               (json_int_t)p->step, "entered", (json_int_t)p->entered, "done",
                               (json_int_t)p->done, "op", p->op, "bytes", (json_int_t)p->bytes,
                               "issued", p->issued, "alive", p->alive, "state", state);
@@ -62,16 +63,22 @@ char *coll_pos_json(const coll_pos *ps, int n) {
             return NULL;
         }
     }
-    char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
-    json_decref(a);
+    json_t *top = a ? json_pack("{s:f, s:o}", "at", at, "ranks", a) : NULL;
+    char *s = top ? json_dumps(top, JSON_COMPACT) : NULL;
+    json_decref(top);
     return s;
 }
 
-int coll_pos_from_json(const char *json, coll_pos *ps, int *n, int max) {
-    json_t *a = json_loads(json, 0, NULL);
-    if (!json_is_array(a)) {
-        json_decref(a);
+int coll_pos_from_json(const char *json, double not_before, coll_pos *ps, int *n, int max) {
+    json_t *top = json_loads(json, 0, NULL), *a = NULL;
+    double at = 0;
+    if (json_unpack(top, "{s:F, s:o}", "at", &at, "ranks", &a) != 0 || !json_is_array(a)) {
+        json_decref(top);
         return -EINVAL;
+    }
+    if (at < not_before) {
+        json_decref(top);
+        return -ESTALE;
     }
     size_t i;
     json_t *o;
@@ -80,8 +87,9 @@ int coll_pos_from_json(const char *json, coll_pos *ps, int *n, int max) {
         coll_pos p = {0};
         const char *host = "", *op = "", *state = "?";
         json_int_t step = 0, entered = 0, done = 0, bytes = 0;
-        if (json_unpack(o, "{s:i, s:i, s:s, s:I, s:I, s:I, s:s, s:I, s:F, s:F, s:s}", "rank",
-                        &p.rank, "pid", &p.pid, "host", &host, "step", &step, "entered",
+        if (json_unpack(o, "{s:i, s:i, s:i, s:s, s:I, s:I, s:I, s:s, s:I, s:F, s:F, s:s}", "rank",
+                        &p.rank, "local_rank", &p.local_rank, "pid", &p.pid, "host", &host,
+                        "step", &step, "entered",
                         &entered, "done", &done, "op", &op, "bytes", &bytes, "issued", &p.issued,
                         "alive", &p.alive, "state", &state) != 0)
             continue;
@@ -91,7 +99,7 @@ int coll_pos_from_json(const char *json, coll_pos *ps, int *n, int max) {
         p.bytes = (uint64_t)bytes, p.state = state[0] ? state[0] : '?';
         ps[(*n)++] = p;
     }
-    json_decref(a);
+    json_decref(top);
     return 0;
 }
 
@@ -130,8 +138,7 @@ static void rank_list(const coll_pos *ps, int n, const char *pick, char *out, si
 }
 
 static void blame(coll_verdict *v, const coll_pos *p) {
-    if (v->nblamed < (int)(sizeof v->blamed / sizeof v->blamed[0]))
-        v->blamed[v->nblamed++] = p->rank;
+    if (v->nblamed < (int)(sizeof v->blamed / sizeof v->blamed[0])) v->blamed[v->nblamed++] = *p;
     v->nblamed_all++;
 }
 
@@ -177,9 +184,11 @@ int coll_blame(const coll_pos *ps, int n, coll_verdict *v) {
         rank_list(ps, n, inside, waiting, sizeof waiting);
         snprintf(v->text, sizeof v->text,
                  "%s waited %.1f s in collective #%llu (%s%s) for %s, which never entered it: "
-                 "rank %d (host %s, pid %d) last finished collective #%llu, in step %lld%s",
+                 "rank %d (host %s, pid %d) had entered #%llu and finished #%llu, in step "
+                 "%lld%s",
                  waiting, v->waited, (unsigned long long)seq, v->op, size, who, b->rank, b->host,
-                 b->pid, (unsigned long long)b->done, (long long)b->step, state_words(b->state));
+                 b->pid, (unsigned long long)b->entered, (unsigned long long)b->done,
+                 (long long)b->step, state_words(b->state));
         found = 1;
     } else if (!nbehind && ninside >= 2 && late >= 0 &&
                ps[late].alive - ps[first].alive >= HANG_S) {
@@ -201,6 +210,6 @@ int coll_blame(const coll_pos *ps, int n, coll_verdict *v) {
 
 int coll_verdict_blames(const coll_verdict *v, int rank) {
     for (int i = 0; i < v->nblamed; i++)
-        if (v->blamed[i] == rank) return 1;
+        if (v->blamed[i].rank == rank) return 1;
     return 0;
 }

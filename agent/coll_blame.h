@@ -1,8 +1,8 @@
 /* Which rank a hung job waited for, from the ranks' collective records
  * (common/coll_record.h): this node's, read from their files, and the
  * other nodes', which their agents publish through the store once a rank
- * has stood still in its collectives for a second (a hang in the making;
- * a job whose steps are shorter than that publishes nothing).
+ * has stood still in its collectives for half a second (a hang in the
+ * making; a job whose collectives come faster publishes nothing).
  *
  * Every rank issues the same collectives in the same order, so the n-th is
  * the same collective everywhere. When ranks waited in collective #n (for
@@ -21,7 +21,7 @@
 
 /* One rank's position, in wall-clock times so that nodes compare. */
 typedef struct {
-    int rank, pid;
+    int rank, local_rank, pid;
     char host[128];
     int64_t step;
     uint64_t entered, done;
@@ -32,19 +32,23 @@ typedef struct {
     char state;             /* its process as /proc said when read ('T': stopped), '?' */
 } coll_pos;
 
-/* Reads the record at path into *p: 0, or what coll_record_read said. */
-int coll_pos_read(const char *path, const char *host, coll_pos *p);
+/* Reads the record at path, local rank local_rank's on host, into *p: 0,
+ * or what coll_record_read said. */
+int coll_pos_read(const char *path, const char *host, int local_rank, coll_pos *p);
 
-/* A node's positions as one JSON array (malloc'd; NULL out of memory),
- * and back: appends up to max - *n of them to ps. */
-char *coll_pos_json(const coll_pos *ps, int n);
-int coll_pos_from_json(const char *json, coll_pos *ps, int *n, int max);
+/* A node's positions read at wall-clock time `at`, as one JSON object
+ * (malloc'd; NULL out of memory), and back: appends up to max - *n of
+ * them to ps, unless they were read before not_before (-ESTALE: they may
+ * predate the hang, and say nothing of it). */
+char *coll_pos_json(const coll_pos *ps, int n, double at);
+int coll_pos_from_json(const char *json, double not_before, coll_pos *ps, int *n, int max);
 
 typedef struct {
     uint64_t seq;          /* the collective */
     char op[COLL_OP_LEN];
     uint64_t bytes;
-    int blamed[8], nblamed;  /* the ranks to blame (the first 8) */
+    coll_pos blamed[8];    /* the ranks to blame (the first 8) */
+    int nblamed;
     int nblamed_all;
     double waited;         /* s: the longest any other rank waited in it */
     char text[1024];       /* the verdict in words */

@@ -57,11 +57,12 @@ void failure_from_exit(failure *f, const char *host, int rank, int local_rank, i
 }
 
 char *failure_to_json(const failure *f) {
-    json_t *o = json_pack("{s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s*}", "time", f->time,
-                          "host", f->host, "rank", f->rank, "local_rank", f->local_rank,
-                          "exitcode", f->exitcode, "pid", f->pid, "round", f->round,
-                          "error_file", f->error_file, "message",
-                          f->message ? f->message : "", "traceback", f->traceback);
+    json_t *o = json_pack("{s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s*, s:b}", "time",
+                          f->time, "host", f->host, "rank", f->rank, "local_rank",
+                          f->local_rank, "exitcode", f->exitcode, "pid", f->pid, "round",
+                          f->round, "error_file", f->error_file, "message",
+                          f->message ? f->message : "", "traceback", f->traceback, "hung",
+                          f->hung);
     if (!o) return NULL;
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -74,10 +75,11 @@ int failure_from_json(const char *line, failure *f) {
     json_t *o = json_loads(line, 0, &jerr);
     if (!o) return -1;
     const char *host = "", *ef = "", *msg = "", *tb = NULL;
-    int rc = json_unpack(o, "{s:F, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s?s}", "time", &f->time,
-                         "host", &host, "rank", &f->rank, "local_rank", &f->local_rank,
-                         "exitcode", &f->exitcode, "pid", &f->pid, "round", &f->round,
-                         "error_file", &ef, "message", &msg, "traceback", &tb);
+    int rc = json_unpack(o, "{s:F, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s?s, s?b}", "time",
+                         &f->time, "host", &host, "rank", &f->rank, "local_rank",
+                         &f->local_rank, "exitcode", &f->exitcode, "pid", &f->pid, "round",
+                         &f->round, "error_file", &ef, "message", &msg, "traceback", &tb,
+                         "hung", &f->hung);
     if (rc == 0) {
         snprintf(f->host, sizeof f->host, "%s", host);
         snprintf(f->error_file, sizeof f->error_file, "%s", ef);
@@ -118,9 +120,11 @@ static void print_one(FILE *out, int index, const failure *f) {
         fprintf(out, "  message   : %s\n", f->message);
 }
 
-/* Lower first: a worker the watchdog killed (it named the hung one), one
- * killed by another signal, one that exited with a code. */
-static int tier(const failure *f) { return f->watchdog ? 0 : f->exitcode < 0 ? 1 : 2; }
+/* Lower first: the rank the others waited for, a worker the watchdog
+ * killed, one killed by another signal, one that exited with a code. */
+static int tier(const failure *f) {
+    return f->hung ? -1 : f->watchdog ? 0 : f->exitcode < 0 ? 1 : 2;
+}
 
 int failure_root_cause(const failure *fs, int n) {
     int root = -1;

@@ -19,6 +19,7 @@ typedef struct {
     char *message;   /* malloc'd */
     char *traceback; /* malloc'd; NULL if none */
     int watchdog;    /* the agent's watchdog killed it (this node's only: not in the JSON) */
+    int hung;        /* the rank the others waited for in a collective (agent/coll_blame.h) */
 } failure;
 
 /* Builds a failure from a worker's exit, reading its error file if it
@@ -31,7 +32,8 @@ void failure_from_exit(failure *f, const char *host, int rank, int local_rank, i
 char *failure_to_json(const failure *f);
 int failure_from_json(const char *line, failure *f);
 void failure_free(failure *f);
-/* Which of n failures of one round caused the others: the worker the
+/* Which of n failures of one round caused the others: the rank the
+ * others waited for in a collective (hung), else the worker the
  * watchdog killed (of several, the one whose deadline passed first), else
  * the earliest killed by a signal (a crash, the OOM killer, kill -9), else
  * the earliest. A worker that exits with a code may have been

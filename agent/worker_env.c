@@ -63,6 +63,8 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
     if (x->timer_file) VAR("TORCHELASTIC_TIMER_FILE=%s", x->timer_file);
     if (x->metrics_dir && x->metrics_dir[0]) VAR("DDPRUN_METRICS_DIR=%s", x->metrics_dir);
     if (x->snapshot_dir && x->snapshot_dir[0]) VAR("DDPRUN_SNAPSHOT_DIR=%s", x->snapshot_dir);
+    if (x->coll_dir && x->coll_dir[0])
+        VAR("DDPRUN_COLL_RECORD=%s/local_rank_%d", x->coll_dir, local_rank);
     if (x->snapshot_disk_dir && x->snapshot_disk_dir[0])
         VAR("DDPRUN_SNAPSHOT_DISK_DIR=%s", x->snapshot_disk_dir);
     if (x->numa && x->numa->n > local_rank && x->numa->this_system)

@@ -11,7 +11,7 @@
 #include "rendezvous/rdzv.h"
 
 /* The most variables worker_env_vars sets. */
-#define WORKER_ENV_MAX 29
+#define WORKER_ENV_MAX 30
 #define WORKER_ENV_LEN 512
 
 typedef struct {
@@ -23,6 +23,7 @@ typedef struct {
     const char *timer_file; /* the watchdog's FIFO; NULL: no watchdog */
     const char *metrics_dir; /* where ranks write their metrics; NULL: none */
     const char *snapshot_dir; /* DDPRUN_SNAPSHOT_DIR; NULL: none */
+    const char *coll_dir;     /* DDPRUN_COLL_RECORD is <coll_dir>/local_rank_<i>; NULL: none */
     const char *snapshot_disk_dir; /* DDPRUN_SNAPSHOT_DISK_DIR: for a full memory; NULL: none */
     const numa_plan *numa;  /* --numa-binding's CPUs per local rank; NULL: none */
 } worker_env_ctx;

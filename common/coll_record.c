@@ -126,6 +126,11 @@ void coll_record_step(coll_record *r, int64_t step) {
     if (r) atomic_store_explicit(&r->m->step, step, memory_order_relaxed);
 }
 
+void coll_record_position(const coll_record *r, uint64_t *entered, uint64_t *done) {
+    *entered = r ? atomic_load_explicit(&r->m->entered, memory_order_acquire) : 0;
+    *done = r ? atomic_load_explicit(&r->m->done, memory_order_acquire) : 0;
+}
+
 int coll_record_read(const char *path, coll_view *out) {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);

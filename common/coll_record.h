@@ -44,6 +44,9 @@ void coll_record_leave(coll_record *r, uint64_t seq, int rc);
 void coll_record_tick(coll_record *r);
 /* The training step the rank is in. */
 void coll_record_step(coll_record *r, int64_t step);
+/* The last collective entered and the last finished (0, 0 with a NULL
+ * record): atomic loads only, safe in a signal handler. */
+void coll_record_position(const coll_record *r, uint64_t *entered, uint64_t *done);
 
 /* One collective as the reader sees it. */
 typedef struct {

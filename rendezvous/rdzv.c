@@ -703,6 +703,40 @@ int rdzv_publish_status(rdzv *r, int side, const char *json) {
     return set_str(client_for(r, side), key(r, k, "status/%s", r->agent_id), json);
 }
 
+int rdzv_publish_collectives(rdzv *r, int side, int round, int group_rank, const char *json) {
+    char k[KEY_MAX];
+    return set_str(client_for(r, side), key(r, k, "r%d/coll/%d", round, group_rank), json);
+}
+
+int rdzv_collectives(rdzv *r, int side, int round, int nnodes, char **out) {
+    if (nnodes <= 0) return 0;
+    if (nnodes > RDZV_MAX_NODES) return -E2BIG;
+    char **keys = calloc((size_t)nnodes, sizeof *keys);
+    uint8_t **vals = calloc((size_t)nnodes, sizeof *vals);
+    size_t *lens = calloc((size_t)nnodes, sizeof *lens);
+    int rc = keys && vals && lens ? 0 : -ENOMEM;
+    for (int i = 0; rc == 0 && i < nnodes; i++) {
+        out[i] = NULL;
+        if (!(keys[i] = malloc(KEY_MAX))) rc = -ENOMEM;
+        else key(r, keys[i], "r%d/coll/%d", round, i);
+    }
+    if (rc == 0)
+        rc = kv_multi_get(client_for(r, side), (size_t)nnodes, (const char *const *)keys, vals,
+                          lens);
+    for (int i = 0; i < nnodes && keys; i++) {
+        if (rc == 0 && lens[i] && (out[i] = malloc(lens[i] + 1))) {
+            memcpy(out[i], vals[i], lens[i]);
+            out[i][lens[i]] = 0;
+        }
+        free(keys[i]);
+        if (vals) free(vals[i]);
+    }
+    free(keys);
+    free(vals);
+    free(lens);
+    return rc;
+}
+
 int rdzv_poke(rdzv *r, int side) {
     char k[KEY_MAX];
     pthread_mutex_lock(&r->mu);

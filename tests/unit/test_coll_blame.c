@@ -58,8 +58,9 @@ TEST(coll_record_reads_back_what_was_written) {
     CHECK_EQ(coll_view_entry(&v, COLL_RING + 5)->rc, -110);
     coll_record_close(r);
     coll_pos p;
-    CHECK_EQ(coll_pos_read(path, "h1", &p), 0); /* the file outlives the writer */
+    CHECK_EQ(coll_pos_read(path, "h1", 2, &p), 0); /* the file outlives the writer */
     CHECK_EQ(p.rank, 5);
+    CHECK_EQ(p.local_rank, 2);
     CHECK_STR(p.op, "all-reduce");
     CHECK(p.state == 'R' || p.state == 'S'); /* this process */
     unlink(path);
@@ -74,7 +75,7 @@ TEST(coll_record_reads_back_what_was_written) {
 /* Rank r at collective `entered` (done up to `done`), entered at `issued`,
  * last alive at `alive` (seconds). */
 static coll_pos pos(int r, uint64_t entered, uint64_t done, double issued, double alive) {
-    coll_pos p = {.rank = r, .pid = 100 + r, .step = 40, .entered = entered, .done = done,
+    coll_pos p = {.rank = r, .local_rank = r % 2, .pid = 100 + r, .step = 40, .entered = entered, .done = done,
                   .bytes = 3 << 20, .issued = issued, .alive = alive, .state = 'S'};
     snprintf(p.host, sizeof p.host, "node%d", r / 2);
     snprintf(p.op, sizeof p.op, "all-reduce");
@@ -89,12 +90,14 @@ TEST(coll_blame_names_the_rank_that_never_entered) {
     CHECK_EQ(coll_blame(ps, 4, &v), 1);
     CHECK_EQ(v.seq, 57);
     CHECK_EQ(v.nblamed, 1);
-    CHECK_EQ(v.blamed[0], 1);
+    CHECK_EQ(v.blamed[0].rank, 1);
+    CHECK_EQ(v.blamed[0].pid, 101);
     CHECK(coll_verdict_blames(&v, 1) && !coll_verdict_blames(&v, 0));
     CHECK(v.waited > 11.9 && v.waited < 12.1);
     CHECK(strstr(v.text, "ranks 0, 2, 3 waited 12.0 s in collective #57 (all-reduce of 3.0 MB) "
                          "for rank 1, which never entered it") != NULL);
-    CHECK(strstr(v.text, "host node0, pid 101") != NULL);
+    CHECK(strstr(v.text, "host node0, pid 101) had entered #56 and finished #56, in step 40") !=
+          NULL);
     CHECK(strstr(v.text, "stopped (SIGSTOP)") != NULL);
 }
 
@@ -103,7 +106,7 @@ TEST(coll_blame_names_the_rank_silent_inside_the_collective) {
     coll_verdict v;
     CHECK_EQ(coll_blame(ps, 3, &v), 1);
     CHECK_EQ(v.nblamed, 1);
-    CHECK_EQ(v.blamed[0], 1);
+    CHECK_EQ(v.blamed[0].rank, 1);
     CHECK(strstr(v.text, "every rank entered collective #9") != NULL);
     CHECK(strstr(v.text, "rank 1 (host node0, pid 101) fell silent in it 9.0 s before") != NULL);
 }
@@ -125,14 +128,17 @@ TEST(coll_blame_finds_no_hang_where_there_is_none) {
 TEST(coll_pos_json_round_trips) {
     coll_pos ps[2] = {pos(4, 7, 6, 1.5, 2.25), pos(5, 6, 6, 1, 1)};
     ps[0].state = 'T';
-    char *json = coll_pos_json(ps, 2);
+    char *json = coll_pos_json(ps, 2, 500.5);
     CHECK(json != NULL);
     coll_pos back[3];
     int n = 1;
     back[0] = pos(0, 1, 1, 0, 0);
-    CHECK_EQ(coll_pos_from_json(json, back, &n, 3), 0);
+    CHECK_EQ(coll_pos_from_json(json, 501, back, &n, 3), -ESTALE); /* read too early */
+    CHECK_EQ(n, 1);
+    CHECK_EQ(coll_pos_from_json(json, 500, back, &n, 3), 0);
     CHECK_EQ(n, 3);
     CHECK_EQ(back[1].rank, 4);
+    CHECK_EQ(back[1].local_rank, 0);
     CHECK_EQ(back[1].entered, 7);
     CHECK_EQ(back[1].done, 6);
     CHECK_EQ(back[1].state, 'T');
@@ -140,6 +146,7 @@ TEST(coll_pos_json_round_trips) {
     CHECK(back[1].alive == 2.25 && back[1].issued == 1.5);
     CHECK_EQ(back[2].rank, 5);
     n = 0;
-    CHECK_EQ(coll_pos_from_json("{\"not\": \"an array\"}", back, &n, 3), -EINVAL);
+    CHECK_EQ(coll_pos_from_json("{\"not\": \"an array\"}", 0, back, &n, 3), -EINVAL);
+    CHECK_EQ(coll_pos_from_json("[]", 0, back, &n, 3), -EINVAL);
     free(json);
 }

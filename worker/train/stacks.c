@@ -22,6 +22,9 @@ static int my_rank;
 static _Atomic int64_t step_now = -1;
 static atomic_flag writing = ATOMIC_FLAG_INIT;
 static _Atomic int round_leader; /* the thread that fans the signal out, while it does */
+static const coll_record *_Atomic record;
+
+void stacks_note_record(const coll_record *r) { atomic_store(&record, r); }
 
 void stacks_note_step(int64_t step) { atomic_store_explicit(&step_now, step, memory_order_relaxed); }
 
@@ -96,7 +99,15 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
         put_num(my_rank);
         put(": the stacks of every thread, asked for by the launcher (step ");
         put_num(atomic_load_explicit(&step_now, memory_order_relaxed));
-        put(" under way)\n");
+        put(" under way");
+        uint64_t entered, done;
+        coll_record_position(atomic_load(&record), &entered, &done);
+        if (entered) {
+            put("; collective #");
+            put_num((long long)entered);
+            put(entered == done ? " finished" : " entered, not finished");
+        }
+        put(")\n");
         atomic_flag_clear(&writing);
         own_stack(self);
         fan_out(self);

@@ -14,11 +14,16 @@
 
 #include <stdint.h>
 
+#include "common/coll_record.h"
+
 /* Installs the handler when DDPRUN_STACK_SIGNAL names a signal; rank for
  * the header. */
 void stacks_install(int rank);
 
 /* The step under way, for the header (set before each step). */
 void stacks_note_step(int64_t step);
+/* The rank's collective record (NULL: none), whose position the header
+ * gives too. */
+void stacks_note_record(const coll_record *r);
 
 #endif

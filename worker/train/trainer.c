@@ -15,6 +15,7 @@
 #include "worker/model/arch.h"
 #include "worker/train/device_choice.h"
 #include "worker/train/error_file.h"
+#include "worker/train/stacks.h"
 
 volatile sig_atomic_t trainer_stop_requested;
 _Atomic int64_t trainer_abort_at_ns;
@@ -135,6 +136,7 @@ static int setup_comm(trainer *t) {
                     .no_shm = c->no_shm, .prefix = prefix,
                     .abort_at_ns = &trainer_abort_at_ns,
                     .record = t->coll = coll_record_from_env(t->env.rank)};
+    stacks_note_record(t->coll);
     int rc = comm_init(&co, &t->comm, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
     if (t->be->kind == BACKEND_CUDA) {
@@ -242,6 +244,7 @@ void trainer_cleanup(trainer *t) {
     ddp_destroy(t->ddp);
     devcomm_destroy(t->dcomm);
     comm_destroy(t->comm);
+    stacks_note_record(NULL);
     coll_record_close(t->coll);
     model_destroy(t->m);
     dataset_close(t->train);
