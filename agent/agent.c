@@ -239,6 +239,7 @@ static int start_workers(agent *a) {
         char err[512] = "";
         a->group_started = clock_wall_s();
         agent_coll_group_started(a);
+        agent_speed_group_started(a);
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
     } else {
@@ -538,6 +539,7 @@ static void on_group_idle(worker_group *g) {
     agent *a = g->data;
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a);
+    agent_speed_group_stopped(a);
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
         return;
@@ -628,6 +630,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->settle.data = a;
     uv_timer_init(a->loop, &a->coll_timer);
     a->coll_timer.data = a;
+    uv_timer_init(a->loop, &a->speed.timer);
+    a->speed.timer.data = a;
     int code = 1;
     char why[256];
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
@@ -660,6 +664,9 @@ out:
     event_log_close(a->events);
     free(a->last_exit);
     free(a->coll);
+    free(a->speed.base);
+    free(a->speed.slow);
+    free(a->speed.watch.st);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

@@ -82,7 +82,8 @@ static void on_look(uv_timer_t *t) {
     if (still && now - a->coll_published >= COLL_STILL_S) {
         int m = read_local(a, ps);
         char *json = coll_pos_json(ps, m, clock_wall_s());
-        int rc = json ? rdzv_publish_collectives(a->rd, 0, a->cur.round, a->cur.group_rank, json)
+        int rc = json ? rdzv_publish_node_info(a->rd, 0, a->cur.round, "coll", a->cur.group_rank,
+                                               json)
                       : -ENOMEM;
         if (rc) log_debug("cannot publish where the workers stand: %s", strerror(-rc));
         free(json);
@@ -133,7 +134,7 @@ int agent_coll_verdict(agent *a, coll_verdict *v) {
     for (int i = 0; i < n; i++)
         if (ps[i].issued > last_entered) last_entered = ps[i].issued;
     if (nodes > 1 && !a->store_lost && a->rd &&
-        rdzv_collectives(a->rd, 0, a->cur.round, nodes, remote) == 0)
+        rdzv_node_infos(a->rd, 0, a->cur.round, "coll", nodes, remote) == 0)
         for (int i = 0; i < nodes; i++) {
             if (i == a->cur.group_rank || !remote[i]) continue;
             if (coll_pos_from_json(remote[i], last_entered, ps, &n, max) == -ESTALE)

@@ -21,6 +21,7 @@
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
 #include "agent/snapshot_dir.h"
+#include "agent/straggler.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rdzv.h"
 
@@ -38,6 +39,12 @@ typedef struct {
     char *tf_cluster; /* --tf-config: the round's workers (tf_config.h), malloc'd; or NULL */
     char err[512];
 } agent_event;
+
+/* A local rank's record as the straggler watch's last window saw it. */
+typedef struct {
+    int seen;
+    int64_t steps, step_ns, blocked_ns;
+} speed_base;
 
 /* A local rank's collective position as the agent last saw it. */
 typedef struct {
@@ -98,6 +105,12 @@ typedef struct {
     uv_timer_t coll_timer;   /* looks at them 4 times a second while the group runs */
     coll_watch *coll;        /* per local rank */
     double coll_published;   /* monotonic s: when this node's positions last went out */
+    struct {
+        uv_timer_t timer;     /* every --straggler-window while the group runs */
+        speed_base *base;     /* per local rank */
+        straggler_mark *slow; /* per local rank: what node rank 0 says */
+        straggler_watch watch; /* node rank 0: every rank's standing */
+    } speed;
 } agent;
 
 /* ---- agent_report.c: what the agent tells ---- */
@@ -131,6 +144,12 @@ void agent_coll_group_stopped(agent *a);
 /* After a failure: which rank the others waited for, from this node's
  * records and the other nodes' published positions; 1 when one is found. */
 int agent_coll_verdict(agent *a, coll_verdict *v);
+
+/* ---- agent_speed.c: the straggler watch ---- */
+
+void agent_speed_group_started(agent *a);
+void agent_speed_group_stopped(agent *a);
+void agent_speed_window(uv_timer_t *t);
 
 /* ---- agent_services.c: what the agent starts around its workers ---- */
 

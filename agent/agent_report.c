@@ -27,7 +27,7 @@ void agent_publish_status(agent *a) {
                       .restart_count = a->cur.restart_count, .max_restarts = c->max_restarts,
                       .nproc = c->nproc_per_node, .min_nodes = c->min_nodes,
                       .max_nodes = c->max_nodes, .since = a->state_since, .wg = a->wg,
-                      .last_exit = a->last_exit};
+                      .last_exit = a->last_exit, .slow = a->speed.slow};
     char *json = node_status_json(&st);
     int rc = json ? rdzv_publish_status(a->rd, 0, json) : -ENOMEM;
     if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));

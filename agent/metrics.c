@@ -50,6 +50,11 @@ struct agent_metrics {
     double hb_last; /* monotonic s; 0: never */
     int nworkers;
     metrics_worker_state *workers;
+    struct worker_speed {
+        int rank;        /* -1: no window yet */
+        double compute;  /* s per step */
+        int straggler;
+    } *speed;            /* per local rank */
 };
 
 /* A label value as the text format wants it: \, " and newline escaped. */
@@ -87,6 +92,7 @@ void metrics_free(agent_metrics *m) {
     pthread_mutex_destroy(&m->mu);
     free(m->rank_dir);
     free(m->workers);
+    free(m->speed);
     free(m);
 }
 
@@ -102,10 +108,14 @@ void metrics_group_started(agent_metrics *m, int n, int round, int world_size, i
     if (!m) return;
     pthread_mutex_lock(&m->mu);
     metrics_worker_state *w = realloc(m->workers, (size_t)(n > 0 ? n : 1) * sizeof *w);
-    if (w) {
+    struct worker_speed *sp = realloc(m->speed, (size_t)(n > 0 ? n : 1) * sizeof *sp);
+    if (sp) m->speed = sp;
+    if (w && sp) {
         m->workers = w;
         m->nworkers = n;
-        for (int i = 0; i < n; i++) w[i] = METRICS_W_RUNNING;
+        for (int i = 0; i < n; i++) w[i] = METRICS_W_RUNNING, sp[i] = (struct worker_speed){-1, 0, 0};
+    } else if (w) {
+        m->workers = w;
     }
     m->starts++;
     m->round = round, m->world_size = world_size, m->nodes = nodes;
@@ -117,6 +127,15 @@ void metrics_worker_exited(agent_metrics *m, int local_rank, metrics_worker_stat
     if (!m) return;
     pthread_mutex_lock(&m->mu);
     if (local_rank >= 0 && local_rank < m->nworkers) m->workers[local_rank] = s;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_worker_speed(agent_metrics *m, int local_rank, int rank, double compute,
+                          int straggler) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    if (local_rank >= 0 && local_rank < m->nworkers)
+        m->speed[local_rank] = (struct worker_speed){rank, compute, straggler};
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -238,6 +257,26 @@ static void render_workers(writer *w, const agent_metrics *m) {
     for (int i = 0; i < m->nfails; i++) {
         snprintf(c, sizeof c, "cause=\"%s\"", m->fails[i].cause);
         sample(w, m, "ddprun_worker_failures_total", c, (double)m->fails[i].n);
+    }
+    int any = 0;
+    for (int i = 0; i < m->nworkers; i++) any |= m->speed[i].rank >= 0;
+    if (!any) return;
+    char r[64];
+    family(w, "ddprun_worker_compute_seconds", "gauge",
+           "Each worker's compute per step over the straggler watch's last window: its "
+           "steps' time less its time blocked in collectives (ddp-train's).");
+    for (int i = 0; i < m->nworkers; i++) {
+        if (m->speed[i].rank < 0) continue;
+        snprintf(r, sizeof r, "local_rank=\"%d\",rank=\"%d\"", i, m->speed[i].rank);
+        sample(w, m, "ddprun_worker_compute_seconds", r, m->speed[i].compute);
+    }
+    family(w, "ddprun_worker_straggler", "gauge",
+           "1 for a worker whose compute per step is slower than the job's median by more "
+           "than --straggler-threshold, window after window.");
+    for (int i = 0; i < m->nworkers; i++) {
+        if (m->speed[i].rank < 0) continue;
+        snprintf(r, sizeof r, "local_rank=\"%d\",rank=\"%d\"", i, m->speed[i].rank);
+        sample(w, m, "ddprun_worker_straggler", r, m->speed[i].straggler);
     }
 }
 

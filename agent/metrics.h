@@ -56,6 +56,10 @@ void metrics_worker_exited(agent_metrics *m, int local_rank, metrics_worker_stat
  * watchdog 1 when the worker watchdog killed it. Counted by cause:
  * "watchdog", "SIGKILL" (a signal's name), "exit_code_1". */
 void metrics_worker_failed(agent_metrics *m, int exitcode, int watchdog);
+/* The straggler watch's last window for local rank local_rank (global
+ * rank `rank`): its compute per step, s, and whether it is a straggler. */
+void metrics_worker_speed(agent_metrics *m, int local_rank, int rank, double compute,
+                          int straggler);
 /* The rendezvous thread: a round joined after `seconds` of rendezvous. */
 void metrics_round(agent_metrics *m, double seconds);
 /* The rendezvous thread: the heartbeat is known renewed now (monotonic s). */

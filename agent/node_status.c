@@ -22,6 +22,10 @@ char *node_status_json(const node_status *s) {
         if (o && !w->running)
             json_object_set_new(o, w->term_signal ? "signal" : "exit_code",
                                 json_integer(w->term_signal ? w->term_signal : w->exit_status));
+        if (o && s->slow && s->slow[i].straggler)
+            json_object_set_new(o, "straggler",
+                                json_pack("{s:f, s:f}", "compute_s", s->slow[i].compute,
+                                          "median_s", s->slow[i].median));
         json_array_append_new(workers, o);
     }
     json_t *o = json_pack(

@@ -4,6 +4,7 @@
 #ifndef DDPRUN_AGENT_NODE_STATUS_H
 #define DDPRUN_AGENT_NODE_STATUS_H
 
+#include "agent/straggler.h"
 #include "agent/worker_group.h"
 
 typedef struct {
@@ -18,6 +19,7 @@ typedef struct {
     double since;        /* wall clock, s: when it entered this state */
     const worker_group *wg;  /* its workers, or NULL */
     char (*last_exit)[128];  /* per local rank: how its last worker ended ("" none) */
+    const straggler_mark *slow; /* per local rank: a straggler? (NULL: not watched) */
 } node_status;
 
 /* The JSON text (malloc'd), or NULL when out of memory. */

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 
 #define COLL_MAGIC 0x636f6c6c64647072ULL /* "rppddlloc": ddprun's collective record */
-#define COLL_VERSION 1
+#define COLL_VERSION 2
 
 typedef struct {
     _Atomic uint64_t seq; /* 0: being written, or never */
@@ -35,12 +35,14 @@ typedef struct {
     _Atomic int64_t step;
     _Atomic uint64_t entered, done;
     _Atomic int64_t alive_ns;
+    _Atomic int64_t steps, step_ns, blocked_ns;
     coll_slot slot[COLL_RING];
 } coll_shm;
 
 struct coll_record {
     coll_shm *m;
     uint64_t next; /* the issuing thread's: the last number given */
+    int64_t step_start_ns; /* the step under way began (0: none yet) */
 };
 
 int coll_record_open(const char *path, int rank, coll_record **out) {
@@ -123,7 +125,18 @@ void coll_record_tick(coll_record *r) {
 }
 
 void coll_record_step(coll_record *r, int64_t step) {
-    if (r) atomic_store_explicit(&r->m->step, step, memory_order_relaxed);
+    if (!r) return;
+    int64_t now = clock_now_ns();
+    if (r->step_start_ns) {
+        atomic_fetch_add_explicit(&r->m->step_ns, now - r->step_start_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->m->steps, 1, memory_order_release);
+    }
+    r->step_start_ns = now;
+    atomic_store_explicit(&r->m->step, step, memory_order_relaxed);
+}
+
+void coll_record_blocked(coll_record *r, int64_t ns) {
+    if (r) atomic_fetch_add_explicit(&r->m->blocked_ns, ns, memory_order_relaxed);
 }
 
 void coll_record_position(const coll_record *r, uint64_t *entered, uint64_t *done) {
@@ -146,6 +159,9 @@ int coll_record_read(const char *path, coll_view *out) {
     out->entered = atomic_load(&m.entered);
     out->done = atomic_load(&m.done);
     out->alive_ns = atomic_load(&m.alive_ns);
+    out->steps = atomic_load(&m.steps);
+    out->step_ns = atomic_load(&m.step_ns);
+    out->blocked_ns = atomic_load(&m.blocked_ns);
     /* the ring's slots in order, those that hold what their number says */
     uint64_t first = out->entered >= COLL_RING ? out->entered - COLL_RING + 1 : 1;
     for (uint64_t seq = first; seq <= out->entered && seq; seq++) {

@@ -8,7 +8,9 @@
  * them from 1 (as they are issued, in the program's order) and keeps:
  * the last one entered and the last one finished, when this rank was last
  * seen alive inside one (its wait loops tick), its step, and a ring of the
- * last COLL_RING collectives (op, bytes, issued, finished, result). After
+ * last COLL_RING collectives (op, bytes, issued, finished, result); and,
+ * for the straggler watch (agent/straggler.h), the steps it finished, their
+ * time, and the time it spent blocked in collectives. After
  * a hang, the ranks that never entered collective #n are the ones the
  * others waited for; if every rank entered it, the one that stopped
  * ticking first inside it.
@@ -42,8 +44,11 @@ uint64_t coll_record_enter(coll_record *r, const char *op, uint64_t bytes);
 void coll_record_leave(coll_record *r, uint64_t seq, int rc);
 /* A wait loop inside a collective ran: the rank is alive. */
 void coll_record_tick(coll_record *r);
-/* The training step the rank is in. */
+/* The training step the rank is in, from now: the step before it ends
+ * here (its time counted). */
 void coll_record_step(coll_record *r, int64_t step);
+/* The rank waited ns for a collective (blocked: not computing). */
+void coll_record_blocked(coll_record *r, int64_t ns);
 /* The last collective entered and the last finished (0, 0 with a NULL
  * record): atomic loads only, safe in a signal handler. */
 void coll_record_position(const coll_record *r, uint64_t *entered, uint64_t *done);
@@ -63,6 +68,8 @@ typedef struct {
     int64_t step;
     uint64_t entered, done; /* the last entered, the last finished (0: none) */
     int64_t alive_ns;       /* the last sign of life inside a collective (or entering one) */
+    int64_t steps, step_ns; /* steps finished in this process, and their time */
+    int64_t blocked_ns;     /* time spent blocked in collectives (in steps or not) */
     int n;                  /* entries, oldest first */
     coll_entry_view ring[COLL_RING];
 } coll_view;

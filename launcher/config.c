@@ -713,6 +713,9 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
         {"tf-config", 0, OPTS_FLAG, .target = &c->tf_config},
+        {"straggler-threshold", 0, OPTS_DOUBLE, .target = &c->straggler_pct, .lo = 1, .hi = 1000,
+         .want = "a percentage (1 to 1000)"},
+        {"straggler-window", 0, OPTS_SECONDS, .target = &c->straggler_window, .positive = 1},
         {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
         {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
          .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -767,6 +770,8 @@ static int set_defaults(agent_config *cfg) {
     cfg->master_port = -1;
     cfg->metrics_port = cfg->health_port = -1;
     cfg->shutdown_timeout = 30;
+    cfg->straggler_pct = 15;
+    cfg->straggler_window = 10;
     static const int default_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
     memcpy(cfg->signals, default_signals, sizeof default_signals);
     cfg->nsignals = 4;
@@ -1027,6 +1032,12 @@ static const char usage_text[] =
     "                            add SIGUSR1 for a scheduler's preemption warning\n"
     "                            (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, or\n"
     "                            TORCHELASTIC_SIGNALS_TO_HANDLE; PET_SIGNALS_TO_HANDLE)\n"
+    "  --straggler-threshold P   a rank whose compute per step is more than P percent\n"
+    "                            over the job's median, 3 windows running, is reported\n"
+    "                            as a straggler (ddp-train's ranks; default 15;\n"
+    "                            PET_STRAGGLER_THRESHOLD)\n"
+    "  --straggler-window S      the straggler watch's window, s > 0 (default 10;\n"
+    "                            PET_STRAGGLER_WINDOW)\n"
     "  --role NAME               the workers' role (default default; PET_ROLE)\n"
     "  --start-method M          spawn|fork|forkserver: accepted for torchrun's sake;\n"
     "                            workers are always new processes (default spawn;\n"

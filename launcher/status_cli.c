@@ -104,6 +104,18 @@ static void print_workers(FILE *out, json_t *nodes) {
                     num(st, "restart_count"), last[0] ? last : "-");
         }
     }
+    json_array_foreach(nodes, i, n) {
+        size_t k;
+        json_t *w, *slow;
+        json_array_foreach(json_object_get(json_object_get(n, "status"), "workers"), k, w) {
+            if (!(slow = json_object_get(w, "straggler"))) continue;
+            double c = json_real_value(json_object_get(slow, "compute_s")),
+                   m = json_real_value(json_object_get(slow, "median_s"));
+            fprintf(out, "straggler: rank %ld on %s computes %.1f ms a step, the median %.1f ms "
+                         "(%+.0f%%)\n",
+                    num(w, "rank"), str(n, "host"), c * 1e3, m * 1e3, m > 0 ? (c / m - 1) * 100 : 0);
+        }
+    }
 }
 
 static void print_failures(FILE *out, json_t *fails) {

@@ -703,12 +703,13 @@ int rdzv_publish_status(rdzv *r, int side, const char *json) {
     return set_str(client_for(r, side), key(r, k, "status/%s", r->agent_id), json);
 }
 
-int rdzv_publish_collectives(rdzv *r, int side, int round, int group_rank, const char *json) {
+int rdzv_publish_node_info(rdzv *r, int side, int round, const char *what, int group_rank,
+                           const char *json) {
     char k[KEY_MAX];
-    return set_str(client_for(r, side), key(r, k, "r%d/coll/%d", round, group_rank), json);
+    return set_str(client_for(r, side), key(r, k, "r%d/%s/%d", round, what, group_rank), json);
 }
 
-int rdzv_collectives(rdzv *r, int side, int round, int nnodes, char **out) {
+int rdzv_node_infos(rdzv *r, int side, int round, const char *what, int nnodes, char **out) {
     if (nnodes <= 0) return 0;
     if (nnodes > RDZV_MAX_NODES) return -E2BIG;
     char **keys = calloc((size_t)nnodes, sizeof *keys);
@@ -718,7 +719,7 @@ int rdzv_collectives(rdzv *r, int side, int round, int nnodes, char **out) {
     for (int i = 0; rc == 0 && i < nnodes; i++) {
         out[i] = NULL;
         if (!(keys[i] = malloc(KEY_MAX))) rc = -ENOMEM;
-        else key(r, keys[i], "r%d/coll/%d", round, i);
+        else key(r, keys[i], "r%d/%s/%d", round, what, i);
     }
     if (rc == 0)
         rc = kv_multi_get(client_for(r, side), (size_t)nnodes, (const char *const *)keys, vals,

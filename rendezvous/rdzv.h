@@ -138,12 +138,14 @@ char *rdzv_failures(rdzv *r, int side);
 /* Publishes this agent's status (a JSON object) under status/<agent>. */
 int rdzv_publish_status(rdzv *r, int side, const char *json);
 
-/* Where node group_rank's workers stand in their collectives (JSON, see
- * agent/coll_blame.h), under r<round>/coll/<group_rank>; and every node's
- * of the round: out[i] (malloc'd) for node i, NULL where none was
- * published. */
-int rdzv_publish_collectives(rdzv *r, int side, int round, int group_rank, const char *json);
-int rdzv_collectives(rdzv *r, int side, int round, int nnodes, char **out);
+/* What node group_rank says of its workers in round `round` (JSON), under
+ * r<round>/<what>/<group_rank>: "coll", where they stand in their
+ * collectives (agent/coll_blame.h); "speed", their compute per step
+ * (agent/straggler.h). And every node's of the round: out[i] (malloc'd)
+ * for node i, NULL where it published none. */
+int rdzv_publish_node_info(rdzv *r, int side, int round, const char *what, int group_rank,
+                           const char *json);
+int rdzv_node_infos(rdzv *r, int side, int round, const char *what, int nnodes, char **out);
 
 /* Wakes this agent's rdzv_watch (RDZV_EV_POKED). */
 int rdzv_poke(rdzv *r, int side);

@@ -81,7 +81,7 @@ grep -q "step 300/" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; echo "di
 # that was not frozen wrote every thread's, its main thread inside train_run
 # (the frozen one cannot run its handler).
 grep -q "worker watchdog: .* asked [12] workers\? for \(its\|their\) stacks (in their logs) before SIGKILL" "$SCRATCH/train.log" &&
-    grep -q "ddp-train: rank [01]: the stacks of every thread, asked for by the launcher (step [0-9]* under way)" "$SCRATCH/train.log" &&
+    grep -q "ddp-train: rank [01]: the stacks of every thread, asked for by the launcher (step [0-9]* under way; collective #[0-9]* \(entered, not finished\|finished\))" "$SCRATCH/train.log" &&
     [ "$(grep -c "^ddp-train: rank [01], thread [0-9]*:" "$SCRATCH/train.log")" -ge 2 ] &&
     grep -q "(train_run+0x" "$SCRATCH/train.log" ||
     { cat "$SCRATCH/train.log"; echo "no stacks of the waiting rank before the kill"; exit 1; }

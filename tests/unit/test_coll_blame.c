@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/coll_blame.h"
@@ -35,12 +36,18 @@ TEST(coll_record_reads_back_what_was_written) {
         CHECK_EQ(seq, (uint64_t)i);
         if (i < COLL_RING + 5) coll_record_leave(r, seq, 0);
     }
-    coll_record_step(r, 77);
+    coll_record_step(r, 76);
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+    coll_record_step(r, 77); /* step 76 ended: one step of 2 ms or more */
+    coll_record_blocked(r, 1500000);
     coll_record_tick(r);
     CHECK_EQ(coll_record_read(path, &v), 0);
     CHECK_EQ(v.entered, COLL_RING + 5);
     CHECK_EQ(v.done, COLL_RING + 4);
     CHECK_EQ(v.step, 77);
+    CHECK_EQ(v.steps, 1);
+    CHECK(v.step_ns >= 2000000 && v.step_ns < 1000000000);
+    CHECK_EQ(v.blocked_ns, 1500000);
     CHECK_EQ(v.n, COLL_RING);
     CHECK_EQ(v.ring[0].seq, 6); /* the oldest kept */
     const coll_entry_view *e = coll_view_entry(&v, COLL_RING + 5);

@@ -196,16 +196,24 @@ int comm_allreduce_sum_async(comm *c, float *buf, size_t count, comm_req **req) 
     return rc;
 }
 
-int comm_wait(comm_req *req) { return comm_async_wait(req); }
+int comm_wait(comm_req *req) {
+    comm *c = comm_async_owner(req);
+    int64_t t0 = clock_now_ns();
+    int rc = comm_async_wait(req);
+    if (c) coll_record_blocked(c->record, clock_now_ns() - t0);
+    return rc;
+}
 
 /* A synchronous call runs on the caller's thread once the asynchronous
  * requests issued before it have run, which keeps every rank's sequence of
  * collectives in the order the program issued them. */
 static int run_sync(comm *c, const op_args *a) {
+    int64_t t0 = clock_now_ns();
     uint64_t seq = coll_record_enter(c->record, op_names[a->kind], op_bytes(a));
     comm_async_drain(&c->async);
     int rc = exec(c, a);
     coll_record_leave(c->record, seq, rc);
+    coll_record_blocked(c->record, clock_now_ns() - t0);
     return rc;
 }
 

@@ -11,6 +11,7 @@ struct comm_req {
     float *buf;
     size_t count;
     uint64_t tag;
+    void *owner; /* the queue's ctx */
     comm_req *next;
 };
 
@@ -60,6 +61,7 @@ int comm_async_push(comm_async *q, float *buf, size_t count, uint64_t tag, comm_
     r->buf = buf;
     r->count = count;
     r->tag = tag;
+    r->owner = q->ctx;
     pthread_mutex_lock(&q->mu);
     if (!q->started) {
         if (pthread_create(&q->thread, NULL, async_main, q) != 0) {
@@ -93,6 +95,8 @@ int comm_async_wait(comm_req *r) {
     free(r);
     return rc;
 }
+
+void *comm_async_owner(const comm_req *r) { return r ? r->owner : NULL; }
 
 void comm_async_drain(comm_async *q) {
     pthread_mutex_lock(&q->mu);

@@ -38,6 +38,8 @@ void comm_async_init(comm_async *q, comm_async_fn run, void *ctx);
 int comm_async_push(comm_async *q, float *buf, size_t count, uint64_t tag, comm_req **out);
 /* Waits until r has run, frees it, and returns what run returned. */
 int comm_async_wait(comm_req *r);
+/* The ctx of the queue r was pushed on (before waiting: r is freed then). */
+void *comm_async_owner(const comm_req *r);
 /* Returns once every queued request has finished. */
 void comm_async_drain(comm_async *q);
 /* Runs what is still queued (run is expected to fail fast by then, which
