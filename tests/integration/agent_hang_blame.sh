@@ -24,12 +24,9 @@ start() { # LOG
     agent=$!
     PIDS+=($agent)
     for _ in $(seq 300); do grep -q "step 5/" "$1" && break; sleep 0.1; done
-    victim=
-    for p in $(ps --ppid "$agent" -o pid=); do
-        [ "$(tr '\0' '\n' < "/proc/$p/environ" | sed -n 's/^RANK=//p')" = 1 ] && victim=$p
-    done
+    victim=$(worker_of_rank 1 "$agent")
     [ -n "$victim" ] || { cat "$1"; echo "no rank 1 found"; exit 1; }
-    record=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^DDPRUN_COLL_RECORD=//p')
+    record=$(env_of "$victim" DDPRUN_COLL_RECORD)
     [ -n "$record" ] || { cat "$1"; echo "the worker has no DDPRUN_COLL_RECORD"; exit 1; }
 }
 
@@ -86,16 +83,11 @@ for n in 0 1; do
     agents+=($!)
     PIDS+=($!)
 done
-victim=
 for _ in $(seq 300); do
     grep -q "step 5/" "$SCRATCH"/node*.log && break
     sleep 0.1
 done
-for a in "${agents[@]}"; do
-    for p in $(ps --ppid "$a" -o pid=); do
-        [ "$(tr '\0' '\n' < "/proc/$p/environ" | sed -n 's/^RANK=//p')" = 1 ] && victim=$p
-    done
-done
+victim=$(worker_of_rank 1 "${agents[@]}")
 [ -n "$victim" ] || { cat "$SCRATCH"/node*.log; echo "no rank 1 found"; exit 1; }
 kill -STOP "$victim"
 for n in 0 1; do

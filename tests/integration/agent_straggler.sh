@@ -16,10 +16,7 @@ ddprun --nnodes 1 --nproc-per-node 3 --rdzv-backend c10d --rdzv-endpoint "127.0.
 agent=$!
 PIDS+=($agent)
 for _ in $(seq 300); do grep -q "step 100/" "$SCRATCH/job.log" && break; sleep 0.1; done
-victim=
-for p in $(ps --ppid "$agent" -o pid=); do
-    [ "$(tr '\0' '\n' < "/proc/$p/environ" | sed -n 's/^RANK=//p')" = 1 ] && victim=$p
-done
+victim=$(worker_of_rank 1 "$agent")
 [ -n "$victim" ] || { cat "$SCRATCH/job.log"; echo "no rank 1 found"; exit 1; }
 ( while kill -STOP "$victim" 2> /dev/null; do sleep 0.04; kill -CONT "$victim"; sleep 0.06; done ) &
 slower=$!

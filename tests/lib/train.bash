@@ -49,3 +49,17 @@ clean_then_killed() {
     run_one_rank killed
     AGENT=${PIDS[-1]}
 }
+# The pid of the worker of global rank RANK among the children of the
+# agents AGENT... (their environments say RANK); empty if none.
+worker_of_rank() { # RANK AGENT...
+    local rank=$1 a p
+    shift
+    for a in "$@"; do
+        for p in $(ps --ppid "$a" -o pid=); do
+            [ "$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^RANK=//p')" = "$rank" ] &&
+                { echo "$p"; return; }
+        done
+    done
+}
+# A variable of process PID's environment.
+env_of() { tr '\0' '\n' < "/proc/$1/environ" | sed -n "s/^$2=//p"; }
