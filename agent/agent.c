@@ -95,6 +95,10 @@ static void *rdzv_thread(void *arg) {
                 return NULL;
             }
             if (ev == RDZV_EV_FAILURE || ev == RDZV_EV_MEMBERSHIP) {
+                pthread_mutex_lock(&a->mu);
+                int leaving = a->cmd_leave;
+                pthread_mutex_unlock(&a->mu);
+                if (leaving) return NULL; /* (agent_leave: no next round for this node) */
                 post(a, EV_RESTART, 0, ev, NULL, NULL);
                 break;
             }
@@ -588,19 +592,21 @@ static void on_signal(uv_signal_t *s, int signum) {
     stop_workers(a, signum);
 }
 
+void agent_leave(agent *a, const char *why) {
+    if (a->state != ST_RUNNING) return;
+    log_warn("%s: this node leaves the job, for the spare to take its place", why);
+    agent_record_event(a, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
+    set_state(a, ST_SHUTDOWN); /* exits 0 once its workers have stopped */
+    agent_tell(a, "leaving");
+    pthread_mutex_lock(&a->mu);
+    a->cmd_leave = 1;
+    pthread_mutex_unlock(&a->mu);
+    int rc = rdzv_end_round(a->rd, 0, RDZV_EV_MEMBERSHIP); /* the others restart at once */
+    if (rc) log_error("cannot tell the other nodes that this one leaves: %s", strerror(-rc));
+    stop_workers(a, SIGTERM);
+}
+
 /* ---- run ------------------------------------------------------------------------- */
-
-
-
-
-
-
-
-
-
-
-
-
 
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
@@ -610,6 +616,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->janitor_fd = -1;
     a->loop = uv_default_loop();
     pthread_mutex_init(&a->mu, NULL);
+
     /* --local-addr names this node as the others know it: in the
      * rendezvous (host order, ranks) and in failure reports. */
     if (cfg->local_addr)
@@ -632,6 +639,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->coll_timer.data = a;
     uv_timer_init(a->loop, &a->speed.timer);
     a->speed.timer.data = a;
+    agent_side_init(a);
     int code = 1;
     char why[256];
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
@@ -663,10 +671,12 @@ out:
     janitor_dismiss(a->janitor_fd);
     event_log_close(a->events);
     free(a->last_exit);
-    free(a->coll);
-    free(a->speed.base);
-    free(a->speed.slow);
-    free(a->speed.watch.st);
+    if (!a->coll_busy && !a->speed.busy) { /* (else a side call still uses them: the exit frees) */
+        free(a->coll);
+        free(a->speed.base);
+        free(a->speed.slow);
+        free(a->speed.watch.st);
+    }
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

@@ -56,6 +56,24 @@ static int read_local(agent *a, coll_pos *ps) {
     return n;
 }
 
+typedef struct {
+    int round, group_rank;
+    char *json;
+} coll_pub;
+
+static void publish(agent *a, void *arg) {
+    coll_pub *p = arg;
+    int rc = rdzv_publish_node_info(a->rd, AGENT_SIDE, p->round, "coll", p->group_rank, p->json);
+    if (rc) log_debug("cannot publish where the workers stand: %s", strerror(-rc));
+}
+
+static void published(agent *a, void *arg) {
+    coll_pub *p = arg;
+    free(p->json);
+    free(p);
+    a->coll_busy = 0;
+}
+
 static void on_look(uv_timer_t *t) {
     agent *a = t->data;
     int n = a->cfg->nproc_per_node;
@@ -79,14 +97,16 @@ static void on_look(uv_timer_t *t) {
         }
         still |= now - w->since >= COLL_STILL_S;
     }
-    if (still && now - a->coll_published >= COLL_STILL_S) {
+    if (still && !a->coll_busy && now - a->coll_published >= COLL_STILL_S) {
         int m = read_local(a, ps);
-        char *json = coll_pos_json(ps, m, clock_wall_s());
-        int rc = json ? rdzv_publish_node_info(a->rd, 0, a->cur.round, "coll", a->cur.group_rank,
-                                               json)
-                      : -ENOMEM;
-        if (rc) log_debug("cannot publish where the workers stand: %s", strerror(-rc));
-        free(json);
+        coll_pub *p = calloc(1, sizeof *p);
+        if (p && (p->json = coll_pos_json(ps, m, clock_wall_s()))) {
+            p->round = a->cur.round, p->group_rank = a->cur.group_rank;
+            if (agent_side_run(a, publish, published, p) == 0) a->coll_busy = 1;
+            else published(a, p);
+        } else {
+            free(p);
+        }
         a->coll_published = now;
     }
     free(ps);

@@ -113,6 +113,7 @@ typedef struct {
     int tf_config;              /* --tf-config: TensorFlow's TF_CONFIG for each worker */
     double straggler_pct;       /* --straggler-threshold: percent over the median */
     double straggler_window;    /* --straggler-window: s */
+    int replace_stragglers;     /* --replace-stragglers: a straggler's node leaves for a spare */
     int event_log_console;      /* --event-log-handler console: events on stderr as JSON */
     char *metrics_host;         /* --metrics-port [HOST:]PORT: HOST, NULL: 127.0.0.1 */
     int metrics_port;           /* its PORT (0: a free one); -1: no metrics server */

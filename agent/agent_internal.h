@@ -53,6 +53,8 @@ typedef struct {
     char state;    /* its process's state letter when last seen ('T': stopped) */
 } coll_watch;
 
+typedef struct side_job side_job;
+
 typedef struct {
     const agent_config *cfg;
     const char *exe;
@@ -65,6 +67,7 @@ typedef struct {
     agent_event evq[MAX_EVENTS];
     int nev;
     int cmd_barrier;
+    int cmd_leave; /* agent_leave: the rendezvous thread joins no next round */
     rdzv *rd;
     agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
@@ -104,12 +107,22 @@ typedef struct {
     char coll_dir[600];      /* the workers' collective records (DDPRUN_COLL_RECORD; "": none) */
     uv_timer_t coll_timer;   /* looks at them 4 times a second while the group runs */
     coll_watch *coll;        /* per local rank */
+    struct {                 /* the side calls (agent_side.c) */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        struct side_job *todo, *done;
+        uv_async_t back;
+        int started;
+    } side;
+    int coll_busy;           /* a publication of the positions is under way */
     double coll_published;   /* monotonic s: when this node's positions last went out */
     struct {
         uv_timer_t timer;     /* every --straggler-window while the group runs */
         speed_base *base;     /* per local rank */
         straggler_mark *slow; /* per local rank: what node rank 0 says */
-        straggler_watch watch; /* node rank 0: every rank's standing */
+        straggler_watch watch; /* node rank 0: every rank's standing (the side calls') */
+        int busy;             /* a window's side call is under way */
+        int restart;          /* a group started meanwhile: begin anew after it */
     } speed;
 } agent;
 
@@ -144,6 +157,25 @@ void agent_coll_group_stopped(agent *a);
 /* After a failure: which rank the others waited for, from this node's
  * records and the other nodes' published positions; 1 when one is found. */
 int agent_coll_verdict(agent *a, coll_verdict *v);
+
+/* ---- agent_side.c: store calls off the loop ---- */
+
+/* The rendezvous connection the side calls use. */
+#define AGENT_SIDE 1
+/* Once, before the loop runs: its lock and its way back to the loop. */
+int agent_side_init(agent *a);
+/* Queues work(a, arg) for the side calls' thread, which may use the
+ * rendezvous with side AGENT_SIDE, then after(a, arg) back on the loop
+ * (NULL: none). 0, or -errno (after is not called). */
+int agent_side_run(agent *a, void (*work)(agent *, void *), void (*after)(agent *, void *),
+                   void *arg);
+
+/* ---- agent.c ---- */
+
+/* --replace-stragglers: this node leaves the job (why: for the log and
+ * the event), its round ended for the others to re-form it with a spare;
+ * the agent exits 0 once its workers have stopped. */
+void agent_leave(agent *a, const char *why);
 
 /* ---- agent_speed.c: the straggler watch ---- */
 

@@ -20,6 +20,10 @@
 #include "common/log.h"
 
 void agent_speed_group_started(agent *a) {
+    if (a->speed.busy) { /* its side call uses the watch: after it */
+        a->speed.restart = 1;
+        return;
+    }
     free(a->speed.base);
     free(a->speed.watch.st);
     free(a->speed.slow);
@@ -90,16 +94,26 @@ static void speeds_parse(const char *json, rank_speed *sp, int *n, int max) {
     json_decref(arr);
 }
 
+/* A window's store calls, off the loop (agent_side_run): this node's
+ * speeds published; at node rank 0 every node's compared and the job's
+ * stragglers published; the list read back, and the spares counted where
+ * one of this node's ranks is on it. */
+typedef struct {
+    rank_speed *mine;
+    int n, round, group_rank, nodes;
+    char *list;  /* node rank 0's stragglers (JSON), NULL: none read */
+    int spares;  /* --replace-stragglers: spares standing by, -1 not asked */
+} window_job;
+
 /* Node rank 0: every node's speeds compared; the stragglers published. */
-static void judge(agent *a, rank_speed *mine, int nmine) {
-    int nodes = a->cur.group_world_size > 1 ? a->cur.group_world_size : 1;
+static void judge(agent *a, window_job *j) {
     int max = a->speed.watch.n, n = 0;
     rank_speed *sp = calloc((size_t)max, sizeof *sp);
-    char **remote = nodes > 1 ? calloc((size_t)nodes, sizeof *remote) : NULL;
-    if (!sp || (nodes > 1 && !remote)) goto out;
-    for (int i = 0; i < nmine && n < max; i++) sp[n++] = mine[i];
-    if (nodes > 1 && rdzv_node_infos(a->rd, 0, a->cur.round, "speed", nodes, remote) == 0)
-        for (int i = 1; i < nodes; i++)
+    char **remote = j->nodes > 1 ? calloc((size_t)j->nodes, sizeof *remote) : NULL;
+    if (!sp || (j->nodes > 1 && !remote)) goto out;
+    for (int i = 0; i < j->n && n < max; i++) sp[n++] = j->mine[i];
+    if (j->nodes > 1 && rdzv_node_infos(a->rd, AGENT_SIDE, j->round, "speed", j->nodes, remote) == 0)
+        for (int i = 1; i < j->nodes; i++)
             if (remote[i]) speeds_parse(remote[i], sp, &n, max);
     int changed[64];
     int nc = straggler_update(&a->speed.watch, sp, n, changed, 64);
@@ -123,36 +137,86 @@ static void judge(agent *a, rank_speed *mine, int nmine) {
     }
     char *json = list ? json_dumps(list, JSON_COMPACT) : NULL;
     json_decref(list);
-    if (json) rdzv_publish_node_info(a->rd, 0, a->cur.round, "stragglers", 0, json);
+    if (json) rdzv_publish_node_info(a->rd, AGENT_SIDE, j->round, "stragglers", 0, json);
     free(json);
 out:
-    for (int i = 0; remote && i < nodes; i++) free(remote[i]);
+    for (int i = 0; remote && i < j->nodes; i++) free(remote[i]);
     free(remote);
     free(sp);
 }
 
-/* Every agent: its own ranks' standing, from node rank 0's list. */
-static void tell(agent *a, const rank_speed *mine, int nmine) {
-    char *list = NULL;
-    if (rdzv_node_infos(a->rd, 0, a->cur.round, "stragglers", 1, &list) != 0) return;
-    json_t *arr = list ? json_loads(list, 0, NULL) : NULL;
-    free(list);
-    for (int i = 0; i < nmine; i++) {
-        const rank_speed *s = &mine[i];
+/* Whether the JSON list of stragglers names rank; their figures then. */
+static int listed(json_t *arr, int rank, double *compute, double *median) {
+    size_t k;
+    json_t *o;
+    json_array_foreach(arr, k, o) {
+        int r = -1;
+        if (json_unpack(o, "{s:i, s:F, s:F}", "rank", &r, "compute", compute, "median",
+                        median) == 0 && r == rank)
+            return 1;
+    }
+    return 0;
+}
+
+static void window_work(agent *a, void *arg) {
+    window_job *j = arg;
+    char *json = speeds_json(j->mine, j->n);
+    int rc = json ? rdzv_publish_node_info(a->rd, AGENT_SIDE, j->round, "speed", j->group_rank,
+                                           json)
+                  : -ENOMEM;
+    free(json);
+    if (rc) log_debug("cannot publish the workers' compute: %s", strerror(-rc));
+    if (j->group_rank == 0) judge(a, j);
+    if (rdzv_node_infos(a->rd, AGENT_SIDE, j->round, "stragglers", 1, &j->list) != 0) return;
+    json_t *arr = j->list ? json_loads(j->list, 0, NULL) : NULL;
+    double c, m;
+    int mine = 0;
+    for (int i = 0; i < j->n; i++) mine |= listed(arr, j->mine[i].rank, &c, &m);
+    json_decref(arr);
+    if (mine && a->cfg->replace_stragglers &&
+        rdzv_live_spares(a->rd, AGENT_SIDE, j->round, &j->spares) != 0)
+        j->spares = -1;
+}
+
+/* --replace-stragglers: a straggler's node makes way for a spare, if one
+ * stands by. */
+static void replace(agent *a, const rank_speed *s, double compute, double median, int spares) {
+    if (a->store.host && (a->cfg->rdzv_backend->flags & RDZV_IN_JOB_STORE)) {
+        log_warn("--replace-stragglers: local rank %d is a straggler, but this node serves the "
+                 "job's rendezvous store (%s): the job would end with it; it stays (etcd-v3 "
+                 "keeps the rendezvous off the nodes)",
+                 s->local_rank, a->cfg->rdzv_backend->name);
+        return;
+    }
+    if (spares <= 0) {
+        log_info("--replace-stragglers: no spare node stands by (%s); local rank %d stays",
+                 spares < 0 ? "the store did not say" : "start one with the same --rdzv-id: the "
+                                                        "round is full",
+                 s->local_rank);
+        return;
+    }
+    char why[256];
+    snprintf(why, sizeof why,
+             "--replace-stragglers: local rank %d (rank %d) is a straggler (%.1f ms of compute "
+             "a step, the median %.1f ms) and %d spare node%s stand%s by",
+             s->local_rank, s->rank, compute * 1e3, median * 1e3, spares, spares == 1 ? "" : "s",
+             spares == 1 ? "s" : "");
+    agent_leave(a, why);
+}
+
+/* Back on the loop: this node's ranks' standing told (event, metrics,
+ * status), and a straggler replaced. */
+static void window_done(agent *a, void *arg) {
+    window_job *j = arg;
+    a->speed.busy = 0;
+    json_t *arr = j->list ? json_loads(j->list, 0, NULL) : NULL;
+    for (int i = 0; arr && !a->speed.restart && i < j->n; i++) {
+        const rank_speed *s = &j->mine[i];
         double compute = 0, median = 0;
-        int slow = 0;
-        size_t k;
-        json_t *o;
-        json_array_foreach(arr, k, o) {
-            int r = -1;
-            if (json_unpack(o, "{s:i, s:F, s:F}", "rank", &r, "compute", &compute, "median",
-                            &median) == 0 && r == s->rank) {
-                slow = 1;
-                break;
-            }
-        }
+        int slow = listed(arr, s->rank, &compute, &median);
         straggler_mark *m = &a->speed.slow[s->local_rank];
-        if (s->compute >= 0) metrics_worker_speed(a->metrics, s->local_rank, s->rank, s->compute, slow);
+        if (s->compute >= 0)
+            metrics_worker_speed(a->metrics, s->local_rank, s->rank, s->compute, slow);
         if (slow == m->straggler) continue;
         *m = (straggler_mark){slow, compute, median};
         agent_record_event(a, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
@@ -165,23 +229,37 @@ static void tell(agent *a, const rank_speed *mine, int nmine) {
                      "the job's median of %.1f ms",
                      s->local_rank, s->rank, compute * 1e3, median * 1e3);
         agent_tell(a, a->told ? a->told : "running"); /* `ddprun status` shows it */
+        if (slow && a->cfg->replace_stragglers && a->state == ST_RUNNING)
+            replace(a, s, compute, median, j->spares);
     }
     json_decref(arr);
+    free(j->list);
+    free(j->mine);
+    free(j);
+    if (a->speed.restart) { /* a group started while this window was out */
+        a->speed.restart = 0;
+        agent_speed_group_started(a);
+    }
 }
 
 void agent_speed_window(uv_timer_t *t) {
     agent *a = t->data;
-    if (!a->rd || a->store_lost || a->state != ST_RUNNING) return;
+    if (!a->rd || a->store_lost || a->state != ST_RUNNING || a->speed.busy) return;
+    window_job *j = calloc(1, sizeof *j);
     rank_speed *mine = calloc((size_t)a->cfg->nproc_per_node, sizeof *mine);
-    if (!mine) return;
-    int n = local_speeds(a, mine);
-    char *json = speeds_json(mine, n);
-    int rc = json ? rdzv_publish_node_info(a->rd, 0, a->cur.round, "speed", a->cur.group_rank,
-                                           json)
-                  : -ENOMEM;
-    free(json);
-    if (rc) log_debug("cannot publish the workers' compute: %s", strerror(-rc));
-    if (a->cur.group_rank == 0) judge(a, mine, n);
-    tell(a, mine, n);
-    free(mine);
+    if (!j || !mine) {
+        free(j);
+        free(mine);
+        return;
+    }
+    *j = (window_job){.mine = mine, .n = local_speeds(a, mine), .round = a->cur.round,
+                      .group_rank = a->cur.group_rank,
+                      .nodes = a->cur.group_world_size > 1 ? a->cur.group_world_size : 1,
+                      .spares = -1};
+    if (agent_side_run(a, window_work, window_done, j) == 0) {
+        a->speed.busy = 1;
+    } else {
+        free(mine);
+        free(j);
+    }
 }

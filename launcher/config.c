@@ -716,6 +716,7 @@ static int read_options(parse_state *st, int argc, char **argv) {
         {"straggler-threshold", 0, OPTS_DOUBLE, .target = &c->straggler_pct, .lo = 1, .hi = 1000,
          .want = "a percentage (1 to 1000)"},
         {"straggler-window", 0, OPTS_SECONDS, .target = &c->straggler_window, .positive = 1},
+        {"replace-stragglers", 0, OPTS_FLAG, .target = &c->replace_stragglers},
         {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
         {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
          .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -1038,6 +1039,10 @@ static const char usage_text[] =
     "                            PET_STRAGGLER_THRESHOLD)\n"
     "  --straggler-window S      the straggler watch's window, s > 0 (default 10;\n"
     "                            PET_STRAGGLER_WINDOW)\n"
+    "  --replace-stragglers      a straggler's node leaves the job when a spare node\n"
+    "                            stands by (--nnodes MIN:MAX, the round full), and the\n"
+    "                            group re-forms with the spare (default off;\n"
+    "                            PET_REPLACE_STRAGGLERS)\n"
     "  --role NAME               the workers' role (default default; PET_ROLE)\n"
     "  --start-method M          spawn|fork|forkserver: accepted for torchrun's sake;\n"
     "                            workers are always new processes (default spawn;\n"

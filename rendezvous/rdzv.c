@@ -443,7 +443,12 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
         if (rc) return rc;
         log_info("rendezvous '%s': round %d is running with %ld nodes; waiting to be admitted",
                  r->run_id, round, n);
-    } else {
+    } else { /* (counted for --replace-stragglers: rdzv_live_spares) */
+        char k[KEY_MAX];
+        int64_t w;
+        int rc = kv_add(r->c, key(r, k, "r%d/nspare", round), 1, &w);
+        if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/spare/%lld", round, (long long)w), r->agent_id);
+        if (rc) return rc;
         log_info("rendezvous '%s': round %d is full (%ld nodes); standing by as a spare",
                  r->run_id, round, n);
     }
@@ -701,6 +706,29 @@ char *rdzv_failures(rdzv *r, int side) {
 int rdzv_publish_status(rdzv *r, int side, const char *json) {
     char k[KEY_MAX];
     return set_str(client_for(r, side), key(r, k, "status/%s", r->agent_id), json);
+}
+
+int rdzv_live_spares(rdzv *r, int side, int round, int *n) {
+    *n = 0;
+    char k[KEY_MAX], k2[KEY_MAX];
+    rdzv_kv *c = client_for(r, side);
+    int64_t count = 0;
+    int rc = kv_add(c, key(r, k, "r%d/nspare", round), 0, &count);
+    for (int64_t i = 1; rc == 0 && i <= count && i <= RDZV_MAX_NODES; i++) {
+        uint8_t *id = NULL;
+        size_t len;
+        if (kv_try_get(c, key(r, k, "r%d/spare/%lld", round, (long long)i), &id, &len) != 0)
+            continue;
+        char agent[96];
+        snprintf(agent, sizeof agent, "%.*s", (int)len, (char *)id);
+        free(id);
+        /* still there: its heartbeat fresh (and, on a store, its connection open) */
+        const char *both[] = {key(r, k, "hb/%s", agent), key(r, k2, "alive/%s", agent)};
+        int yes = 0;
+        rc = kv_check(c, r->in_job_store ? 2 : 1, both, &yes);
+        *n += yes;
+    }
+    return rc;
 }
 
 int rdzv_publish_node_info(rdzv *r, int side, int round, const char *what, int group_rank,

@@ -15,6 +15,7 @@
  *   open           set when round r is opened (r > 0)
  *   outcome        why round r ended: "failure" or "membership" (first writer wins)
  *   waiting/<i>    nodes that arrived after the round closed (a scale-up)
+ *   spare/<i>      nodes that arrived after it closed full (spares)
  *   poke/<agent>   wakes that agent's watch (used for the exit barrier)
  *   ndone, alldone exit barrier
  * plus, for the whole job, "round" (the current round), "closed" (the job
@@ -146,6 +147,10 @@ int rdzv_publish_status(rdzv *r, int side, const char *json);
 int rdzv_publish_node_info(rdzv *r, int side, int round, const char *what, int group_rank,
                            const char *json);
 int rdzv_node_infos(rdzv *r, int side, int round, const char *what, int nnodes, char **out);
+
+/* Spares standing by for round `round` to end (it was full when they came:
+ * r<round>/spare/<i>), still alive: *n. */
+int rdzv_live_spares(rdzv *r, int side, int round, int *n);
 
 /* Wakes this agent's rdzv_watch (RDZV_EV_POKED). */
 int rdzv_poke(rdzv *r, int side);
