@@ -39,6 +39,7 @@ static void set_state(agent *a, agent_state st) {
         [ST_RDZV] = METRICS_RENDEZVOUS, [ST_RUNNING] = METRICS_RUNNING,
         [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
         [ST_SHUTDOWN] = METRICS_SHUTDOWN};
+    agent_goodput_state(a, a->state, st);
     a->state = st;
     metrics_set_state(a->metrics, as_metrics[st]);
 }
@@ -244,6 +245,7 @@ static int start_workers(agent *a) {
         a->group_started = clock_wall_s();
         agent_coll_group_started(a);
         agent_speed_group_started(a);
+        agent_goodput_group_started(a);
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
     } else {
@@ -289,6 +291,7 @@ static void finish(agent *a, int code) {
      * is not lost among what the stopping workers and the agent say. */
     if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
+    agent_goodput_report(a);
     agent_tell(a, how);
     agent_publish_status(a); /* the last word, at once */
     agent_record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
@@ -544,6 +547,7 @@ static void on_group_idle(worker_group *g) {
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a);
     agent_speed_group_stopped(a);
+    agent_goodput_group_gone(a);
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
         return;
@@ -640,6 +644,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     uv_timer_init(a->loop, &a->speed.timer);
     a->speed.timer.data = a;
     agent_side_init(a);
+    agent_goodput_start(a);
+    agent_status_refresh_start(a);
     int code = 1;
     char why[256];
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */

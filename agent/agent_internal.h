@@ -17,6 +17,7 @@
 #include "agent/events.h"
 #include "agent/failure.h"
 #include "agent/file_timer.h"
+#include "agent/goodput.h"
 #include "agent/metrics.h"
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
@@ -100,6 +101,8 @@ typedef struct {
     char (*last_exit)[128]; /* per local rank: how its last worker ended */
     int store_lost;        /* the rendezvous is gone: publish nothing more */
     uv_timer_t status_timer; /* publishes a burst of changes once (tell) */
+    uv_timer_t status_refresh; /* and again every 10 s while the workers run */
+    _Atomic int status_gen;  /* bumped by each publication from the loop */
     int prev_group_size;   /* the last round's node count (0: none yet) */
     agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
     metrics_http *http[2];   /* /metrics; /health on a port of its own */
@@ -124,12 +127,22 @@ typedef struct {
         int busy;             /* a window's side call is under way */
         int restart;          /* a group started meanwhile: begin anew after it */
     } speed;
+    struct {
+        goodput g;
+        goodput_attempt attempt; /* the group running or last run */
+        int running;             /* attempt is the running group's */
+        double rdzv_since;       /* monotonic s: the rendezvous under way began (0: none) */
+        uv_timer_t timer;        /* the metrics' figures, each second */
+    } gp;
 } agent;
 
 /* ---- agent_report.c: what the agent tells ---- */
 
 /* Publishes this agent's status now (its state: the last one told). */
 void agent_publish_status(agent *a);
+/* Starts publishing it again every 10 s while the workers run (its
+ * goodput changes), off the loop. */
+void agent_status_refresh_start(agent *a);
 /* Notes this agent's state for `ddprun status`; a burst goes out once. */
 void agent_tell(agent *a, const char *state);
 /* An agent event: torchrun's rendezvous event fields, plus `extra`'s (taken). */
@@ -157,6 +170,19 @@ void agent_coll_group_stopped(agent *a);
 /* After a failure: which rank the others waited for, from this node's
  * records and the other nodes' published positions; 1 when one is found. */
 int agent_coll_verdict(agent *a, coll_verdict *v);
+
+/* ---- agent_goodput.c: where the node's time went ---- */
+
+/* At the start (before the first state change). */
+void agent_goodput_start(agent *a);
+/* Every state change (agent_state values). */
+void agent_goodput_state(agent *a, int from, int to);
+void agent_goodput_group_started(agent *a);
+void agent_goodput_group_gone(agent *a);
+/* The figures now. */
+void agent_goodput_view(agent *a, goodput_view *v);
+/* Its line in the log (at the end). */
+void agent_goodput_report(agent *a);
 
 /* ---- agent_side.c: store calls off the loop ---- */
 

@@ -3,6 +3,7 @@
 #include "agent/agent_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-/* Publishes this agent's status now (its state: the last one told). */
-void agent_publish_status(agent *a) {
-    uv_timer_stop(&a->status_timer);
-    if (!a->rd || a->store_lost || !a->told) return;
+/* This agent's status (its state: the last one told), as JSON (malloc'd). */
+static char *status_json(agent *a) {
     const agent_config *c = a->cfg;
     int member = a->cur.group_world_size > 0 && a->state != ST_RDZV;
+    goodput_view gp;
+    agent_goodput_view(a, &gp);
     node_status st = {.agent_id = rdzv_agent_id(a->rd), .host = a->hostname, .role = c->role,
                       .state = a->told, .pid = (int)getpid(),
                       .node_rank = member ? a->cur.group_rank : -1, .round = a->cur.round,
@@ -27,14 +28,60 @@ void agent_publish_status(agent *a) {
                       .restart_count = a->cur.restart_count, .max_restarts = c->max_restarts,
                       .nproc = c->nproc_per_node, .min_nodes = c->min_nodes,
                       .max_nodes = c->max_nodes, .since = a->state_since, .wg = a->wg,
-                      .last_exit = a->last_exit, .slow = a->speed.slow};
-    char *json = node_status_json(&st);
+                      .last_exit = a->last_exit, .slow = a->speed.slow, .goodput = &gp};
+    return node_status_json(&st);
+}
+
+void agent_publish_status(agent *a) {
+    uv_timer_stop(&a->status_timer);
+    if (!a->rd || a->store_lost || !a->told) return;
+    atomic_fetch_add(&a->status_gen, 1); /* a refresh still out is older: dropped */
+    char *json = status_json(a);
     int rc = json ? rdzv_publish_status(a->rd, 0, json) : -ENOMEM;
     if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
     free(json);
 }
 
 static void on_status_timer(uv_timer_t *t) { agent_publish_status(t->data); }
+
+typedef struct {
+    int gen; /* status_gen when it was made */
+    char *json;
+} refresh;
+
+static void publish_aside(agent *a, void *arg) {
+    refresh *r = arg;
+    if (atomic_load(&a->status_gen) != r->gen) return; /* the loop published since */
+    int rc = rdzv_publish_status(a->rd, AGENT_SIDE, r->json);
+    if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
+}
+
+static void published_aside(agent *a, void *arg) {
+    (void)a;
+    refresh *r = arg;
+    free(r->json);
+    free(r);
+}
+
+/* While the workers run, the status (its goodput, the workers' standing)
+ * is published again every STATUS_REFRESH_MS, off the loop. */
+#define STATUS_REFRESH_MS 10000
+static void on_refresh(uv_timer_t *t) {
+    agent *a = t->data;
+    if (!a->rd || a->store_lost || !a->told || a->state != ST_RUNNING) return;
+    refresh *r = malloc(sizeof *r);
+    if (!r) return;
+    r->gen = atomic_load(&a->status_gen);
+    r->json = status_json(a);
+    if (!r->json || agent_side_run(a, publish_aside, published_aside, r) != 0)
+        published_aside(a, r);
+}
+
+void agent_status_refresh_start(agent *a) {
+    uv_timer_init(a->loop, &a->status_refresh);
+    a->status_refresh.data = a;
+    uv_timer_start(&a->status_refresh, on_refresh, STATUS_REFRESH_MS, STATUS_REFRESH_MS);
+}
 
 /* Notes this agent's state for `ddprun status` (see node_status.h). What
  * changes in a burst (the group starting, its workers exiting one after

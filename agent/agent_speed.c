@@ -103,6 +103,7 @@ typedef struct {
     int n, round, group_rank, nodes;
     char *list;  /* node rank 0's stragglers (JSON), NULL: none read */
     int spares;  /* --replace-stragglers: spares standing by, -1 not asked */
+    double straggler_s; /* node rank 0: what the stragglers added to the window's steps */
 } window_job;
 
 /* Node rank 0: every node's speeds compared; the stragglers published. */
@@ -117,6 +118,14 @@ static void judge(agent *a, window_job *j) {
             if (remote[i]) speeds_parse(remote[i], sp, &n, max);
     int changed[64];
     int nc = straggler_update(&a->speed.watch, sp, n, changed, 64);
+    /* the job's steps wait for its slowest rank: what it took over the median */
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const straggler_state *st = sp[i].rank >= 0 && sp[i].rank < max ? &a->speed.watch.st[sp[i].rank] : NULL;
+        double extra = st && st->straggler ? (sp[i].compute - st->median) * (double)sp[i].steps : 0;
+        if (extra > worst) worst = extra;
+    }
+    j->straggler_s = worst;
     for (int k = 0; k < nc; k++) { /* the job's view, in node rank 0's log */
         const straggler_state *st = &a->speed.watch.st[changed[k]];
         if (st->straggler)
@@ -209,6 +218,7 @@ static void replace(agent *a, const rank_speed *s, double compute, double median
 static void window_done(agent *a, void *arg) {
     window_job *j = arg;
     a->speed.busy = 0;
+    a->gp.g.straggler_s += j->straggler_s;
     json_t *arr = j->list ? json_loads(j->list, 0, NULL) : NULL;
     for (int i = 0; arr && !a->speed.restart && i < j->n; i++) {
         const rank_speed *s = &j->mine[i];

@@ -50,6 +50,8 @@ struct agent_metrics {
     double hb_last; /* monotonic s; 0: never */
     int nworkers;
     metrics_worker_state *workers;
+    goodput_view gp;
+    int have_gp;
     struct worker_speed {
         int rank;        /* -1: no window yet */
         double compute;  /* s per step */
@@ -136,6 +138,13 @@ void metrics_worker_speed(agent_metrics *m, int local_rank, int rank, double com
     pthread_mutex_lock(&m->mu);
     if (local_rank >= 0 && local_rank < m->nworkers)
         m->speed[local_rank] = (struct worker_speed){rank, compute, straggler};
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_goodput(agent_metrics *m, const goodput_view *v) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->gp = *v, m->have_gp = 1;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -277,6 +286,31 @@ static void render_workers(writer *w, const agent_metrics *m) {
         if (m->speed[i].rank < 0) continue;
         snprintf(r, sizeof r, "local_rank=\"%d\",rank=\"%d\"", i, m->speed[i].rank);
         sample(w, m, "ddprun_worker_straggler", r, m->speed[i].straggler);
+    }
+}
+
+static void render_goodput(writer *w, const agent_metrics *m) {
+    if (!m->have_gp) return;
+    const goodput_view *v = &m->gp;
+    family(w, "ddprun_goodput_ratio", "gauge",
+           "The share of this node's wall time since its agent started spent in training steps "
+           "that were kept (neither redone after a restart nor waiting for data or "
+           "checkpoints).");
+    sample(w, m, "ddprun_goodput_ratio", NULL, v->ratio);
+    family(w, "ddprun_goodput_seconds", "gauge",
+           "Where this node's wall time went, s: wall, kept, redone, rendezvous, restarts, "
+           "data, checkpoints, other; stragglers: what stragglers added to the kept steps.");
+    const struct {
+        const char *part;
+        double s;
+    } parts[] = {{"wall", v->wall},       {"kept", v->kept},        {"redone", v->redone},
+                 {"rendezvous", v->rendezvous}, {"restarts", v->restarts}, {"data", v->data},
+                 {"checkpoints", v->checkpoints}, {"other", v->other},
+                 {"stragglers", v->stragglers}};
+    char l[48];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(l, sizeof l, "part=\"%s\"", parts[i].part);
+        sample(w, m, "ddprun_goodput_seconds", l, parts[i].s);
     }
 }
 
@@ -436,6 +470,7 @@ int metrics_render(agent_metrics *m, double now, buf_t *out) {
     render_agent(&w, m, now);
     render_rendezvous(&w, m);
     render_workers(&w, m);
+    render_goodput(&w, m);
     pthread_mutex_unlock(&m->mu);
     return w.rc ? w.rc : render_ranks(m, out);
 }

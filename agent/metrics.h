@@ -11,6 +11,7 @@
 #ifndef DDPRUN_AGENT_METRICS_H
 #define DDPRUN_AGENT_METRICS_H
 
+#include "agent/goodput.h"
 #include "common/buf.h"
 
 typedef struct agent_metrics agent_metrics;
@@ -60,6 +61,8 @@ void metrics_worker_failed(agent_metrics *m, int exitcode, int watchdog);
  * rank `rank`): its compute per step, s, and whether it is a straggler. */
 void metrics_worker_speed(agent_metrics *m, int local_rank, int rank, double compute,
                           int straggler);
+/* The node's goodput now. */
+void metrics_goodput(agent_metrics *m, const goodput_view *v);
 /* The rendezvous thread: a round joined after `seconds` of rendezvous. */
 void metrics_round(agent_metrics *m, double seconds);
 /* The rendezvous thread: the heartbeat is known renewed now (monotonic s). */

@@ -4,6 +4,7 @@
 #ifndef DDPRUN_AGENT_NODE_STATUS_H
 #define DDPRUN_AGENT_NODE_STATUS_H
 
+#include "agent/goodput.h"
 #include "agent/straggler.h"
 #include "agent/worker_group.h"
 
@@ -20,6 +21,7 @@ typedef struct {
     const worker_group *wg;  /* its workers, or NULL */
     char (*last_exit)[128];  /* per local rank: how its last worker ended ("" none) */
     const straggler_mark *slow; /* per local rank: a straggler? (NULL: not watched) */
+    const goodput_view *goodput; /* where the node's time went (NULL: not known) */
 } node_status;
 
 /* The JSON text (malloc'd), or NULL when out of memory. */

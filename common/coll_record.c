@@ -18,7 +18,7 @@
 #include "common/clock.h"
 
 #define COLL_MAGIC 0x636f6c6c64647072ULL /* "rppddlloc": ddprun's collective record */
-#define COLL_VERSION 2
+#define COLL_VERSION 3
 
 typedef struct {
     _Atomic uint64_t seq; /* 0: being written, or never */
@@ -35,7 +35,8 @@ typedef struct {
     _Atomic int64_t step;
     _Atomic uint64_t entered, done;
     _Atomic int64_t alive_ns;
-    _Atomic int64_t steps, step_ns, blocked_ns;
+    _Atomic int64_t steps, step_ns, blocked_ns, data_ns, ckpt_ns;
+    _Atomic int64_t first_step, first_step_ns;
     coll_slot slot[COLL_RING];
 } coll_shm;
 
@@ -126,13 +127,30 @@ void coll_record_tick(coll_record *r) {
 
 void coll_record_step(coll_record *r, int64_t step) {
     if (!r) return;
+    coll_record_step_end(r);
     int64_t now = clock_now_ns();
-    if (r->step_start_ns) {
-        atomic_fetch_add_explicit(&r->m->step_ns, now - r->step_start_ns, memory_order_relaxed);
-        atomic_fetch_add_explicit(&r->m->steps, 1, memory_order_release);
+    if (!atomic_load_explicit(&r->m->first_step, memory_order_relaxed)) {
+        atomic_store_explicit(&r->m->first_step_ns, now, memory_order_relaxed);
+        atomic_store_explicit(&r->m->first_step, step, memory_order_release);
     }
     r->step_start_ns = now;
     atomic_store_explicit(&r->m->step, step, memory_order_relaxed);
+}
+
+void coll_record_step_end(coll_record *r) {
+    if (!r || !r->step_start_ns) return;
+    atomic_fetch_add_explicit(&r->m->step_ns, clock_now_ns() - r->step_start_ns,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->m->steps, 1, memory_order_release);
+    r->step_start_ns = 0;
+}
+
+void coll_record_data_wait(coll_record *r, int64_t ns) {
+    if (r) atomic_fetch_add_explicit(&r->m->data_ns, ns, memory_order_relaxed);
+}
+
+void coll_record_ckpt_wait(coll_record *r, int64_t ns) {
+    if (r) atomic_fetch_add_explicit(&r->m->ckpt_ns, ns, memory_order_relaxed);
 }
 
 void coll_record_blocked(coll_record *r, int64_t ns) {
@@ -162,6 +180,10 @@ int coll_record_read(const char *path, coll_view *out) {
     out->steps = atomic_load(&m.steps);
     out->step_ns = atomic_load(&m.step_ns);
     out->blocked_ns = atomic_load(&m.blocked_ns);
+    out->data_ns = atomic_load(&m.data_ns);
+    out->ckpt_ns = atomic_load(&m.ckpt_ns);
+    out->first_step = atomic_load(&m.first_step);
+    out->first_step_ns = atomic_load(&m.first_step_ns);
     /* the ring's slots in order, those that hold what their number says */
     uint64_t first = out->entered >= COLL_RING ? out->entered - COLL_RING + 1 : 1;
     for (uint64_t seq = first; seq <= out->entered && seq; seq++) {

@@ -47,8 +47,16 @@ void coll_record_tick(coll_record *r);
 /* The training step the rank is in, from now: the step before it ends
  * here (its time counted). */
 void coll_record_step(coll_record *r, int64_t step);
+/* The step under way (if any) ends here, and no other begins (the end of
+ * an epoch: what follows, its evaluation, is no step). */
+void coll_record_step_end(coll_record *r);
 /* The rank waited ns for a collective (blocked: not computing). */
 void coll_record_blocked(coll_record *r, int64_t ns);
+/* Within its steps, the rank waited ns for its batch (data) or for a
+ * checkpoint or snapshot to be handed over (ckpt). For the goodput
+ * accounting (agent/goodput.h). */
+void coll_record_data_wait(coll_record *r, int64_t ns);
+void coll_record_ckpt_wait(coll_record *r, int64_t ns);
 /* The last collective entered and the last finished (0, 0 with a NULL
  * record): atomic loads only, safe in a signal handler. */
 void coll_record_position(const coll_record *r, uint64_t *entered, uint64_t *done);
@@ -70,6 +78,9 @@ typedef struct {
     int64_t alive_ns;       /* the last sign of life inside a collective (or entering one) */
     int64_t steps, step_ns; /* steps finished in this process, and their time */
     int64_t blocked_ns;     /* time spent blocked in collectives (in steps or not) */
+    int64_t data_ns, ckpt_ns; /* within steps: waits for data, for checkpoints */
+    int64_t first_step;     /* the first step this process ran (0: none yet) */
+    int64_t first_step_ns;  /* when it began (CLOCK_MONOTONIC) */
     int n;                  /* entries, oldest first */
     coll_entry_view ring[COLL_RING];
 } coll_view;

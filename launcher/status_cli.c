@@ -83,6 +83,19 @@ static void print_nodes(FILE *out, json_t *nodes) {
         fprintf(out, "%-5s %-20s %-11s %-12s %-22s %s\n", rank, str(n, "host"), state, beat,
                 workers, str(n, "agent_id"));
     }
+    json_array_foreach(nodes, i, n) { /* where each node's time went */
+        json_t *g = json_object_get(json_object_get(n, "status"), "goodput");
+        if (!g) continue;
+#define S(k) json_number_value(json_object_get(g, k))
+        fprintf(out,
+                "goodput of %s: %.1f%% of %.0f s in steps kept; redone %.1f s, rendezvous %.1f "
+                "s, restarts %.1f s, data %.1f s, checkpoints %.1f s, other %.1f s; "
+                "stragglers %.1f s\n",
+                str(n, "host"), S("ratio") * 100, S("wall_s"), S("redone_s"), S("rendezvous_s"),
+                S("restarts_s"), S("data_s"), S("checkpoints_s"), S("other_s"),
+                S("stragglers_s"));
+#undef S
+    }
 }
 
 static void print_workers(FILE *out, json_t *nodes) {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The straggler watch: three ddp-train ranks (c10d, --straggler-window 1);
-# rank 1 is slowed as a CPU limit would (stopped 40 ms of every 100). Within
+# rank 1 is slowed as a CPU limit would (stopped 60 ms of every 100). Within
 # a few windows the log names rank 1 a straggler, and only rank 1; so do
 # `ddprun status`, the event log (ddprun.agent.straggler, SLOW) and the
-# metrics (ddprun_worker_straggler). Once its CPU is its own again it is
+# metrics (ddprun_worker_straggler); both show the node's goodput too. Once its CPU is its own again it is
 # no longer one (RECOVERED), and the job finishes.
 # timeout: 90
 source "$(dirname "$0")/../lib/train.bash"
@@ -18,7 +18,7 @@ PIDS+=($agent)
 for _ in $(seq 300); do grep -q "step 100/" "$SCRATCH/job.log" && break; sleep 0.1; done
 victim=$(worker_of_rank 1 "$agent")
 [ -n "$victim" ] || { cat "$SCRATCH/job.log"; echo "no rank 1 found"; exit 1; }
-( while kill -STOP "$victim" 2> /dev/null; do sleep 0.04; kill -CONT "$victim"; sleep 0.06; done ) &
+( while kill -STOP "$victim" 2> /dev/null; do sleep 0.06; kill -CONT "$victim"; sleep 0.04; done ) &
 slower=$!
 PIDS+=($slower)
 found=
@@ -39,6 +39,9 @@ wait "$slower" 2> /dev/null || true
 kill -CONT "$victim" 2> /dev/null || true
 grep -q "straggler: rank 1 on .* computes .* ms a step, the median .* ms (+[0-9]*%)" "$SCRATCH/status.txt" ||
     { cat "$SCRATCH/status.txt"; echo "ddprun status does not show rank 1 a straggler"; exit 1; }
+grep -q "^goodput of .*: [0-9.]*% of [0-9]* s in steps kept; .* stragglers [0-9.]* s$" "$SCRATCH/status.txt" &&
+    grep -q '^ddprun_goodput_ratio{.*} 0\.[0-9]' "$SCRATCH/metrics.txt" ||
+    { cat "$SCRATCH/status.txt" "$SCRATCH/metrics.txt"; echo "no goodput in the status or the metrics"; exit 1; }
 grep -q '^ddprun_worker_straggler{.*local_rank="1",rank="1"} 1$' "$SCRATCH/metrics.txt" &&
     grep -q '^ddprun_worker_straggler{.*local_rank="0",rank="0"} 0$' "$SCRATCH/metrics.txt" &&
     grep -q '^ddprun_worker_compute_seconds{.*rank="2"} 0\.0' "$SCRATCH/metrics.txt" ||

@@ -2,7 +2,7 @@
 # --replace-stragglers: two agents in a job of exactly two nodes (--nnodes
 # 2:2, c10d, one ddp-train rank each) and a third standing by as a spare.
 # The rank of the node that does not serve the c10d store is slowed as a
-# CPU limit would (stopped 40 ms of every 100): once the straggler watch
+# CPU limit would (stopped 60 ms of every 100): once the straggler watch
 # names it, its node leaves the job (its agent exits 0, saying why), the
 # group re-forms at once with the spare, and training goes on from the
 # step the job had reached (from the memory of the node that stayed). (The
@@ -29,7 +29,7 @@ victim=$(ps --ppid "$agent_b" -o pid= | tr -d ' ' | head -n 1)
 [ -n "$victim" ] || { cat "$SCRATCH"/*.log; echo "no worker of b found"; exit 1; }
 rank=$(env_of "$victim" RANK)
 slow_agent=$agent_b
-( while kill -STOP "$victim" 2> /dev/null; do sleep 0.04; kill -CONT "$victim" 2> /dev/null; sleep 0.06; done ) &
+( while kill -STOP "$victim" 2> /dev/null; do sleep 0.06; kill -CONT "$victim" 2> /dev/null; sleep 0.04; done ) &
 slower=$!
 PIDS+=($slower)
 rc=0

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "worker/backend/bf16.h"
 #include "worker/data/sampler.h"
@@ -136,7 +137,9 @@ static int queue_inputs(trainer *t) {
     if (!b->fixed_ready) {
         const void *x;
         char err[512];
+        int64_t t0 = clock_now_ns();
         int rc = loader_get(b->loader, t->at.epoch, t->at.pos, &x, &b->y_step, err, sizeof err);
+        coll_record_data_wait(t->coll, clock_now_ns() - t0);
         if (rc)
             return trainer_fail(t, rc, "training step %lld failed: %s",
                                 (long long)t->at.global_step, err);

@@ -135,6 +135,7 @@ static int run_epoch(trainer *t) {
         /* The snapshot is handed over before the step is reported: once
          * "step N" shows, the one before it is kept (with --snapshot-every;
          * snapshot_keep waits for it), so a failure then costs step N alone. */
+        int64_t k0 = clock_now_ns();
         if (stats[4] > 0 && at->pos < t->n && (rc = snapshot_keep(t)))
             return rc;
         if (t->env.rank == 0)
@@ -147,6 +148,7 @@ static int run_epoch(trainer *t) {
             (rc = snapshot_save(t)))
             return rc;
         if ((rc = snapshot_save_report(t))) return rc;
+        coll_record_ckpt_wait(t->coll, clock_now_ns() - k0); /* (the progress line's too: little) */
     }
     return 0;
 }
@@ -175,6 +177,7 @@ static int report_skipped(trainer *t) {
 static int run_epochs(trainer *t) {
     for (; t->at.epoch < t->cfg->epochs; t->at.epoch++, t->at.pos = 0) {
         int rc = run_epoch(t);
+        if (rc >= 0) coll_record_step_end(t->coll); /* (not its evaluation's; a failed step: not done) */
         if (rc) return rc > 0 ? 0 : rc;
         watchdog_arm(&t->wd, WATCHED);
         if ((rc = step_evaluate(t)) || (rc = report_skipped(t))) return rc;

@@ -1,0 +1,64 @@
+/* Goodput: the share of a job's wall time spent in training steps that
+ * were kept, and where the rest went. The agent keeps it for its node from
+ * its own timeline (rendezvous, worker groups started and stopped) and its
+ * local rank 0's collective record (common/coll_record.h: the steps it
+ * finished, their time, the waits for data and checkpoints within them, the
+ * first step it ran). A step finished twice (an attempt resumed from before
+ * it) counts once: the second time is redone work. Times are monotonic
+ * seconds.
+ *
+ *   kept        the steps' time, less the redone steps' and the waits
+ *   redone      steps done again after a restart
+ *   rendezvous  joining rounds
+ *   restarts    a failed or changed group stopping, and a new one starting
+ *               up to its first step (process start, set-up, resuming)
+ *   data        steps waiting for their batch
+ *   checkpoints steps waiting for a checkpoint or snapshot to be handed over
+ *   other       the rest: evaluation, a step cut short by a failure, the end
+ *   stragglers  of the kept time, what stragglers added (node rank 0's
+ *               straggler watch: their compute over the median's, per step) */
+#ifndef DDPRUN_AGENT_GOODPUT_H
+#define DDPRUN_AGENT_GOODPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One worker group, as its local rank 0's record showed it. */
+typedef struct {
+    double started;     /* the group was started */
+    double first_step;  /* its first step began (0: none did) */
+    double ended;       /* it began to stop (a failure, a change, the end); 0: running */
+    int64_t first;      /* the first step it ran (0: none) */
+    int64_t steps;      /* steps it finished */
+    double step_s, data_s, ckpt_s; /* their time, and the waits within them */
+} goodput_attempt;
+
+typedef struct {
+    double start;         /* the agent started */
+    double rendezvous_s;  /* rendezvous, finished rounds */
+    double restart_s;     /* groups stopping and starting up */
+    double step_s, redone_s, data_s, ckpt_s, straggler_s;
+    int64_t redone_steps;
+    int64_t done_max;     /* the highest step finished so far (0: none) */
+    int attempts;
+} goodput;
+
+/* A group is gone (stopped at `gone`): its figures added. */
+void goodput_attempt_end(goodput *g, const goodput_attempt *a, double gone);
+
+typedef struct {
+    double wall;          /* since the agent started */
+    double kept, redone, rendezvous, restarts, data, checkpoints, other, stragglers;
+    int64_t redone_steps;
+    double ratio;         /* kept / wall */
+} goodput_view;
+
+/* The figures now, with the running group's (live: NULL when none) and
+ * the rendezvous under way since rdzv_since (0: none). */
+void goodput_now(const goodput *g, const goodput_attempt *live, double rdzv_since, double now,
+                 goodput_view *v);
+
+/* One line for the log: "goodput 93.1% of 120.4 s: kept 112.1 s, ...". */
+void goodput_line(const goodput_view *v, char *out, size_t len);
+
+#endif

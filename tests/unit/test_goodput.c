@@ -1,0 +1,61 @@
+/* agent/goodput.c: a job with two attempts (a failure, then a resume from
+ * before the last steps done), its rendezvous and restarts: every second
+ * of the wall time accounted for once, the redone steps counted at their
+ * attempt's pace, and the running attempt's figures live. */
+#include <string.h>
+
+#include "agent/goodput.h"
+#include "tests/unit/test.h"
+
+static int near(double a, double b) { return a > b - 1e-9 && a < b + 1e-9; }
+
+TEST(goodput_accounts_for_every_second_once) {
+    goodput g;
+    memset(&g, 0, sizeof g);
+    /* rendezvous 0 to 2; attempt 1 starts at 2, steps 1..100 from 3 (50 s of
+     * steps, 1 s waiting for data, 0.5 s for checkpoints), fails at 56, gone
+     * at 57; rendezvous 57 to 58; attempt 2 resumes from step 91 (steps
+     * 91..200: 110 steps, 55 s) at 59 */
+    g.start = 0, g.rendezvous_s = 2;
+    goodput_attempt one = {.started = 2, .first_step = 3, .ended = 56, .first = 1, .steps = 100,
+                           .step_s = 50, .data_s = 1, .ckpt_s = 0.5};
+    goodput_attempt_end(&g, &one, 57);
+    g.rendezvous_s += 1;
+    goodput_attempt two = {.started = 58, .first_step = 59, .first = 91, .steps = 110,
+                           .step_s = 55};
+    goodput_view v;
+    goodput_now(&g, &two, 0, 116, &v); /* still running at 116 */
+    CHECK(near(v.wall, 116));
+    CHECK_EQ(v.redone_steps, 10);
+    CHECK(near(v.redone, 5));       /* 10 steps at 0.5 s */
+    CHECK(near(v.restarts, 1 + 1 + 1)); /* start-up, stop, start-up */
+    CHECK(near(v.rendezvous, 3));
+    CHECK(near(v.kept, 105 - 5 - 1 - 0.5));
+    CHECK(near(v.other, 116 - 98.5 - 5 - 3 - 3 - 1 - 0.5));
+    CHECK(near(v.ratio, 98.5 / 116));
+    /* the attempt ends: its stopping counts as restarts */
+    two.ended = 115;
+    goodput_attempt_end(&g, &two, 115.5);
+    goodput_now(&g, NULL, 0, 116, &v);
+    CHECK(near(v.restarts, 3.5));
+    CHECK_EQ(g.done_max, 200);
+    CHECK_EQ(g.attempts, 2);
+    /* a rendezvous under way counts until now */
+    goodput_now(&g, NULL, 115.75, 116, &v);
+    CHECK(near(v.rendezvous, 3.25));
+}
+
+TEST(goodput_attempt_without_a_step_is_all_restart) {
+    goodput g;
+    memset(&g, 0, sizeof g);
+    goodput_attempt a = {.started = 10, .ended = 14};
+    goodput_attempt_end(&g, &a, 15);
+    goodput_view v;
+    goodput_now(&g, NULL, 0, 20, &v);
+    CHECK(near(v.restarts, 5));
+    CHECK(near(v.kept, 0));
+    CHECK(near(v.ratio, 0));
+    char line[512];
+    goodput_line(&v, line, sizeof line);
+    CHECK(strstr(line, "goodput 0.0% of 20.00 s: steps kept 0.00 s") != NULL);
+}
