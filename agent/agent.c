@@ -235,6 +235,7 @@ static int start_workers(agent *a) {
         a->wg->on_started = on_workers_started;
         a->wg->on_exit = on_worker_exit;
         a->wg->on_idle = on_group_idle;
+        a->wg->before_kill = agent_stacks_before_kill;
         a->wg->data = a;
         set_state(a, ST_RUNNING); /* before the first exit can be seen */
         for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
@@ -526,6 +527,13 @@ static void on_worker_exit(worker_group *g, worker *w) {
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
                       w->term_signal, w->exit_time, w->error_file, a->cur.round);
     f->watchdog = by_watchdog;
+    char *stacks = worker_output_captured(&w->err);
+    if (stacks && !f->traceback) { /* what it wrote when asked for its stacks */
+        if (asprintf(&f->traceback, "its stacks, written when the watchdog asked before its "
+                                    "kill:\n%s", stacks) < 0)
+            f->traceback = NULL;
+    }
+    free(stacks);
     if (f->watchdog) {
         char *why = NULL;
         if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",

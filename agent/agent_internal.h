@@ -220,6 +220,9 @@ int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);
 int agent_plan_numa_binding(agent *a);
 int agent_start_watchdog(agent *a);
+/* The worker group's before_kill: workers still running after the
+ * shutdown timeout are asked for their stacks, and get 2 s to write them. */
+double agent_stacks_before_kill(worker_group *g);
 int agent_open_rendezvous(agent *a);
 
 #endif

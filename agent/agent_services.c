@@ -187,13 +187,22 @@ static int watchdog_owner(void *ctx, pid_t pid, char *name, size_t len) {
 #define STACK_GRACE_S 2.0
 
 /* Before the watchdog kills a worker: every running worker's stack, from
- * those that catch the signal (agent/stacks.h). */
+ * those that catch the signal (agent/stacks.h); what each then writes on
+ * its stderr is kept for its failure's traceback (on_worker_exit). */
 static int ask_stacks(void *ctx) {
     agent *a = ctx;
     int n = 0;
-    for (int i = 0; a->wg && i < a->wg->n; i++)
-        if (a->wg->w[i].running) n += stacks_ask(a->wg->w[i].pid);
+    for (int i = 0; a->wg && i < a->wg->n; i++) {
+        worker *w = &a->wg->w[i];
+        if (!w->running || !stacks_ask(w->pid)) continue;
+        worker_output_capture(&w->err);
+        n++;
+    }
     return n;
+}
+
+double agent_stacks_before_kill(worker_group *g) {
+    return ask_stacks(g->data) > 0 ? STACK_GRACE_S : 0;
 }
 
 /* torchrun's TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer

@@ -252,6 +252,17 @@ int worker_group_start(worker_group *g, int n, const worker_spec *specs, char *e
 
 static void on_kill_timeout(uv_timer_t *t) {
     worker_group *g = t->data;
+    double grace = g->before_kill && !g->kill_delayed ? g->before_kill(g) : 0;
+    if (grace > 0) {
+        g->kill_delayed = 1;
+        for (int i = 0; i < g->n; i++)
+            if (g->w[i].running)
+                log_warn("local rank %d (pid %d) did not stop within the shutdown timeout; asked "
+                         "for its stacks (in its log), SIGKILL in %g s",
+                         g->w[i].local_rank, g->w[i].pid, grace);
+        uv_timer_start(&g->kill_timer, on_kill_timeout, (uint64_t)(grace * 1000), 0);
+        return;
+    }
     for (int i = 0; i < g->n; i++) {
         if (!g->w[i].running) continue;
         log_warn("local rank %d (pid %d) did not stop within the shutdown timeout; sending "

@@ -63,6 +63,11 @@ struct worker_group {
     void (*on_started)(worker_group *); /* once: every worker runs (not if stopped first) */
     void (*on_exit)(worker_group *, worker *); /* every exit, as it happens */
     void (*on_idle)(worker_group *); /* once: every worker exited and its output is written */
+    /* NULL, or called once when the shutdown timeout has passed with workers
+     * still running: the seconds to wait yet before SIGKILL (0: none), for
+     * their stacks (the agent asks for them) */
+    double (*before_kill)(worker_group *);
+    int kill_delayed;  /* before_kill gave them time */
     void *data;
 };
 

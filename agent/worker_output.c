@@ -30,7 +30,37 @@ static int matches(char *const *filters, const char *line, size_t n) {
 
 /* One line to its destinations, with a '\n' added when `add_nl` (a line
  * cut at the limit, or the last one at EOF). */
+static void keep_captured(worker_output *o, const char *line, size_t n, int add_nl) {
+    static const char cut[] = "[... cut at 32 KiB]\n";
+    if (!o->capturing) return;
+    if (o->capture.len + n + 1 + sizeof cut > WORKER_CAPTURE_MAX) {
+        buf_append(&o->capture, cut, sizeof cut - 1);
+        o->capturing = 0;
+        return;
+    }
+    buf_append(&o->capture, line, n);
+    if (add_nl) buf_append(&o->capture, "\n", 1);
+}
+
+void worker_output_capture(worker_output *o) {
+    buf_clear(&o->capture);
+    o->capturing = 1;
+}
+
+char *worker_output_captured(worker_output *o) {
+    o->capturing = 0;
+    if (!o->capture.len) return NULL;
+    char *s = malloc(o->capture.len + 1);
+    if (s) {
+        memcpy(s, o->capture.data, o->capture.len);
+        s[o->capture.len] = 0;
+    }
+    buf_clear(&o->capture);
+    return s;
+}
+
 static void emit(worker_output *o, const char *line, size_t n, int add_nl) {
+    keep_captured(o, line, n, add_nl);
     size_t plen = strlen(o->prefix), total = plen + n + (size_t)add_nl;
     char stackbuf[4096];
     /* A whole line with nothing to add goes out as it is: no copy. */
@@ -227,6 +257,8 @@ int worker_output_close(worker_output *o, uv_close_cb on_closed) {
     if (o->dup_fd >= 0) close(o->dup_fd);
     o->file_fd = o->dup_fd = -1;
     buf_free(&o->partial);
+    buf_free(&o->capture);
+    o->capturing = 0;
     if (!o->open || uv_is_closing((uv_handle_t *)&o->pipe)) return 0;
     uv_read_stop((uv_stream_t *)&o->pipe);
     uv_close((uv_handle_t *)&o->pipe, on_closed);

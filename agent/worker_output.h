@@ -46,6 +46,8 @@ typedef struct worker_output {
     char *const *dup_filters;
     buf_t partial; /* the start of a line not yet ended */
     int eof;
+    int capturing;  /* lines are also kept in capture (worker_output_capture) */
+    buf_t capture;
     void (*on_eof)(struct worker_output *); /* the pipe has ended (all output written) */
     void *owner;
 } worker_output;
@@ -62,6 +64,14 @@ typedef struct worker_output {
 void worker_output_feed(worker_output *o, const char *p, size_t n);
 /* At EOF: what is left goes out as a last line, a '\n' added. */
 void worker_output_flush(worker_output *o);
+
+/* From now on, the lines are also kept (at most WORKER_CAPTURE_MAX bytes):
+ * what a worker writes when asked for its stacks, for its failure. */
+#define WORKER_CAPTURE_MAX (32 * 1024)
+void worker_output_capture(worker_output *o);
+/* What was kept, as a string (malloc'd; NULL: nothing), and the keeping
+ * stops. */
+char *worker_output_captured(worker_output *o);
 
 /* Prepares the pipe (before spawning) and opens the log file. */
 int worker_output_init(worker_output *o, uv_loop_t *loop, const worker_output_opts *opts);
