@@ -69,5 +69,6 @@ print(f"hand count: {hand:.2f} s in 400 steps, {redone} redone; ddprun: kept {ke
       f"goodput {ratio:.1f}% of {wall:.1f} s, restarts {restarts:.2f} s, rendezvous {rdzv:.2f} s")
 assert abs(mine - hand) <= 0.02 * hand, f"{mine:.3f} s against {hand:.3f} s by hand"
 assert abs(red_n - redone) <= 1, f"{red_n} redone steps against {redone} by hand"
-assert restarts > 0 and kept / wall * 100 <= ratio + 0.1
+assert restarts > 0, "no time in restarts"
+assert abs(kept / wall * 100 - ratio) <= 0.5, f"goodput {ratio}% is not kept / wall"  # (rounding)
 PY
