@@ -99,7 +99,7 @@ static void *rdzv_thread(void *arg) {
                 pthread_mutex_lock(&a->mu);
                 int leaving = a->cmd_leave;
                 pthread_mutex_unlock(&a->mu);
-                if (leaving) return NULL; /* (agent_leave: no next round for this node) */
+                if (leaving) return NULL; /* (leaving the job: no next round for this node) */
                 post(a, EV_RESTART, 0, ev, NULL, NULL);
                 break;
             }
@@ -381,8 +381,29 @@ static void on_barrier(agent *a, int rc) {
     finish(a, 0);
 }
 
+/* --replace-stragglers (agent_speed.c asks, through leave_why): this node
+ * leaves the job, its round ended for the others to re-form it with a
+ * spare; the agent exits 0 once its workers have stopped. */
+static void leave(agent *a, const char *why) {
+    if (a->state != ST_RUNNING) return;
+    log_warn("%s: this node leaves the job, for the spare to take its place", why);
+    agent_record_event(a, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
+    set_state(a, ST_SHUTDOWN); /* exits 0 once its workers have stopped */
+    agent_tell(a, "leaving");
+    pthread_mutex_lock(&a->mu);
+    a->cmd_leave = 1;
+    pthread_mutex_unlock(&a->mu);
+    int rc = rdzv_end_round(a->rd, 0, RDZV_EV_MEMBERSHIP); /* the others restart at once */
+    if (rc) log_error("cannot tell the other nodes that this one leaves: %s", strerror(-rc));
+    stop_workers(a, SIGTERM);
+}
+
 static void on_wake(uv_async_t *h) {
     agent *a = h->data;
+    if (a->leave_why[0]) {
+        leave(a, a->leave_why);
+        a->leave_why[0] = 0;
+    }
     agent_event evs[MAX_EVENTS];
     pthread_mutex_lock(&a->mu);
     int n = a->nev;
@@ -602,20 +623,6 @@ static void on_signal(uv_signal_t *s, int signum) {
         return;
     }
     stop_workers(a, signum);
-}
-
-void agent_leave(agent *a, const char *why) {
-    if (a->state != ST_RUNNING) return;
-    log_warn("%s: this node leaves the job, for the spare to take its place", why);
-    agent_record_event(a, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
-    set_state(a, ST_SHUTDOWN); /* exits 0 once its workers have stopped */
-    agent_tell(a, "leaving");
-    pthread_mutex_lock(&a->mu);
-    a->cmd_leave = 1;
-    pthread_mutex_unlock(&a->mu);
-    int rc = rdzv_end_round(a->rd, 0, RDZV_EV_MEMBERSHIP); /* the others restart at once */
-    if (rc) log_error("cannot tell the other nodes that this one leaves: %s", strerror(-rc));
-    stop_workers(a, SIGTERM);
 }
 
 /* ---- run ------------------------------------------------------------------------- */

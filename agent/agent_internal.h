@@ -68,7 +68,7 @@ typedef struct {
     agent_event evq[MAX_EVENTS];
     int nev;
     int cmd_barrier;
-    int cmd_leave; /* agent_leave: the rendezvous thread joins no next round */
+    int cmd_leave; /* leaving the job: the rendezvous thread joins no next round */
     rdzv *rd;
     agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
@@ -110,6 +110,7 @@ typedef struct {
     char coll_dir[600];      /* the workers' collective records (DDPRUN_COLL_RECORD; "": none) */
     uv_timer_t coll_timer;   /* looks at them 4 times a second while the group runs */
     coll_watch *coll;        /* per local rank */
+    char leave_why[256];     /* set (with a wake) to have the agent leave the job: why */
     struct {                 /* the side calls (agent_side.c) */
         pthread_mutex_t mu;
         pthread_cond_t cv;
@@ -195,13 +196,6 @@ int agent_side_init(agent *a);
  * (NULL: none). 0, or -errno (after is not called). */
 int agent_side_run(agent *a, void (*work)(agent *, void *), void (*after)(agent *, void *),
                    void *arg);
-
-/* ---- agent.c ---- */
-
-/* --replace-stragglers: this node leaves the job (why: for the log and
- * the event), its round ended for the others to re-form it with a spare;
- * the agent exits 0 once its workers have stopped. */
-void agent_leave(agent *a, const char *why);
 
 /* ---- agent_speed.c: the straggler watch ---- */
 

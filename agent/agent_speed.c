@@ -204,13 +204,14 @@ static void replace(agent *a, const rank_speed *s, double compute, double median
                  s->local_rank);
         return;
     }
-    char why[256];
+    char why[sizeof a->leave_why];
     snprintf(why, sizeof why,
              "--replace-stragglers: local rank %d (rank %d) is a straggler (%.1f ms of compute "
              "a step, the median %.1f ms) and %d spare node%s stand%s by",
              s->local_rank, s->rank, compute * 1e3, median * 1e3, spares, spares == 1 ? "" : "s",
              spares == 1 ? "s" : "");
-    agent_leave(a, why);
+    snprintf(a->leave_why, sizeof a->leave_why, "%s", why); /* agent.c leaves at its wake */
+    uv_async_send(&a->wake);
 }
 
 /* Back on the loop: this node's ranks' standing told (event, metrics,
