@@ -83,22 +83,18 @@ static void on_look(uv_timer_t *t) {
         return;
     }
     double now = clock_now_s();
-    int still = 0;
-    for (int i = 0; i < n; i++) {
-        char path[sizeof a->coll_dir + 32];
-        agent_coll_path(a, i, path, sizeof path);
-        coll_watch *w = &a->coll[i];
-        coll_pos p;
-        if (coll_pos_read(path, a->hostname, i, &p) != 0) continue;
-        w->state = p.state;
-        if (!w->since || p.entered != w->entered || p.done != w->done) {
-            w->entered = p.entered, w->done = p.done, w->since = now;
+    int still = 0, m = read_local(a, ps);
+    for (int k = 0; k < m; k++) {
+        const coll_pos *p = &ps[k];
+        coll_watch *w = &a->coll[p->local_rank];
+        w->state = p->state;
+        if (!w->since || p->entered != w->entered || p->done != w->done) {
+            w->entered = p->entered, w->done = p->done, w->since = now;
             continue;
         }
         still |= now - w->since >= COLL_STILL_S;
     }
     if (still && !a->coll_busy && now - a->coll_published >= COLL_STILL_S) {
-        int m = read_local(a, ps);
         coll_pub *p = calloc(1, sizeof *p);
         if (p && (p->json = coll_pos_json(ps, m, clock_wall_s()))) {
             p->round = a->cur.round, p->group_rank = a->cur.group_rank;

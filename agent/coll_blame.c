@@ -8,23 +8,17 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/proc_stat.h"
 
 /* A hang is a wait of at least this long; and of ranks that all entered
  * the collective, one stands out when its last sign of life came at least
  * this much before every other's. */
 #define HANG_S 1.0
 
-/* The process's state letter from /proc/PID/stat, '?' if it is gone. */
+/* The process's state letter, '?' if it is gone. */
 static char proc_state(int pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = pid > 0 ? fopen(path, "r") : NULL;
-    if (!f) return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* the name may hold anything */
-    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+    proc_stat st;
+    return proc_stat_read(pid, &st) == 0 ? st.state : '?';
 }
 
 int coll_pos_read(const char *path, const char *host, int local_rank, coll_pos *p) {

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/proc_stat.h"
+
 #define ROUNDS 100 /* of ROUND_NS each: about a second */
 #define ROUND_NS 10000000L
 
@@ -30,20 +32,11 @@ typedef struct {
     int n, cap;
 } proc_table;
 
-/* Reads /proc/PID/stat ("pid (comm) state ppid pgrp ..."; comm may hold
- * spaces and parentheses, so the last ')' ends it); -1 if it is gone. */
+/* pid's entry from /proc/PID/stat; -1 if it is gone. */
 static int read_stat(pid_t pid, proc_entry *e) {
-    char path[64], line[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f) return -1;
-    size_t n = fread(line, 1, sizeof line - 1, f);
-    fclose(f);
-    line[n] = '\0';
-    char *close = strrchr(line, ')');
-    int ppid, pgid;
-    if (!close || sscanf(close + 1, " %c %d %d", &e->state, &ppid, &pgid) != 3) return -1;
-    e->pid = pid, e->ppid = (pid_t)ppid, e->pgid = (pid_t)pgid;
+    proc_stat st;
+    if (proc_stat_read(pid, &st) != 0) return -1;
+    e->pid = pid, e->state = st.state, e->ppid = st.ppid, e->pgid = st.pgid;
     return 0;
 }
 

@@ -63,11 +63,7 @@ for n in a b; do
         --rdzv-endpoint 127.0.0.1:"$port" --rdzv-id tf --max-restarts 1 --tf-config --no-python "$TMP/w.sh"
     [ "$n" = a ] && wait_for 10 "a's store on port $port" store_up "$port"
 done
-for n in a b; do
-    pid=PID_$n
-    wait_exit 30 "${!pid}"
-    assert_rc "$n" 0
-done
+wait_all_rc 30 0 a b
 check "$TMP/two" 0 4
 check "$TMP/two" 1 4
 
@@ -94,11 +90,7 @@ if command -v etcd > /dev/null; then
         REC=$TMP/four start_ddprun "$n" --nnodes 2 --nproc-per-node 2 --rdzv-backend etcd-v3 \
             --rdzv-endpoint "$ETCD_ENDPOINTS" --rdzv-id tf4 --tf-config --no-python "$TMP/w.sh"
     done
-    for n in e f; do
-        pid=PID_$n
-        wait_exit 30 "${!pid}"
-        assert_rc "$n" 0
-    done
+    wait_all_rc 30 0 e f
     check "$TMP/four" 0 4
     etcd_part="and on etcd-v3"
 fi

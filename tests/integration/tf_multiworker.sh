@@ -56,11 +56,7 @@ for n in a b; do
         --rdzv-endpoint 127.0.0.1:"$port" --rdzv-id tf --tf-config "$TMP/fit.py"
     [ "$n" = a ] && wait_for 30 "a's store on port $port" store_up "$port"
 done
-for n in a b; do
-    pid=PID_$n
-    wait_exit 180 "${!pid}"
-    assert_rc "$n" 0
-done
+wait_all_rc 180 0 a b
 cat "$TMP"/a.out "$TMP"/b.out > "$TMP/two.out"
 l2=$(losses two)
 [ "$l1" = "$l2" ] || die "one node's loss $l1, two nodes' $l2"

@@ -110,6 +110,18 @@ wait_exit() {
     RC=$?
 }
 
+# wait_all_rc SECONDS RC NAME...: each named ddprun (start_ddprun's PID_NAME)
+# exits within SECONDS, with RC.
+wait_all_rc() {
+    local t=$1 rc=$2 n pid
+    shift 2
+    for n in "$@"; do
+        pid=PID_$n
+        wait_exit "$t" "${!pid}"
+        assert_rc "$n" "$rc"
+    done
+}
+
 # Milliseconds since the epoch, for measuring how long something took.
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 

@@ -39,6 +39,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/proc_stat.h"
+
 #define SHM_MAGIC 0x53504444u /* "DDPS" */
 #define SHM_VERSION 2
 /* Bytes per rank per set: the unit of one step or round. Measured on a
@@ -164,16 +166,10 @@ static uint8_t *slot(const comm_shm *s, unsigned set, int i) {
 static int pid_dead(pid_t pid) {
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
-    ssize_t n = read(fd, stat, sizeof stat - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    stat[n] = 0;
-    const char *p = strrchr(stat, ')'); /* the command name may hold spaces */
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    proc_stat st;
+    int rc = proc_stat_read(pid, &st);
+    if (rc) return rc == -ENOENT;
+    return st.state == 'Z' || st.state == 'X';
 }
 
 void comm_shm_abort(comm_shm *s, int err) {
