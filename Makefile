@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -237,6 +237,11 @@ $(BENCHES:%=bench-%): bench-%: deps
 # On a machine with a GPU and PyTorch with CUDA (python3, or PY=...).
 bench-gpu: all
 	@bench/gpu_bench.sh
+
+# On the same: seconds from a worker's SIGKILL to its first step after the
+# restart, ours against torchrun + PyTorch.
+bench-gpu-restart: all
+	@bench/gpu_restart.sh
 
 clean:
 	rm -rf $(B)

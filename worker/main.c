@@ -247,6 +247,13 @@ static int parse(int argc, char **argv, train_config *c) {
                  "them (torch.backends.cudnn.benchmark): faster, but\n"
                  "runs may choose differently and differ in the last\n"
                  "bits"},
+        {"cudnn-cache", 0, OPTS_BUF, .target = c->cudnn_cache, .size = sizeof c->cudnn_cache,
+         .metavar = "DIR",
+         .help = "with --cudnn-benchmark, keep the timed choices in\n"
+                 "DIR, so that this machine times each convolution\n"
+                 "once, not in every process or restart (default\n"
+                 "$XDG_CACHE_HOME/ddprun, else ~/.cache/ddprun;\n"
+                 "none: time them in every process)"},
         {"unfused", 0, OPTS_FLAG, .target = &c->unfused,
          .help = "every operation writes its own output: no residual\n"
                  "sum folded into the batch norm before it, no\n"
@@ -270,6 +277,10 @@ static int parse(int argc, char **argv, train_config *c) {
                  "progress (steps, evaluation, checkpoints) for this\n"
                  "long (3/4 of it at least) is killed and the group\n"
                  "restarted (default 600; 0: off)"},
+        {"overlap-report", 0, OPTS_FLAG, .target = &c->overlap_report,
+         .help = "on a GPU, time the second step's all-reduces\n"
+                 "against its backward pass on the device and say\n"
+                 "how much of them overlapped (rank 0)"},
         {"bucket-mb", 0, OPTS_CALL, .apply = apply_bucket_mb, .metavar = "N",
          .help = "gradient bucket size after the first 1 MiB\n"
                  "(default 25)"},

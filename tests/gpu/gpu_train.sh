@@ -8,7 +8,9 @@
 #     at least 1e-2 of each buffer's scale (two correct float32 steps of
 #     this model were seen 3.8e-3 apart; a real bug is O(1)); this catches an
 #     operation that reads host memory the GPU never received;
-#     the same with algorithms chosen by timing (--cudnn-benchmark);
+#     the same with algorithms chosen by timing (--cudnn-benchmark), and
+#     again in a second process, which takes the first one's timings
+#     from --cudnn-cache instead of timing again;
 #  2. three steps on the GPU with a checkpoint, resumed on the CPU to step 6
 #     and back on the GPU to step 9: checkpoints hold host copies, so they
 #     move between backends, and the step counters carry on;
@@ -42,8 +44,15 @@ if have_numpy; then
     # and the reference kernels, AVX-512) were seen 3.8e-3 apart.
     spread=(--spread "$SCRATCH/cpu-one" "$SCRATCH/ref-one" --factor 4 --rtol 1e-2)
     compare "$SCRATCH/gpu-one" "$SCRATCH/cpu-one" "${spread[@]}" || { echo "FAIL: GPU and CPU steps differ"; exit 1; }
-    train gpu-timed cuda "$SCRATCH/gpu-timed" 1 --cudnn-benchmark
+    train gpu-timed cuda "$SCRATCH/gpu-timed" 1 --cudnn-benchmark --cudnn-cache "$SCRATCH/algos"
     compare "$SCRATCH/gpu-timed" "$SCRATCH/cpu-one" "${spread[@]}" || { echo "FAIL: timed algorithms give another step"; exit 1; }
+    # the timings kept: the next process takes them instead of timing again
+    [ -s "$(ls "$SCRATCH"/algos/cudnn-algos-*.txt 2> /dev/null | head -n 1)" ] ||
+        { echo "FAIL: --cudnn-cache kept no file of timed choices"; ls -la "$SCRATCH/algos"; exit 1; }
+    train gpu-cached cuda "$SCRATCH/gpu-cached" 1 --cudnn-benchmark --cudnn-cache "$SCRATCH/algos"
+    grep -q "convolution algorithm choices timed before" "$SCRATCH/gpu-cached.log" ||
+        { echo "FAIL: the second timed run did not take the kept choices"; cat "$SCRATCH/gpu-cached.log"; exit 1; }
+    compare "$SCRATCH/gpu-cached" "$SCRATCH/cpu-one" "${spread[@]}" || { echo "FAIL: the kept algorithms give another step"; exit 1; }
     train gpu-graph cuda "$SCRATCH/graph" 8
     grep -q "from step 3 on, each step replays a CUDA graph" "$SCRATCH/gpu-graph.log" ||
         { echo "FAIL: the steps were not recorded as a CUDA graph"; cat "$SCRATCH/gpu-graph.log"; exit 1; }

@@ -21,7 +21,7 @@ compare() { "$TEST_PY" "$ROOT/tests/tools/ckpt_compare.py" "$@"; }
 have_numpy() { "$TEST_PY" -c 'import numpy' 2>/dev/null; }
 # A port nobody listens on, below the kernel's ephemeral range (32768 and
 # up), where a client connection's own port could take it before ddprun binds.
-free_port() { /usr/bin/python3 -c '
+free_port() { "$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo "$TEST_PY")" -c '
 import random, socket
 for _ in range(200):
     p = random.randrange(20000, 32768)

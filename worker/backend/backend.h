@@ -268,6 +268,9 @@ typedef struct {
     int device;    /* CUDA: device ordinal (ddp-train passes LOCAL_RANK mod the count) */
     backend_precision precision;
     int benchmark; /* CUDA: choose convolution algorithms by timing them (--cudnn-benchmark) */
+    const char *algo_cache; /* CUDA with benchmark: the directory where timed choices are kept
+                             * across processes (worker/backend/algo_cache.h), or NULL */
+    int verbose;   /* say once what the backend found (the node's first rank) */
 } backend_opts;
 
 /* Creates the backend o asks for; BACKEND_AUTO is CUDA when this build has

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stddef.h>
 
+#include "common/coll_record.h"
 #include "worker/backend/backend.h"
 #include "worker/comm/comm.h"
 
@@ -45,6 +46,11 @@ typedef struct {
      * error() says the communicator broke. */
     int (*alloc)(devcomm *d, size_t bytes, void **out, char *why, size_t whylen);
     void (*free)(devcomm *d, void *p);
+    /* Optional (NULL where steps are never recorded): the recorded step
+     * was launched again, so the collectives captured when it was recorded
+     * are in flight now, though the host issued none of them; they enter
+     * the collective record as if issued, and sync finishes them. */
+    void (*replayed)(devcomm *d);
     void (*destroy)(devcomm *d);
 } devcomm_ops;
 
@@ -69,6 +75,11 @@ typedef struct {
     int timeout_ms;         /* a collective longer than this aborts the communicator */
     const _Atomic int64_t *abort_at_ns; /* NULL, or nonzero: the rank is stopping; a
                                          * collective still unfinished then aborts */
+    coll_record *record;    /* NULL, or the rank's collective record (not owned): NCCL's
+                             * collectives are numbered there with the host's */
+    int overlap_step;       /* 0, or k: the all-reduces of the k-th step (the k-th sync)
+                             * are timed on the device against the compute stream, and
+                             * rank 0 logs how much of them overlapped its work */
 } devcomm_nccl_opts;
 int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen);
 
@@ -91,6 +102,9 @@ static inline int devcomm_alloc(devcomm *d, size_t bytes, void **out, char *why,
 }
 static inline void devcomm_free(devcomm *d, void *p) {
     if (d->ops->free && p) d->ops->free(d, p);
+}
+static inline void devcomm_replayed(devcomm *d) {
+    if (d->ops->replayed) d->ops->replayed(d);
 }
 static inline void devcomm_destroy(devcomm *d) {
     if (d) d->ops->destroy(d);

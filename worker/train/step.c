@@ -63,6 +63,14 @@ static int step_work(trainer *t) {
                            (float)c->weight_decay, c->nesterov, t->at.optimizer_steps == 0);
 }
 
+/* Launches the recorded step; its collectives are then in flight, which
+ * the communicator notes in the collective record. */
+static int replay(trainer *t) {
+    int rc = t->be->ops->replay(t->be);
+    if (rc == 0) devcomm_replayed(t->dcomm);
+    return rc;
+}
+
 /* Runs the step's device work: the recording of it, else directly,
  * recording it first once steps have settled. Whether a step is recorded
  * must be the same on every rank (NCCL treats the capture of a collective
@@ -76,7 +84,7 @@ static int step_run(trainer *t) {
     backend *be = t->be;
     train_recording *rec = &t->rec;
     if (rec->recorded) {
-        int rc = be->ops->replay(be);
+        int rc = replay(t);
         if (rc != -ESTALE || t->env.world > 1) return rc;
         /* Warm up again before the next recording: what went stale was
          * freed memory, and a step that must allocate anew cannot be
@@ -88,6 +96,7 @@ static int step_run(trainer *t) {
         rec->eager_steps++;
         return step_work(t);
     }
+    int64_t t0 = clock_now_ns();
     int rc = be->ops->record_begin(be);
     if (rc == 0) {
         rc = step_work(t);
@@ -99,10 +108,10 @@ static int step_run(trainer *t) {
         return rc;
     }
     if (t->env.rank == 0 && rec->recordings++ == 0)
-        log_info("from step %lld on, each step replays a CUDA graph of it",
-                 (long long)t->at.global_step + 1);
+        log_info("from step %lld on, each step replays a CUDA graph of it (recorded in %.1f ms)",
+                 (long long)t->at.global_step + 1, (double)(clock_now_ns() - t0) * 1e-6);
     rec->recorded = 1;
-    return be->ops->replay(be);
+    return replay(t);
 }
 
 /* Names a failed step's cause: the peer or NCCL's error where the

@@ -102,6 +102,21 @@ static int stop_on_signal(trainer *t) {
     return rc ? rc : flushed;
 }
 
+/* Rank 0 says, after this process's first step, where its start-up went:
+ * what a restart costs before training goes on (on a GPU: the context,
+ * cuDNN's libraries and algorithm choices, NCCL's set-up). */
+static void startup_report(trainer *t, int64_t first_step_end) {
+    train_startup *s = &t->startup;
+    if (s->said || t->env.rank != 0) return;
+    s->said = 1;
+    progress_bar_clear(&t->progress);
+    log_info("first step done %.2f s after start: backend and model %.2f s, communicators %.2f "
+             "s, restoring the state %.2f s, the first step %.2f s",
+             (double)(first_step_end - s->begin) * 1e-9, (double)(s->model - s->begin) * 1e-9,
+             (double)(s->comm - s->model) * 1e-9, (double)(s->ready - s->comm) * 1e-9,
+             (double)(first_step_end - s->ready) * 1e-9);
+}
+
 /* One epoch's steps from t->at.pos on. 1 when the run stops early
  * (--max-steps or SIGTERM), 0 at the epoch's end, or -errno. */
 static int run_epoch(trainer *t) {
@@ -140,6 +155,7 @@ static int run_epoch(trainer *t) {
             return rc;
         if (t->env.rank == 0)
             progress_step(t, stats[0] / stats[2], stats[1] / stats[2], step_lr(t), step_in_epoch);
+        startup_report(t, t1);
         if (stats[3] > 0) { /* a stop signal somewhere: every rank stops here */
             rc = stop_on_signal(t);
             return rc ? rc : 1;
@@ -202,6 +218,7 @@ static int start(trainer *t) {
     if (rc == 0) rc = trainer_setup_batch(t);
     if (rc == 0) rc = progress_start(t);
     if (rc == 0) rank_metrics_init(&t->rm, t->env.rank, t->env.local_rank);
+    t->startup.ready = clock_now_ns();
     if (rc == 0 && t->env.rank == 0) {
         const train_config *c = t->cfg;
         size_t big;
@@ -216,7 +233,8 @@ static int start(trainer *t) {
 }
 
 int train_run(const train_config *c) {
-    trainer t = {.cfg = c, .disk.step = -1, .buffers_step = -1};
+    trainer t = {.cfg = c, .disk.step = -1, .buffers_step = -1,
+                 .startup.begin = clock_now_ns()};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
     signal(SIGTERM, on_sigterm);

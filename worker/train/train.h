@@ -57,6 +57,8 @@ typedef struct {
     int no_cuda_graph;     /* --no-cuda-graph: run every step op by op */
     int fixed_batch;       /* --fixed-batch: one batch, made once, at every step */
     int cudnn_benchmark;   /* --cudnn-benchmark: time convolution algorithms */
+    char cudnn_cache[1024]; /* --cudnn-cache: "" = the default, "none" = none */
+    int overlap_report;    /* --overlap-report: time the second step's all-reduces on the GPU */
     int unfused;           /* --unfused: no fused residual sums (model_spec's) */
     int64_t bucket_bytes;  /* --bucket-mb */
     int timeout_s;         /* --timeout: a collective longer than this fails */

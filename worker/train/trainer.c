@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "worker/model/arch.h"
 #include "worker/train/device_choice.h"
@@ -83,14 +84,28 @@ static int setup_data(trainer *t) {
 /* The backend's options: --device against the GPUs this rank sees
  * (device_choice.c). A GPU that CUDA cannot use is an error whatever
  * --device asks, except the CPU. */
-static int choose_backend(trainer *t, backend_opts *bo) {
+/* --cudnn-cache's directory, or NULL for none: by default where the
+ * XDG base directories put caches. */
+static const char *algo_cache_dir(const train_config *c, char *buf, size_t len) {
+    if (strcmp(c->cudnn_cache, "none") == 0) return NULL;
+    if (c->cudnn_cache[0]) return c->cudnn_cache;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/') snprintf(buf, len, "%s/ddprun", xdg);
+    else if (home && home[0] == '/') snprintf(buf, len, "%s/.cache/ddprun", home);
+    else return NULL;
+    return buf;
+}
+
+static int choose_backend(trainer *t, backend_opts *bo, char *cache, size_t cache_len) {
     const train_config *c = t->cfg;
     char err[768];
     device_request r = {.requested = c->reference ? BACKEND_CPU_REFERENCE : c->device,
                         .local_rank = t->env.local_rank, .local_world = t->env.local_world,
                         .visible_gpus_named = t->env.visible_gpus_named};
     *bo = (backend_opts){.threads = c->threads, .precision = c->precision,
-                         .benchmark = c->cudnn_benchmark};
+                         .benchmark = c->cudnn_benchmark,
+                         .algo_cache = algo_cache_dir(c, cache, cache_len),
+                         .verbose = t->env.local_rank == 0};
     if (r.requested != BACKEND_CPU && r.requested != BACKEND_CPU_REFERENCE) {
         r.gpus = cuda_device_count(err, sizeof err);
         if (r.gpus < 0) return trainer_fail(t, r.gpus, "--device %s: %s",
@@ -111,9 +126,9 @@ static int choose_backend(trainer *t, backend_opts *bo) {
 
 static int setup_model(trainer *t) {
     const train_config *c = t->cfg;
-    char err[512];
+    char err[512], cache[1100];
     backend_opts bo;
-    int rc = choose_backend(t, &bo);
+    int rc = choose_backend(t, &bo, cache, sizeof cache);
     if (rc) return rc;
     if ((rc = backend_create(&bo, &t->be, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
     if (t->be->kind != BACKEND_CUDA && c->precision == PRECISION_BF16 && t->env.rank == 0)
@@ -143,7 +158,8 @@ static int setup_comm(trainer *t) {
         devcomm_nccl_opts no = {.be = t->be, .store_host = co.store_host,
                                 .store_port = co.store_port, .prefix = prefix,
                                 .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms,
-                                .abort_at_ns = co.abort_at_ns};
+                                .abort_at_ns = co.abort_at_ns, .record = co.record,
+                                .overlap_step = c->overlap_report ? 2 : 0};
         if ((rc = devcomm_nccl_create(&no, &t->dcomm, err, sizeof err)))
             return trainer_fail(t, rc, "%s", err);
     } else if ((rc = devcomm_host_create(t->comm, &t->dcomm))) {
@@ -162,7 +178,9 @@ int trainer_setup(trainer *t) {
     int rc = setup_job(t);
     if (rc == 0) rc = setup_data(t);
     if (rc == 0) rc = setup_model(t);
+    t->startup.model = clock_now_ns();
     if (rc == 0) rc = setup_comm(t);
+    t->startup.comm = clock_now_ns();
     return rc;
 }
 

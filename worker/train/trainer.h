@@ -63,6 +63,17 @@ typedef struct {
     int failed;        /* the last recording failed */
 } train_recording;
 
+/* How long this process took to start training (CLOCK_MONOTONIC marks, 0
+ * until reached): what a restart costs before its first step, said once
+ * by rank 0. */
+typedef struct {
+    int64_t begin;  /* train_run began */
+    int64_t model;  /* the backend (a GPU's context) and the model made */
+    int64_t comm;   /* the host communicator and the device's (NCCL) set up */
+    int64_t ready;  /* resumed, weights broadcast, the first batch's memory */
+    int said;       /* the first step's line was written */
+} train_startup;
+
 /* Rank 0's output: the progress lines, the bar, the metrics file, img/s. */
 typedef struct {
     FILE *metrics;
@@ -91,6 +102,7 @@ typedef struct {
     train_position at;
     train_batch buf;
     train_recording rec;
+    train_startup startup;
     train_progress progress;
     rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
     dir_lock ckpt_lock;  /* this node's hold on --ckpt-dir (snapshot_lock, snapshot_save) */

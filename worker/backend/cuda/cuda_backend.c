@@ -205,6 +205,7 @@ static void state_free(cuda_state *st) {
     if (st->stream) cudaStreamSynchronize(st->stream);
     if (st->graph) cudaGraphExecDestroy(st->graph);
     cuda_conv_destroy(st);
+    algo_cache_close(st->algos);
     cuda_weights_destroy(st);
     cuda_buf_release(&st->blas_workspace);
     cuda_buf_release(&st->workspace);
@@ -221,6 +222,43 @@ static void state_free(cuda_state *st) {
 static void cuda_destroy(backend *b) {
     state_free(cuda_state_of(b));
     free(b);
+}
+
+/* The file of timed algorithm choices for this GPU model and these
+ * libraries: another model, cuDNN or driver may rank them otherwise. */
+static void algo_cache_name(int device, char *name, size_t len) {
+    struct cudaDeviceProp p;
+    int rt = 0, drv = 0;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) snprintf(p.name, sizeof p.name, "gpu");
+    (void)cudaGetLastError();
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    snprintf(name, len, "cudnn-algos-%s-sm%d%d-%dsm-cudnn%zu-cudart%d-driver%d.txt", p.name,
+             p.major, p.minor, p.multiProcessorCount, cudnnGetVersion(), rt, drv);
+    for (char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '-'))
+            *c = '_';
+}
+
+/* --cudnn-benchmark's choices from earlier processes on this machine
+ * (worker/backend/algo_cache.h). Without them every convolution is timed
+ * again, which costs time, never correctness: a cache that cannot be used
+ * is a warning. */
+static void open_algo_cache(cuda_state *st, const backend_opts *o) {
+    if (!o->benchmark || !o->algo_cache) return;
+    char name[512], why[1024];
+    algo_cache_name(o->device, name, sizeof name);
+    int rc = algo_cache_open(o->algo_cache, name, &st->algos, why, sizeof why);
+    if (rc) {
+        if (o->verbose)
+            log_warn("--cudnn-benchmark will time every convolution in every process: %s (set "
+                     "--cudnn-cache)", why);
+        return;
+    }
+    if (o->verbose && algo_cache_loaded(st->algos) > 0)
+        log_info("cuDNN: %d convolution algorithm choices timed before, from %s",
+                 algo_cache_loaded(st->algos), algo_cache_path(st->algos));
 }
 
 /* Math modes: fp32 stays fp32 everywhere (cuBLAS's default math keeps full
@@ -250,6 +288,7 @@ static int state_init(cuda_state *st, const backend_opts *o) {
     CUBLAS_CHECK(st->blas.set_workspace(st->cublas, st->blas_workspace.p,
                                         st->blas_workspace.bytes));
     rc = cuda_weights_init(st);
+    if (rc == 0) open_algo_cache(st, o);
     return rc ? rc : cuda_conv_init(st);
 }
 

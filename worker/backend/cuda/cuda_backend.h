@@ -19,12 +19,14 @@ cudaStream_t cuda_backend_stream(const backend *b);
  * by a backend operation (by NCCL), so the backend's converted copies of
  * any weights there are stale (cuda_weights.c). */
 void cuda_backend_written(const backend *b, const void *p, size_t bytes);
-/* Destroys the backend's recorded step, if any, without waiting for a
- * replay still running (CUDA frees it when that completes); a later
- * replay fails with -ESTALE. NCCL calls this before finalising or
+/* Destroys the backend's recorded step, if any; a later replay fails with
+ * -ESTALE. CUDA documents that a replay still running is freed when it
+ * completes, but the call was seen to wait for it (an H200, driver 580, a
+ * replay stuck in an all-reduce). NCCL calls this when finalising or
  * aborting its communicator: a recording that holds collectives keeps a
  * reference on the communicator, and NCCL's finalise and abort wait (with
- * no timeout) until every graph holding one has been destroyed. */
+ * no timeout) until every graph holding one has been destroyed (so an
+ * abort runs beside it: nccl_comm.c's nc_abort). */
 void cuda_backend_drop_recording(const backend *b);
 /* Writes, for every convolution shape the backend has run, each
  * direction's candidate algorithms in order of preference (number, math,

@@ -324,12 +324,53 @@ static void add_candidate(cuda_state *st, conv_entry *e, conv_dir d, const candi
     l->n++;
 }
 
+/* What --cudnn-benchmark keeps of a direction's timing: the key names
+ * everything the ranking depends on besides the machine (the file's name
+ * has that). */
+static void timed_key(const cuda_state *st, const conv_entry *e, conv_dir d, char *key,
+                      size_t len) {
+    static const char *const short_dir[NDIRS] = {"fwd", "bwd-data", "bwd-filter"};
+    const conv_shape *s = &e->s;
+    snprintf(key, len, "%s %s n%d c%d %dx%d k%d %dx%d stride%d pad%d", short_dir[d],
+             mode_name(st), s->n, s->c, s->h, s->w, s->k, s->r, s->s, s->stride, s->pad);
+}
+
+/* The timing of a direction: from the algorithm cache when this machine
+ * timed it before, else timed now and kept there. */
+static int timed(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io, candidate *c,
+                 int *n) {
+    char key[ALGO_CACHE_KEY];
+    algo_choice a[ALGO_CACHE_MAX];
+    timed_key(st, e, d, key, sizeof key);
+    int got = algo_cache_get(st->algos, key, a, ALGO_CACHE_MAX);
+    if (got >= 0) {
+        for (int i = 0; i < got; i++)
+            c[i] = (candidate){a[i].algo, (cudnnStatus_t)a[i].status, (size_t)a[i].memory,
+                               (cudnnDeterminism_t)a[i].determinism, (cudnnMathType_t)a[i].math};
+        *n = got;
+        st->algos_hit++;
+        return 0;
+    }
+    int rc = timings(st, e, d, io, c, n);
+    if (rc || !st->algos) return rc;
+    st->algos_timed++;
+    int keep = *n < ALGO_CACHE_MAX ? *n : ALGO_CACHE_MAX;
+    for (int i = 0; i < keep; i++)
+        a[i] = (algo_choice){.algo = c[i].algo, .status = (int)c[i].status,
+                             .determinism = (int)c[i].determinism, .math = (int)c[i].math,
+                             .memory = c[i].memory};
+    char why[1024];
+    if (algo_cache_put(st->algos, key, a, keep, why, sizeof why) && !st->algos_warned++)
+        log_warn("cuDNN's timed algorithm choices are not kept for the next process: %s", why);
+    return 0;
+}
+
 static int choose(cuda_state *st, conv_entry *e, conv_dir d, const conv_io *io) {
     algo_list *l = &e->dirs[d];
     candidate c[MAX_ALGOS];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, requested_math(st)));
-    int rc = st->benchmark ? timings(st, e, d, io, c, &n) : heuristics(st, e, d, c, &n);
+    int rc = st->benchmark ? timed(st, e, d, io, c, &n) : heuristics(st, e, d, c, &n);
     if (rc) return rc;
     memset(l, 0, sizeof *l);
     for (int pref = 0; pref < 4; pref++)

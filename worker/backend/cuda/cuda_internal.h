@@ -12,6 +12,7 @@
 #include <errno.h>
 
 #include "common/log.h"
+#include "worker/backend/algo_cache.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
 #include "worker/backend/cuda/cuda_buf.h"
@@ -47,6 +48,9 @@ struct cuda_state {
     int device;
     backend_precision precision;
     int benchmark;           /* convolution algorithms by timing (cuda_conv.c) */
+    algo_cache *algos;       /* with benchmark: choices timed before, kept for the next, or NULL */
+    int algos_hit, algos_timed; /* convolution directions chosen from it, and timed here */
+    int algos_warned;        /* it could not be written: said once */
     backend_dtype act;       /* activations' type: bf16 under PRECISION_BF16, else fp32 */
     cudaStream_t stream;     /* every operation is queued here */
     cudnnHandle_t cudnn;     /* bound to stream */

@@ -26,8 +26,18 @@
  * error or a collective past its timeout aborts the communicator and
  * leaves it broken: every later call returns the same error at once,
  * ddp-train exits non-zero and the launcher restarts the group instead of
- * it hanging. */
+ * it hanging.
+ *
+ * The collective record (common/coll_record.h): each collective enters it
+ * as it is issued, numbered in one sequence with the host communicator's,
+ * and leaves it when sync (or broadcast's own supervision) sees it done;
+ * the polling loops tick it. A step recorded as a CUDA graph issues its
+ * collectives once, at the recording, where nothing runs: they are kept,
+ * and each replay enters them again (devcomm_replayed). So a rank stuck in
+ * an NCCL collective, or never reaching one, is named by the agent's hang
+ * verdict as a host collective's would be. */
 #include <assert.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -46,10 +56,26 @@
 #include "worker/backend/cuda/cuda_check.h"
 #include "worker/comm/comm_call.h"
 #include "worker/comm/devcomm.h"
+#include "worker/comm/nccl/nccl_overlap.h"
 
 #define NCCL_DEFAULT_TIMEOUT_MS 300000
 
 typedef enum { NC_ALLREDUCE, NC_BROADCAST } nc_kind;
+/* Their names in the collective record (at most COLL_OP_LEN - 1 chars). */
+static const char *const kind_names[] = {"nccl all-reduce", "nccl broadcast"};
+
+/* Collectives as the record counts them: those issued and not yet seen
+ * done (their numbers), or those captured in the recorded step (their
+ * kind and bytes, entered again at each replay). */
+typedef struct {
+    uint64_t seq, bytes;
+    nc_kind kind;
+} nc_noted;
+
+typedef struct {
+    nc_noted *v;
+    int n, cap;
+} nc_notes;
 
 /* One collective in flight: what wait needs to supervise it. Requests are
  * recycled through a free list (their events are the costly part); every
@@ -76,6 +102,11 @@ typedef struct {
     nc_req *free, *all;
     int timeout_ms;
     const _Atomic int64_t *abort_at_ns; /* the trainer's "stopping" deadline (or NULL) */
+    coll_record *record;  /* the rank's collective record (not owned), or NULL */
+    nc_notes open;        /* entered in the record, not yet seen done */
+    nc_notes captured;    /* issued while the step was being recorded */
+    int capturing;        /* captured holds the recording under way */
+    nccl_overlap *overlap; /* --overlap-report's timing of one step, or NULL */
     int up;               /* set-up finished: failures are logged from now on */
     int broken;           /* the first failure's code; every later call returns it */
     char op[96];          /* the operation under way, for messages */
@@ -92,17 +123,37 @@ static int ms_left(int64_t deadline_ns) {
 
 /* --- failure ------------------------------------------------------------- */
 
+static void *abort_main(void *comm) {
+    (void)NCCL_CHECK_RC(ncclCommAbort(comm)); /* logged; nothing more to do */
+    return NULL;
+}
+
 /* Frees the communicator and stops whatever it still runs on the device.
- * Blocking even on a non-blocking communicator, but bounded: NCCL raises
- * its kernels' abort flag and joins any set-up still under way. */
+ *
+ * Two waits that only end together. ncclCommAbort (blocking even on a
+ * non-blocking communicator) first raises the flag its kernels poll, then
+ * waits, with no bound, until no CUDA graph holds any of its collectives
+ * (NCCL's persistent references, released when the graph is destroyed).
+ * And destroying the recorded step while a replay of it is stuck in a
+ * collective waits until the replay ends (seen on an H200, driver 580:
+ * cudaGraphExecDestroy blocked while the replay's all-reduce waited for a
+ * stopped peer), which only the abort flag brings about. One thread doing
+ * one then the other hangs either way; so the abort runs on a thread of
+ * its own, it raises the flag, the stuck replay ends, the recording is
+ * destroyed here, and that releases the abort. */
 static void nc_abort(nc *n) {
     if (!n->comm) return;
-    /* A recorded step holding collectives keeps a reference on the
-     * communicator that ncclCommAbort waits for without a bound: the
-     * recording goes first (see cuda_backend_drop_recording). */
+    pthread_t t;
+    int64_t t0 = clock_now_ns();
+    int threaded = pthread_create(&t, NULL, abort_main, n->comm) == 0;
+    if (!threaded) log_warn("NCCL abort: no thread for it (%s); a replay stuck in a collective "
+                            "may hold it up", strerror(errno));
     cuda_backend_drop_recording(n->be);
-    (void)NCCL_CHECK_RC(ncclCommAbort(n->comm)); /* logged; nothing more to do */
+    if (threaded) pthread_join(t, NULL);
+    else abort_main(n->comm);
     n->comm = NULL;
+    log_info("rank %d: NCCL communicator aborted in %.2f s", n->d.rank,
+             (double)(clock_now_ns() - t0) * 1e-9);
 }
 
 /* Whether the compute stream is being recorded (a capture under way, valid
@@ -233,8 +284,57 @@ static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
         int64_t now = clock_now_ns();
         if (now >= deadline_ns) return nc_timed_out(n);
         if (stop_passed(n, now)) return nc_stopped(n);
+        coll_record_tick(n->record);
         nap(now - start, &us);
     }
+}
+
+/* --- the collective record ---------------------------------------------- */
+
+static int notes_push(nc_notes *l, nc_noted e) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        nc_noted *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return -ENOMEM;
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = e;
+    return 0;
+}
+
+/* A collective entered in the record and left open until sync. */
+static void note_open(nc *n, nc_kind kind, uint64_t bytes) {
+    uint64_t seq = coll_record_enter(n->record, kind_names[kind], bytes);
+    if (seq && notes_push(&n->open, (nc_noted){.seq = seq, .bytes = bytes, .kind = kind}))
+        coll_record_leave(n->record, seq, -ENOMEM); /* unfollowed: closed at once */
+}
+
+/* An all-reduce of `bytes`, about to be issued: into the record, or, while
+ * the step is being recorded (nothing runs), among the recording's
+ * collectives. A capture that began after the last replay or sync is a
+ * new recording. */
+static void note_allreduce(nc *n, uint64_t bytes) {
+    if (!n->record) return;
+    if (recording(n)) {
+        if (!n->capturing) n->captured.n = 0;
+        n->capturing = 1;
+        (void)notes_push(&n->captured, (nc_noted){.bytes = bytes, .kind = NC_ALLREDUCE});
+        return;
+    }
+    note_open(n, NC_ALLREDUCE, bytes);
+}
+
+/* Every collective still open has ended with rc (0: done). */
+static void close_open(nc *n, int rc) {
+    for (int i = 0; i < n->open.n; i++) coll_record_leave(n->record, n->open.v[i].seq, rc);
+    n->open.n = 0;
+}
+
+static void nc_replayed(devcomm *d) {
+    nc *n = d->impl;
+    n->capturing = 0;
+    for (int i = 0; i < n->captured.n; i++)
+        note_open(n, n->captured.v[i].kind, n->captured.v[i].bytes);
 }
 
 /* --- requests ------------------------------------------------------------ */
@@ -282,6 +382,8 @@ static void req_put(nc *n, nc_req *r) {
 static int nc_enqueue(nc *n, nc_req *r, void *buf) {
     CUDA_CHECK_OR(cudaEventRecord(n->ready, n->compute), nc_cuda_failed, n);
     CUDA_CHECK_OR(cudaStreamWaitEvent(n->stream, n->ready, 0), nc_cuda_failed, n);
+    int timed = r->kind == NC_ALLREDUCE && nccl_overlap_timing(n->overlap) && !recording(n);
+    if (timed) nccl_overlap_before(n->overlap, n->compute, n->stream, r->count * sizeof(float));
     if (r->kind == NC_ALLREDUCE)
         NCCL_CHECK_OR(ncclAllReduce(buf, buf, r->count, ncclFloat, ncclSum, n->comm, n->stream),
                       nc_nccl_failed, n);
@@ -290,6 +392,7 @@ static int nc_enqueue(nc *n, nc_req *r, void *buf) {
                       nc_nccl_failed, n);
     int rc = nc_poll(n, NULL, r->issued_ns + ms_to_ns(n->timeout_ms));
     if (rc) return rc;
+    if (timed) nccl_overlap_after(n->overlap, n->stream);
     CUDA_CHECK_OR(cudaEventRecord(r->done, n->stream), nc_cuda_failed, n);
     return 0;
 }
@@ -321,6 +424,7 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
     *req = NULL;
     int rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
     if (rc == 0 && !n->oldest_ns) n->oldest_ns = r->issued_ns;
+    if (rc == 0) note_allreduce(n, count * sizeof(float));
     if (rc == 0) rc = nc_enqueue(n, r, buf);
     cuda_backend_written(n->be, buf, count * sizeof(float)); /* even half done */
     if (rc) {
@@ -345,7 +449,11 @@ static int nc_wait(devcomm *d, void *req) {
  * for a replayed step, whose collectives the host never issued). */
 static int nc_sync(devcomm *d) {
     nc *n = d->impl;
-    if (n->broken) return n->broken;
+    n->capturing = 0;
+    if (n->broken) {
+        close_open(n, n->broken);
+        return n->broken;
+    }
     snprintf(n->op, sizeof n->op, "step (its all-reduces and the work waiting on them)");
     int64_t deadline = (n->oldest_ns ? n->oldest_ns : clock_now_ns()) + ms_to_ns(n->timeout_ms);
     CUDA_CHECK_OR(cudaEventRecord(n->ready, n->stream), nc_cuda_failed, n);
@@ -353,6 +461,8 @@ static int nc_sync(devcomm *d) {
     CUDA_CHECK_OR(cudaEventRecord(n->synced, n->compute), nc_cuda_failed, n);
     int rc = nc_poll(n, n->synced, deadline);
     if (rc == 0) n->oldest_ns = 0;
+    if (rc == 0) nccl_overlap_synced(n->overlap, d->rank);
+    close_open(n, rc);
     return rc;
 }
 
@@ -361,9 +471,11 @@ static int nc_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     assert(root >= 0 && root < d->world);
     nc_req *r = NULL;
     int rc = req_get(n, NC_BROADCAST, bytes, root, &r);
+    uint64_t seq = r ? coll_record_enter(n->record, kind_names[NC_BROADCAST], bytes) : 0;
     if (rc == 0) rc = nc_enqueue(n, r, buf);
     cuda_backend_written(n->be, buf, bytes); /* even half done */
     if (rc == 0) rc = nc_finish(n, r);
+    coll_record_leave(n->record, seq, rc);
     req_put(n, r);
     return rc;
 }
@@ -408,6 +520,10 @@ static void nc_destroy(devcomm *d) {
     if (n->ready) (void)CUDA_CHECK_RC(cudaEventDestroy(n->ready));
     if (n->synced) (void)CUDA_CHECK_RC(cudaEventDestroy(n->synced));
     if (n->stream) (void)CUDA_CHECK_RC(cudaStreamDestroy(n->stream));
+    close_open(n, n->broken ? n->broken : -ECANCELED);
+    free(n->open.v);
+    free(n->captured.v);
+    nccl_overlap_destroy(n->overlap);
     free(n);
 }
 
@@ -418,6 +534,7 @@ static const devcomm_ops nccl_ops = {
     .sync = nc_sync,
     .broadcast = nc_broadcast,
     .error = nc_error,
+    .replayed = nc_replayed,
     .destroy = nc_destroy,
 };
 
@@ -538,11 +655,14 @@ int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, si
     n->compute = cuda_backend_stream(o->be);
     n->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
     n->abort_at_ns = o->abort_at_ns;
+    n->record = o->record;
     snprintf(n->op, sizeof n->op, "communicator set-up (world %d)", o->world);
     int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     rc = setup_device(n);
+    if (rc == 0 && nccl_overlap_create(o->overlap_step, &n->overlap))
+        rc = nc_fail(n, -ENOMEM, "out of memory for --overlap-report");
     if (rc == 0) rc = share_id(n, o, &id, deadline);
     if (rc == 0) rc = init_comm(n, &id, deadline);
     if (rc) {
