@@ -84,14 +84,14 @@ static void on_beat(void *ctx, int64_t now_ms) {
 }
 
 /* etcd-v3: node rank 0's own store serves the workers; what workers of an
- * earlier round with the same restart count left there goes before the
- * rendezvous lets the other nodes start theirs (on its thread; the c10d
- * rendezvous does this for its store itself). */
-static int clear_own_store(void *ctx, int restart_count) {
+ * earlier round left there goes before the rendezvous lets the other nodes
+ * start theirs (on its thread; the c10d rendezvous does this for its store
+ * itself). */
+static int clear_own_store(void *ctx, size_t *cleared) {
     agent *a = ctx;
     rdzv_kv *kv = NULL;
     int rc = rdzv_kv_store_open("127.0.0.1", a->store.port, 2000, &kv);
-    if (rc == 0) rc = rdzv_clear_worker_keys(kv, restart_count);
+    if (rc == 0) rc = rdzv_clear_worker_keys(kv, NULL, cleared);
     if (rc) log_warn("cannot clear the workers' keys of an earlier round: %s", strerror(-rc));
     kv_close(kv);
     return 0; /* the round goes on: a fresh store has nothing to clear */

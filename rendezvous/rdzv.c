@@ -369,19 +369,24 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     return 0;
 }
 
-/* Node rank 0 removes what workers of an earlier round with the same
- * restart count left in the store (torch's workers prefix their keys with
- * /worker/attempt_<restart count>/), so a group re-formed after a
- * membership change starts clean. */
-int rdzv_clear_worker_keys(rdzv_kv *kv, int restarts) {
+static int starts_with(const char *s, const char *prefix) {
+    return prefix && strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Node rank 0 runs this before it lets the round's workers start anywhere
+ * (the round's "ready" key comes after it). */
+int rdzv_clear_worker_keys(rdzv_kv *kv, const char *keep, size_t *cleared) {
     char **keys = NULL;
     size_t n = 0;
+    *cleared = 0;
     int rc = kv_list(kv, "", &keys, &n);
     if (rc) return rc;
-    char needle[64];
-    snprintf(needle, sizeof needle, "worker/attempt_%d/", restarts);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        if (strstr(keys[i], needle)) rc = kv_del(kv, keys[i]);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (starts_with(keys[i], "/ddprun/") || starts_with(keys[i], keep)) continue;
+        rc = kv_del(kv, keys[i]);
+        if (rc == -ENOENT) rc = 0; /* gone meanwhile */
+        if (rc == 0) (*cleared)++;
+    }
     rdzv_kv_free_keys(keys, n);
     return rc;
 }
@@ -534,8 +539,14 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (res->group_rank == 0) {
         /* The workers' store is the rendezvous' own, or (elsewhere) the one
          * node rank 0's agent hosts for them. */
-        if (r->in_job_store) rc = rdzv_clear_worker_keys(r->c, r->restart_count);
-        else if (r->o.clear_own_store) rc = r->o.clear_own_store(r->o.ctx, r->restart_count);
+        size_t cleared = 0;
+        if (r->in_job_store) rc = rdzv_clear_worker_keys(r->c, r->o.key_prefix, &cleared);
+        else if (r->o.clear_own_store) rc = r->o.clear_own_store(r->o.ctx, &cleared);
+        if (rc == 0 && cleared > 0)
+            log_info("rendezvous '%s': round %d: the workers' store emptied of the %zu key%s "
+                     "an earlier round's workers left (each round's workers start from an "
+                     "empty store)",
+                     r->run_id, round, cleared, cleared == 1 ? "" : "s");
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         size_t i;

@@ -63,9 +63,10 @@ typedef struct {
      * for the agent's metrics. */
     void (*on_beat)(void *ctx, int64_t now_ms);
     /* Not RDZV_IN_JOB_STORE, on node rank 0 of a round before the others'
-     * workers may start: clears what workers with this restart count left in this
-     * agent's own store in an earlier round (0 or a negative errno). */
-    int (*clear_own_store)(void *ctx, int restart_count);
+     * workers may start: empties this agent's own store of what workers of an
+     * earlier round left there (rdzv_clear_worker_keys), saying how many keys
+     * went in *cleared (0 or a negative errno). */
+    int (*clear_own_store)(void *ctx, size_t *cleared);
     void *ctx;
 } rdzv_opts;
 
@@ -171,8 +172,14 @@ const char *rdzv_where(const rdzv *r);
 /* A node's description as joiners write it under r<r>/node/<i>. */
 int rdzv_parse_node(const char *s, rdzv_node *node);
 
-/* Deletes what torch's workers of attempt `restarts` left in a store
- * (keys holding "worker/attempt_<restarts>/"). */
-int rdzv_clear_worker_keys(rdzv_kv *kv, int restarts);
+/* Empties the workers' keyspace of a store before a round's workers
+ * start: deletes every key but the agents' own (those under "/ddprun/" and
+ * under keep, the job's key prefix, when not NULL). Workers of an earlier
+ * round may have left keys there, and torch 2.x's workers (unlike 1.13's)
+ * put no per-attempt prefix on theirs: the new round's gloo or NCCL would
+ * read the dead round's addresses. So every round's workers meet in an
+ * empty store, as under torch's per-attempt stores. 0 and in *cleared how
+ * many keys went, or -errno. */
+int rdzv_clear_worker_keys(rdzv_kv *kv, const char *keep, size_t *cleared);
 
 #endif

@@ -12,11 +12,6 @@ source "$(dirname "$0")/../lib/agent.bash"
 # shellcheck source=tests/lib/torch.bash
 source "$ROOT/tests/lib/torch.bash"
 need_torch
-# torch 2.15's gloo cannot re-form a group after a restart on one host: the
-# restarted ranks' connectFullMesh gets "Connection refused" from a peer
-# address and times out, under PyTorch's own torchrun as well (4 runs of 4
-# there, 2026-11-26; 1 of 3 under ddprun): a peer's defect, not ours.
-[ "$TORCH_MAJOR" -lt 2 ] || { echo "skipped: torch $TORCH_VERSION's gloo fails to reconnect a restarted group (connectFullMesh: connection refused), under torchrun too"; exit 77; }
 export PYTHON_EXEC=$TORCH_PY
 export GLOO_SOCKET_IFNAME=lo
 example=$ROOT/examples/snapshot_resume.py

@@ -282,3 +282,35 @@ TEST(rdzv_lost_names_the_store) {
     rdzv_close(r);
     fixture_stop(&f);
 }
+
+/* Before a round's workers start, node rank 0 empties the workers'
+ * keyspace: torch 2.x's keys (no per-attempt prefix) and 1.13's
+ * (/worker/attempt_N/) alike go; the agents' own keys (/ddprun/ and the
+ * job's key prefix) stay. */
+TEST(rdzv_clear_worker_keys_empties_all_but_the_agents_keys) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    const char *gone[] = {"rank_0", "/worker/attempt_0/rank_1", "store_based_barrier_key:1",
+                          "/myjobs-elsewhere/x", "ddprun/no-leading-slash"};
+    const char *kept[] = {"/ddprun/job/r0/open", "/ddprun/probe", "/myjobs/job/alive/a"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        CHECK_EQ(kv_set(kv, gone[i], "v", 1), 0);
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        CHECK_EQ(kv_set(kv, kept[i], "v", 1), 0);
+    size_t cleared = 99;
+    CHECK_EQ(rdzv_clear_worker_keys(kv, "/myjobs/", &cleared), 0);
+    CHECK_EQ(cleared, sizeof gone / sizeof *gone);
+    int all = -1;
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+        CHECK_EQ(kv_check(kv, 1, &gone[i], &all), 0);
+        CHECK_EQ(all, 0);
+    }
+    CHECK_EQ(kv_check(kv, sizeof kept / sizeof *kept, kept, &all), 0);
+    CHECK_EQ(all, 1);
+    CHECK_EQ(rdzv_clear_worker_keys(kv, NULL, &cleared), 0); /* without a job prefix */
+    CHECK_EQ(cleared, 1); /* /myjobs/... is a worker's key now */
+    kv_close(kv);
+    fixture_stop(&f);
+}
