@@ -65,6 +65,9 @@ typedef struct {
     int torch_nccl_async_set;   /* TORCH_NCCL_ASYNC_ERROR_HANDLING is set: no default */
     char *store_token;          /* DDPRUN_STORE_TOKEN: the store's shared secret; NULL: none */
     int file_timer;             /* TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer */
+    int workers_host_store;     /* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: each round's rank 0
+                                 * worker hosts the workers' store, on a port node rank 0's
+                                 * agent picks (torchrun's opt-out of its shared store) */
     char *timer_file;           /* TORCHELASTIC_TIMER_FILE; NULL: a new FIFO under tmpdir */
     char *tmpdir;               /* TMPDIR, or /tmp */
     char *shm_dir;              /* DDPRUN_SHM_DIR, or /dev/shm: where snapshot directories go */

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/free_ports.h"
 #include "agent/janitor.h"
 #include "agent/stacks.h"
 #include "agent/tf_config.h"
@@ -97,6 +98,25 @@ static int clear_own_store(void *ctx, size_t *cleared) {
     return 0; /* the round goes on: a fresh store has nothing to clear */
 }
 
+/* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, on node rank 0 of a round (on the
+ * rendezvous' thread): where the round's rank 0 worker will host the
+ * workers' store, a free port of this host, reachable as the other nodes
+ * reach this one (a single-node job: loopback). */
+static int worker_hosted_store(void *ctx, char *hostport, size_t len) {
+    agent *a = ctx;
+    char port[16], err[256];
+    int rc = free_ports(1, "the workers' store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)", port,
+                        sizeof port, err, sizeof err);
+    if (rc) {
+        log_error("%s", err);
+        return rc;
+    }
+    snprintf(hostport, len, "%s:%s", a->cfg->max_nodes == 1 ? "127.0.0.1" : a->hostname, port);
+    log_info("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: this round's rank 0 worker hosts the "
+             "workers' store, on %s", hostport);
+    return 0;
+}
+
 int agent_open_rendezvous(agent *a) {
     const agent_config *c = a->cfg;
     unsigned flags = c->rdzv_backend->flags;
@@ -118,7 +138,9 @@ int agent_open_rendezvous(agent *a) {
                    .last_call_timeout = c->rdzv.last_call_timeout,
                    .heartbeat = c->rdzv.keep_alive_interval, .max_restarts = c->max_restarts,
                    .on_beat = on_beat,
-                   .clear_own_store = apart && a->store.host ? clear_own_store : NULL, .ctx = a};
+                   .clear_own_store = apart && a->store.host ? clear_own_store : NULL,
+                   .worker_hosted_store = c->env.workers_host_store ? worker_hosted_store : NULL,
+                   .ctx = a};
     if (c->tf_config) { /* its workers' ports for TF_CONFIG, the same every round */
         char err[300];
         int rc = tf_config_ports(c->nproc_per_node, a->tf_ports, sizeof a->tf_ports, err,

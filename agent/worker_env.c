@@ -53,7 +53,9 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
     VAR("TORCHELASTIC_RESTART_COUNT=%d", r->restart_count);
     VAR("TORCHELASTIC_MAX_RESTARTS=%d", c->max_restarts);
     VAR("TORCHELASTIC_RUN_ID=%s", c->rdzv_id);
-    VAR("TORCHELASTIC_USE_AGENT_STORE=True");
+    /* With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on node rank 0, its rank 0
+     * worker hosts their store at MASTER_ADDR:MASTER_PORT (above) */
+    VAR("TORCHELASTIC_USE_AGENT_STORE=%s", r->worker_hosted ? "False" : "True");
     VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
     /* Defaults only, as torchrun: a user's own value reaches the workers. */
     if (!env->torch_nccl_async_set) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");

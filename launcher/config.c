@@ -906,6 +906,8 @@ static int read_agent_env(agent_config *cfg, char **env) {
     e->torch_nccl_async_set = opts_getenv(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") != NULL;
     v = opts_getenv(env, "TORCHELASTIC_ENABLE_FILE_TIMER");
     e->file_timer = v && strcmp(v, "1") == 0;
+    v = opts_getenv(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+    e->workers_host_store = v && strcmp(v, "1") == 0;
     return 0;
 }
 

@@ -536,6 +536,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (rc) return rc;
     if ((rc = fill_result(r, round, res))) return rc;
     const char *ready = key(r, k, "r%d/ready", round);
+    char kw[KEY_MAX]; /* (k holds ready's key) */
     if (res->group_rank == 0) {
         /* The workers' store is the rendezvous' own, or (elsewhere) the one
          * node rank 0's agent hosts for them. */
@@ -547,6 +548,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
                      "an earlier round's workers left (each round's workers start from an "
                      "empty store)",
                      r->run_id, round, cleared, cleared == 1 ? "" : "s");
+        char hostport[160];
+        if (rc == 0 && r->o.worker_hosted_store &&
+            (rc = r->o.worker_hosted_store(r->o.ctx, hostport, sizeof hostport)) == 0)
+            rc = set_str(r->c, key(r, kw, "r%d/workers_store", round), hostport);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         size_t i;
@@ -557,6 +562,15 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         snprintf(err, errlen, "rendezvous '%s': round %d did not become ready: %s", r->run_id,
                  round, strerror(-rc));
         return rc;
+    }
+    /* Node rank 0's choice, whatever this node's own environment says: every
+     * node's workers must look for their store in the same place. */
+    uint8_t *v = NULL;
+    size_t vn = 0;
+    if (kv_try_get(r->c, key(r, kw, "r%d/workers_store", round), &v, &vn) == 0) {
+        snprintf(res->master_store, sizeof res->master_store, "%.*s", (int)vn, (char *)v);
+        res->worker_hosted = 1;
+        free(v);
     }
     pthread_mutex_lock(&r->mu);
     r->member_round = round;

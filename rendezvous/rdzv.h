@@ -67,6 +67,13 @@ typedef struct {
      * earlier round left there (rdzv_clear_worker_keys), saying how many keys
      * went in *cleared (0 or a negative errno). */
     int (*clear_own_store)(void *ctx, size_t *cleared);
+    /* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torchrun's way out of a shared
+     * store), on node rank 0 of a round before the others' workers may
+     * start: "host:port" (a free port of this host) where the round's rank 0
+     * worker will host the workers' store, as torchrun then has it; every
+     * node's workers are told so (rdzv_result.worker_hosted). NULL: the
+     * workers use the agents' store. 0 or a negative errno. */
+    int (*worker_hosted_store)(void *ctx, char *hostport, size_t len);
     void *ctx;
 } rdzv_opts;
 
@@ -86,7 +93,10 @@ typedef struct {
     int rank_offset;      /* global rank of this node's local rank 0 */
     int world_size;       /* workers in the round */
     int restart_count;    /* failure restarts spent so far */
-    char master_store[160]; /* etcd-v3: node rank 0's store "host:port" ("" otherwise) */
+    char master_store[160]; /* etcd-v3: node rank 0's store "host:port"; with worker_hosted,
+                             * where the round's rank 0 worker hosts one; "" otherwise */
+    int worker_hosted;    /* node rank 0 asked for the workers' own store (its agent had
+                           * worker_hosted_store): their rank 0 hosts it at master_store */
     rdzv_node *nodes;     /* in rank order; owned by the rdzv handle */
 } rdzv_result;
 

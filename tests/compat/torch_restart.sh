@@ -10,7 +10,8 @@
 # each rendezvous backend: c10d on loopback, static, and etcd-v3 where etcd
 # is installed; each attempt's every rank reports its all-reduce, the job
 # ends with exit 0 after exactly that many restarts, and nothing is left
-# behind.
+# behind. The same with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the round's
+# rank 0 worker hosts the workers' store, as under torchrun).
 # timeout: 420
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -76,4 +77,20 @@ if command -v etcd > /dev/null; then
 else
     echo "two agents, etcd-v3: not run (etcd is not installed: Debian's etcd-server)"
 fi
+
+# torchrun's way out of its shared store, honoured as torchrun does: with
+# TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 each round's rank 0 worker hosts the
+# workers' store, on a port node rank 0's agent picks, and no agent serves it
+# (TORCHELASTIC_USE_AGENT_STORE=False). A script written for that works.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+start_ddprun opt --standalone --nproc-per-node=2 --max-restarts=3 "$script" --succeed-at 3
+wait_exit 120 "$PID_opt"
+assert_rc opt 0
+check 4 2 opt
+assert_grep "$TMP/opt.err" "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: this round's rank 0 worker hosts the workers' store, on 127.0.0.1:[0-9]" "the workers' own store"
+echo "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, one node: 3 restarts, every round met"
+port=$(free_port)
+c10d=(--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:"$port" --rdzv-id=restart-opt)
+two_agents optc10d 2 "${c10d[@]}" -- "${c10d[@]}"
+unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE
 assert_no_leftovers

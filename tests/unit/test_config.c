@@ -762,10 +762,12 @@ TEST(config_metrics_and_health_ports) {
 TEST(config_reads_what_the_agent_needs_of_the_environment) {
     char *env[] = {"OMP_NUM_THREADS=4", "CUDA_VISIBLE_DEVICES=2,3", "DDPRUN_STORE_TOKEN=s3",
                    "TORCHELASTIC_ENABLE_FILE_TIMER=1", "TORCHELASTIC_TIMER_FILE=",
-                   "TMPDIR=/scratch", "NCCL_ASYNC_ERROR_HANDLING=0", NULL};
+                   "TMPDIR=/scratch", "NCCL_ASYNC_ERROR_HANDLING=0",
+                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", NULL};
     agent_config c;
     CHECK_EQ(parse_in(env, ARGS("x.py"), &c), 0);
     CHECK(c.env.omp_num_threads_set && c.env.nccl_async_set && c.env.file_timer);
+    CHECK(c.env.workers_host_store);
     CHECK(!c.env.torch_nccl_async_set);
     CHECK_STR(c.env.cuda_visible_devices, "2,3");
     CHECK_STR(c.env.store_token, "s3");
@@ -774,6 +776,7 @@ TEST(config_reads_what_the_agent_needs_of_the_environment) {
     config_free(&c);
     CHECK_EQ(parse(ARGS("x.py"), &c), 0);
     CHECK(!c.env.omp_num_threads_set && !c.env.file_timer && !c.env.cuda_visible_devices);
+    CHECK(!c.env.workers_host_store);
     CHECK_STR(c.env.tmpdir, "/tmp");
     config_free(&c);
 }

@@ -61,7 +61,22 @@ TEST(worker_env_master_store_of_the_round) {
     int n = worker_env_vars(&x, 0, "e", vars);
     CHECK_STR(var(vars, n, "MASTER_ADDR"), "[fd00::1]");
     CHECK_STR(var(vars, n, "MASTER_PORT"), "40001");
+    CHECK_STR(var(vars, n, "TORCHELASTIC_USE_AGENT_STORE"), "True"); /* an agent serves it */
     CHECK(var(vars, n, "OMP_NUM_THREADS") == NULL); /* one worker: left alone */
+}
+
+/* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on node rank 0: the round names
+ * where its rank 0 worker hosts the workers' store, and no agent does. */
+TEST(worker_env_store_hosted_by_the_workers) {
+    agent_config c = config(2);
+    rdzv_result r = {.world_size = 2, .worker_hosted = 1};
+    snprintf(r.master_store, sizeof r.master_store, "node0:23456");
+    worker_env_ctx x = {.cfg = &c, .round = &r, .store_addr = "127.0.0.1", .store_port = 1};
+    char vars[WORKER_ENV_MAX][WORKER_ENV_LEN];
+    int n = worker_env_vars(&x, 1, "e", vars);
+    CHECK_STR(var(vars, n, "MASTER_ADDR"), "node0");
+    CHECK_STR(var(vars, n, "MASTER_PORT"), "23456");
+    CHECK_STR(var(vars, n, "TORCHELASTIC_USE_AGENT_STORE"), "False");
 }
 
 /* What the user set is theirs; --virtual-local-rank gives each worker one GPU. */
