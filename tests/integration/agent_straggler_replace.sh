@@ -38,14 +38,23 @@ timeout 40 tail --pid="$slow_agent" -f /dev/null || rc=$?
 wait "$slow_agent" || { cat "$SCRATCH"/*.log; echo "the leaving agent did not exit 0"; exit 1; }
 grep -q -- "--replace-stragglers: local rank 0 (rank $rank) is a straggler .* and 1 spare node stands by: this node leaves the job" "$SCRATCH/b.log" ||
     { cat "$SCRATCH"/*.log; echo "the leaving agent does not say why"; exit 1; }
-# the spare's worker starts; the group resumes (rank 0, on a, says from
-# where) and trains on
+# the spare's worker starts; the group resumes (rank 0 says from where)
+# and trains on
 for _ in $(seq 300); do grep -q "started 1 worker .*(round 1)" "$SCRATCH/spare.log" && break; sleep 0.1; done
 grep -q "started 1 worker .*(round 1)" "$SCRATCH/spare.log" || { cat "$SCRATCH"/*.log; echo "the spare did not join"; exit 1; }
+# Rank 0 of the new round is on whichever node got node rank 0: a, or the
+# spare (agents are ordered by their ids, and on one host those hold the
+# pids: as strings, a 5-digit pid comes before a 4-digit one).
+for _ in $(seq 100); do
+    stayer=$(grep -l "started 1 worker on [^:]*: node rank 0 of 2, .*(round 1)" "$SCRATCH/a.log" "$SCRATCH/spare.log" | head -n 1)
+    [ -n "$stayer" ] && break
+    sleep 0.1
+done
+[ -n "$stayer" ] || { cat "$SCRATCH"/*.log; echo "no node rank 0 in round 1"; exit 1; }
+# (the holder of the newest snapshot, a's rank, says it resumes from it)
 for _ in $(seq 300); do grep -q "resuming from" "$SCRATCH/a.log" && break; sleep 0.1; done
 from=$(sed -n 's/.*resuming from .*: epoch [0-9]*, step \([0-9]*\) .*/\1/p' "$SCRATCH/a.log" | head -n 1)
 [ -n "$from" ] && [ "$from" -gt 100 ] || { cat "$SCRATCH"/*.log; echo "the group did not resume the job (from '$from')"; exit 1; }
-stayer=$SCRATCH/a.log
 target=$((from + 100))
 for _ in $(seq 300); do
     last=$(sed -n 's/.* step \([0-9]*\)\/.*/\1/p' "$stayer" | tail -n 1)
