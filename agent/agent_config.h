@@ -65,6 +65,8 @@ typedef struct {
     int torch_nccl_async_set;   /* TORCH_NCCL_ASYNC_ERROR_HANDLING is set: no default */
     char *store_token;          /* DDPRUN_STORE_TOKEN: the store's shared secret; NULL: none */
     int file_timer;             /* TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer */
+    double store_stall_s;       /* DDPRUN_STORE_STALL_S (60; 0: off): a store client that waits
+                                 * this long for a key nobody has set is reported */
     int workers_host_store;     /* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: each round's rank 0
                                  * worker hosts the workers' store, on a port node rank 0's
                                  * agent picks (torchrun's opt-out of its shared store) */

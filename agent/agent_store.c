@@ -125,7 +125,8 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
     int bound = 0;
     store_server_opts so = {.host = c->standalone || own_single_node_store(c) ? addr : NULL,
                             .port = port,
-                            .token = c->env.store_token};
+                            .token = c->env.store_token,
+                            .stall_report_ms = (int)(c->env.store_stall_s * 1000)};
     int rc = store_start_or_find(c, &so, addr, port, &s->host, &bound);
     if (rc == 1) {
         log_debug("another agent on this host already serves the store on port %d", port);

@@ -52,12 +52,17 @@ ours() { # name [ddp-train args]
         --threads 1 --no-eval --log-every 1000 --max-steps "$STEPS" --ckpt-every 20 --seed 1 \
         --ckpt-dir "$TMP/$name" "$@"
 }
-theirs() { # name
-    # (--redirects/--tee: Debian's torch 1.13 on Python 3.11 fails without them)
-    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo exec "$TORCH_PY" -m torch.distributed.run \
+theirs() { # name [VAR=value...]
+    local name=$1
+    shift
+    # (--redirects/--tee: Debian's torch 1.13 on Python 3.11 fails without them.
+    # PYTHON_EXEC: torchrun starts its workers with it when set, as these
+    # machines set it to Debian's python3: the workers must run TORCH_PY's torch.)
+    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo PYTHON_EXEC=$TORCH_PY exec env "$@" \
+        "$TORCH_PY" -m torch.distributed.run \
         --standalone --nproc_per_node 2 --max_restarts 1000 --monitor_interval 0.1 \
         --redirects 2 --tee 1 \
-        "$ROOT/bench/torch_chaos_train.py" --steps "$STEPS" --snapshot "$TMP/$1.pt"
+        "$ROOT/bench/torch_chaos_train.py" --steps "$STEPS" --snapshot "$TMP/$name.pt"
 }
 # run NAME KILL CAP_S SIDE [args]: prints "seconds kills steps_kept"
 run() {
@@ -130,8 +135,17 @@ grep -h "snapshots in memory" "$TMP"/ours-snap*.log | tail -n 1
 side "ours, checkpoints only" - ours-ckpt ours --snapshot-every 0
 if "$TORCH_PY" -c 'import torch' 2> /dev/null; then
     side "torchrun, torch.save every 20 steps" theirs-clean theirs-kill theirs
+    echo "torchrun's workers ran $(grep -h -o "workers' torch [^ ]*" "$TMP"/theirs-clean*.log | sort -u | head -n 1)"
     printf 'goodput ratio (ours with snapshots / torchrun): %s\n' \
         "$(echo "$GOODPUT > 0" | bc | grep -q 1 && echo "scale=2; $ours_goodput / $GOODPUT" | bc || echo "inf (torchrun kept nothing)")"
+    # torch 2.x's torchrun shares its store with every attempt's workers,
+    # whose keys carry no attempt: its documented way out, measured too.
+    if [ "$("$TORCH_PY" -c 'import torch; print(torch.__version__.split(".")[0])')" -ge 2 ]; then
+        side "torchrun, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" theirs-own-clean theirs-own-kill \
+            theirs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+        printf 'goodput ratio (ours with snapshots / torchrun with its own store): %s\n' \
+            "$(echo "$GOODPUT > 0" | bc | grep -q 1 && echo "scale=2; $ours_goodput / $GOODPUT" | bc || echo "inf (torchrun kept nothing)")"
+    fi
 else
     echo "torchrun's side skipped: Debian's python3-torch is not installed"
 fi

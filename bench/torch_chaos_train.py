@@ -27,6 +27,8 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if rank == 0:
+        print(f"workers' torch {torch.__version__}", flush=True)
     torch.manual_seed(0)
     net = DDP(ResNet("resnet20", 1, 10))
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)

@@ -887,7 +887,7 @@ static int build_argv(agent_config *cfg, int argc, char **argv, parse_state *st)
 }
 
 /* What the agent needs of the environment (see agent_env). */
-static int read_agent_env(agent_config *cfg, char **env) {
+static int read_agent_env(parse_state *st, agent_config *cfg, char **env) {
     agent_env *e = &cfg->env;
     const char *v;
 #define DUP(field, name) \
@@ -908,6 +908,15 @@ static int read_agent_env(agent_config *cfg, char **env) {
     e->file_timer = v && strcmp(v, "1") == 0;
     v = opts_getenv(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
     e->workers_host_store = v && strcmp(v, "1") == 0;
+    e->store_stall_s = 60;
+    if ((v = opts_getenv(env, "DDPRUN_STORE_STALL_S")) != NULL) {
+        char *end = NULL;
+        double s = strtod(v, &end);
+        if (!*v || *end || !(s >= 0 && s <= 1e6))
+            return fail(st, "DDPRUN_STORE_STALL_S=%s: not a number of seconds from 0 (off) to "
+                            "1000000", v);
+        e->store_stall_s = s;
+    }
     return 0;
 }
 
@@ -923,7 +932,7 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     if (rc == 0) rc = slurm_defaults(&st);
     if (rc == 0) rc = validate(cfg, &st);
     if (rc == 0) rc = build_argv(cfg, argc, argv, &st);
-    if (rc == 0) rc = read_agent_env(cfg, environ_);
+    if (rc == 0) rc = read_agent_env(&st, cfg, environ_);
     if (rc == -ENOMEM) fail(&st, "out of memory while reading the command line");
     if (rc != 0) config_free(cfg);
     return rc;

@@ -18,6 +18,7 @@ struct store_conn {
     store_conn *prev, *next;
     uint64_t id;
     char peer[64];
+    int peer_port;        /* the client's own port (0: unknown) */
     store_gen gen;
     int authed;
     int closing;
@@ -66,6 +67,13 @@ void store_conn_mark_pending(store_conn *c);
 void store_conn_unmark_pending(store_conn *c);
 void store_server_maybe_closed(store_server *srv);
 
+/* A client's wait, on a key nobody has set, older than asked for. */
+typedef struct {
+    store_conn *conn;
+    char key[128]; /* cut if longer */
+    uint64_t waited_ms;
+} store_stall;
+
 /* Table side, used by the network. */
 int store_table_init(store_server *srv);
 void store_table_free(store_server *srv);
@@ -75,5 +83,10 @@ void store_table_conn_gone(store_server *srv, store_conn *c);
 void store_table_cancel_wait(store_conn *c);
 /* Whether byte `code` is CANCEL_WAIT in c's generation. */
 int store_table_is_cancel(const store_conn *c, uint8_t code);
+/* The waits begun before now - older_than on keys that do not exist, but
+ * not the agents' own (/ddprun/...) nor barriers, each reported once (a
+ * wait is not listed again): at most max into out, their number. */
+size_t store_table_stalls(store_server *srv, uint64_t now, uint64_t older_than,
+                          store_stall *out, size_t max);
 
 #endif

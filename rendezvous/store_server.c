@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/sock_owner.h"
 #include "rendezvous/store_internal.h"
 
 #define RBUF_SIZE (64 * 1024)
@@ -141,7 +142,7 @@ void store_conn_drop(store_conn *c, const char *fmt, ...) {
     store_conn_close(c);
 }
 
-static void format_peer(uv_tcp_t *tcp, char *out, size_t n) {
+static void format_peer(uv_tcp_t *tcp, char *out, size_t n, int *port) {
     struct sockaddr_storage ss;
     int len = sizeof ss;
     snprintf(out, n, "unknown");
@@ -151,10 +152,12 @@ static void format_peer(uv_tcp_t *tcp, char *out, size_t n) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
         uv_ip6_name(a, host, sizeof host);
         snprintf(out, n, "[%s]:%d", host, ntohs(a->sin6_port));
+        *port = ntohs(a->sin6_port);
     } else {
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
         uv_ip4_name(a, host, sizeof host);
         snprintf(out, n, "%s:%d", host, ntohs(a->sin_port));
+        *port = ntohs(a->sin_port);
     }
 }
 
@@ -190,7 +193,7 @@ static void on_connection(uv_stream_t *listener, int status) {
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
         return;
     }
-    format_peer(&c->tcp, c->peer, sizeof c->peer);
+    format_peer(&c->tcp, c->peer, sizeof c->peer, &c->peer_port);
     c->id = ++srv->next_conn_id;
     c->progress_ms = uv_now(srv->loop);
     c->authed = srv->token == NULL;
@@ -377,9 +380,44 @@ static void on_pending(uv_idle_t *idle) {
  * holds a buffer for nothing (thousands of half-sent 8 MiB values held
  * 165 MB): it is dropped. Requests held behind a wait, and those of a
  * throttled connection, are whole and only waiting: not stuck. */
+/* A client named for the stall report: its address, and where it is a
+ * process of this host, its pid and rank. */
+static void name_client(const store_server *srv, const store_conn *c, char *out, size_t len) {
+    pid_t pid = c->peer_port ? sock_owner_pid(c->peer_port, srv->port) : 0;
+    int rank = pid ? sock_owner_env_int(pid, "RANK") : -1;
+    if (rank >= 0) snprintf(out, len, "rank %d (pid %d, %s)", rank, (int)pid, c->peer);
+    else if (pid) snprintf(out, len, "pid %d (%s)", (int)pid, c->peer);
+    else snprintf(out, len, "%s", c->peer);
+}
+
+/* Waits on keys nobody has set, older than stall_report_ms: one warning
+ * naming each waiting client and the keys it waits for, once per wait. */
+static void report_stalls(store_server *srv, uint64_t now) {
+    store_stall s[32];
+    size_t n = store_table_stalls(srv, now, (uint64_t)srv->stall_report_ms, s,
+                                  sizeof s / sizeof *s);
+    if (n == 0) return;
+    char msg[4096];
+    size_t at = 0;
+    for (size_t i = 0; i < n && at < sizeof msg - 1; i++) {
+        char who[160];
+        if (i == 0 || s[i].conn != s[i - 1].conn) {
+            name_client(srv, s[i].conn, who, sizeof who);
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%s waits for '%s'", i ? "; " : "",
+                                   who, s[i].key);
+        } else {
+            at += (size_t)snprintf(msg + at, sizeof msg - at, ", '%s'", s[i].key);
+        }
+    }
+    log_warn("store: clients have waited over %.0f s for keys that nobody has set (a worker "
+             "that never got there, or a set-up stuck): %s",
+             srv->stall_report_ms / 1000.0, msg);
+}
+
 static void on_sweep(uv_timer_t *t) {
     store_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
+    if (srv->stall_report_ms > 0) report_stalls(srv, now);
     for (store_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (c->closing || c->in.len == 0 || c->wait || c->throttled) continue;
@@ -439,6 +477,7 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
     srv->limits.max_value = o->max_value ? o->max_value : STORE_DEFAULT_MAX_VALUE;
     srv->max_conns = o->max_conns > 0 ? o->max_conns : 65536;
     srv->request_timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : 60000;
+    srv->stall_report_ms = o->stall_report_ms > 0 ? o->stall_report_ms : 0;
     srv->rbuf = malloc(RBUF_SIZE);
     if (!srv->rbuf) return -ENOMEM;
     if (o->token && *o->token && !(srv->token = strdup(o->token))) return -ENOMEM;
@@ -463,6 +502,8 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
     uv_timer_init(loop, &srv->sweep_timer);
     srv->sweep_timer.data = srv;
     uint64_t every = (uint64_t)srv->request_timeout_ms / 4 + 1;
+    if (srv->stall_report_ms > 0 && (uint64_t)srv->stall_report_ms / 4 + 1 < every)
+        every = (uint64_t)srv->stall_report_ms / 4 + 1;
     uv_timer_start(&srv->sweep_timer, on_sweep, every, every);
     uv_unref((uv_handle_t *)&srv->sweep_timer); /* it alone does not keep a loop alive */
     srv->handles_open += 3;

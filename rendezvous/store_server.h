@@ -25,6 +25,10 @@ typedef struct {
     int listen_fd;      /* > 0: serve this already-bound listening socket instead */
     int request_timeout_ms; /* a request begun and not finished in this long drops
                              * the client; 0: 60 s */
+    int stall_report_ms;    /* > 0: clients that have waited this long for keys nobody
+                             * has set (not the agents' /ddprun/ keys) are named in a
+                             * warning, with the pid and RANK of local ones: a worker
+                             * set-up that hangs says who waits for what; 0: off */
 } store_server_opts;
 
 typedef struct store_conn store_conn;
@@ -58,6 +62,7 @@ typedef struct store_server {
     uv_idle_t pending_idle; /* flushes woken connections */
     uv_timer_t sweep_timer; /* drops clients stuck in the middle of a request */
     int request_timeout_ms;
+    int stall_report_ms;
     store_conn *pending;
     store_limits limits;
     int max_conns;

@@ -35,6 +35,8 @@ struct store_wnode {
 
 struct store_waiter {
     store_conn *conn;
+    uint64_t since_ms; /* uv_now when it began */
+    int stall_said;    /* store_table_stalls has reported it */
     int kind;
     size_t remaining; /* W_ALL: keys still missing */
     int64_t target;   /* W_BARRIER: the world size the key's count must reach */
@@ -453,6 +455,7 @@ static store_waiter *waiter_new(store_conn *c, int kind, size_t n) {
         return NULL;
     }
     w->conn = c;
+    w->since_ms = uv_now(c->srv->loop);
     w->kind = kind;
     w->n = n;
     for (size_t i = 0; i < n; i++) w->nodes[i].w = w;
@@ -847,4 +850,32 @@ void store_table_free(store_server *srv) {
     free(srv->table.slots);
     srv->table.slots = NULL;
     srv->table.nslots = srv->table.nentries = 0;
+}
+
+/* ---- stalls ------------------------------------------------------------- */
+
+size_t store_table_stalls(store_server *srv, uint64_t now, uint64_t older_than,
+                          store_stall *out, size_t max) {
+    size_t n = 0;
+    for (store_conn *c = srv->conns; c && n < max; c = c->next) {
+        store_waiter *w = c->wait;
+        if (!w || w->stall_said || w->kind == W_BARRIER || now - w->since_ms < older_than)
+            continue;
+        int took = 0;
+        for (size_t i = 0; i < w->n && n < max; i++) {
+            const store_wnode *node = &w->nodes[i];
+            const store_entry *e = node->entry;
+            if (!e || node->list != L_EXISTS) continue; /* here already, or not a wait for it */
+            if (e->klen >= 8 && memcmp(e->key, "/ddprun/", 8) == 0) continue; /* an agent's */
+            store_stall *s = &out[n++];
+            s->conn = c;
+            s->waited_ms = now - w->since_ms;
+            size_t k = e->klen < sizeof s->key - 1 ? e->klen : sizeof s->key - 1;
+            memcpy(s->key, e->key, k);
+            s->key[k] = 0;
+            took = 1;
+        }
+        if (took) w->stall_said = 1;
+    }
+    return n;
 }

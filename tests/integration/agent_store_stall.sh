@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A worker set-up that hangs is not silent: two workers each wait in the
+# agent's store for a key that only the other would set, and neither sets
+# it (as when a rank never reaches its set-up, or reads another round's
+# keys). After DDPRUN_STORE_STALL_S (1 s here; 60 by default) the agent
+# names, in one warning, each waiting client by rank and pid and the key it
+# waits for. A wait that ends in time, and the agents' own waits, are never
+# reported; a bad DDPRUN_STORE_STALL_S is refused.
+# timeout: 60
+# shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
+source "$(dirname "$0")/../lib/agent.bash"
+worker=$TMP/wait.sh
+cat > "$worker" <<'SH'
+#!/usr/bin/env bash
+# rank R waits for "ready_from_<other rank>"; with QUICK set, the other's key
+# comes at once (from rank 1) and nothing stalls
+other=$((1 - RANK))
+[ -n "${QUICK:-}" ] && [ "$RANK" = 1 ] &&
+    ddprun-store-cli --port "$MASTER_PORT" set "ready_from_1" x > /dev/null
+[ -n "${QUICK:-}" ] && [ "$RANK" = 0 ] && exec ddprun-store-cli --port "$MASTER_PORT" --timeout 20000 wait "ready_from_1"
+[ -n "${QUICK:-}" ] && exit 0
+exec ddprun-store-cli --port "$MASTER_PORT" --timeout 20000 wait "ready_from_$other"
+SH
+chmod +x "$worker"
+export DDPRUN_STORE_STALL_S=1
+start_ddprun stuck --standalone --nproc-per-node=2 --no-python "$worker"
+wait_line 15 "$TMP/stuck.err" "store: clients have waited over 1 s"
+line=$(grep "store: clients have waited" "$TMP/stuck.err")
+for r in 0 1; do
+    echo "$line" | grep -qE "rank $r \(pid [0-9]+, [^)]*\) waits for 'ready_from_$((1 - r))'" ||
+        { dump stuck; die "the stall report does not name rank $r and its key: $line"; }
+done
+[ "$(grep -c "store: clients have waited" "$TMP/stuck.err")" = 1 ] || { dump stuck; die "reported more than once"; }
+kill -TERM "$PID_stuck"
+wait_exit 30 "$PID_stuck"
+echo "reported: ${line#*ddprun: warning: }"
+
+# A wait that ends within the time: nothing said.
+QUICK=1 start_ddprun quick --standalone --nproc-per-node=2 --no-python "$worker"
+wait_exit 30 "$PID_quick"
+assert_rc quick 0
+sleep 1.5
+assert_no_grep "$TMP/quick.err" "store: clients have waited" "a wait that ended in time"
+
+DDPRUN_STORE_STALL_S=soon start_ddprun bad --standalone --nproc-per-node=1 --no-python true
+wait_exit 10 "$PID_bad"
+[ "$RC" != 0 ] || die "DDPRUN_STORE_STALL_S=soon was taken"
+assert_grep "$TMP/bad.err" "DDPRUN_STORE_STALL_S=soon: not a number of seconds" "the refusal"
+assert_no_leftovers
