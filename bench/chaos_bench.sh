@@ -135,7 +135,7 @@ grep -h "snapshots in memory" "$TMP"/ours-snap*.log | tail -n 1
 side "ours, checkpoints only" - ours-ckpt ours --snapshot-every 0
 if "$TORCH_PY" -c 'import torch' 2> /dev/null; then
     side "torchrun, torch.save every 20 steps" theirs-clean theirs-kill theirs
-    echo "torchrun's workers ran $(grep -h -o "workers' torch [^ ]*" "$TMP"/theirs-clean*.log | sort -u | head -n 1)"
+    echo "torchrun's workers ran torch $(grep -h -o "workers' torch [^ ]*" "$TMP"/theirs-clean*.log | sed 's/.* //' | sort -u | head -n 1)"
     printf 'goodput ratio (ours with snapshots / torchrun): %s\n' \
         "$(echo "$GOODPUT > 0" | bc | grep -q 1 && echo "scale=2; $ours_goodput / $GOODPUT" | bc || echo "inf (torchrun kept nothing)")"
     # torch 2.x's torchrun shares its store with every attempt's workers,
