@@ -96,9 +96,10 @@ static int64_t header_step(const char *header) {
 }
 
 /* The newest valid checkpoint in dir into d (replacing what d holds when it
- * is newer); -ENOENT is no error. */
+ * is newer); -ENOENT is no error. *dir_step (when not NULL): the newest step
+ * in dir, newer than d's or not (-1: none). */
 static int newest_in(trainer *t, const char *dir, int in_memory, resume_offer *o, ckpt_data *d,
-                     char *path, size_t pathlen) {
+                     char *path, size_t pathlen, int64_t *dir_step) {
     char p[1200], err[1024];
     ckpt_data found = {0};
     int rc = ckpt_latest(dir, p, sizeof p, &found, warn_line, err, sizeof err);
@@ -109,6 +110,7 @@ static int newest_in(trainer *t, const char *dir, int in_memory, resume_offer *o
     }
     if (rc) return trainer_fail(t, rc, "%s", err);
     int64_t step = header_step(found.header);
+    if (dir_step) *dir_step = step;
     if (step <= o->step) {
         ckpt_data_free(&found);
         return 0;
@@ -156,13 +158,13 @@ int resume_newest(trainer *t, int *root) {
     char path[1200] = "";
     int rc = 0;
     if (c->snapshot_dir[0] && t->env.local_rank == 0)
-        rc = newest_in(t, c->snapshot_dir, 1, &mine, &d, path, sizeof path);
+        rc = newest_in(t, c->snapshot_dir, 1, &mine, &d, path, sizeof path, NULL);
     if (rc == 0 && c->snapshot_disk_dir[0] && t->env.local_rank == 0)
-        rc = newest_in(t, c->snapshot_disk_dir, 0, &mine, &d, path, sizeof path);
+        rc = newest_in(t, c->snapshot_disk_dir, 0, &mine, &d, path, sizeof path, NULL);
     /* every node's own --ckpt-dir: a job whose every agent is new (a
      * requeue, a new set of pods) resumes from the newest file any has */
     if (rc == 0 && c->ckpt_dir[0] && t->env.local_rank == 0)
-        rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path);
+        rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path, &t->disk.found);
     if (rc == 0) rc = choose_holder(t, &mine, &best);
     if (rc || best.step < 0) {
         ckpt_data_free(&d);

@@ -343,7 +343,7 @@ int snapshot_save(trainer *t) {
     /* (flushed: its buffer is free) */
     int64_t ns;
     if ((rc = hand_over(t, t->disk.w, snapshot_writer_buffer(t->disk.w), &ns))) return rc;
-    t->disk.step = t->at.global_step, t->disk.epoch = t->at.epoch;
+    t->disk.step = t->disk.handed = t->at.global_step, t->disk.epoch = t->at.epoch;
     rank_metrics_checkpoint(&t->rm, clock_now_ns() - t0);
     return 0;
 }

@@ -232,8 +232,31 @@ static int start(trainer *t) {
     return rc;
 }
 
+/* The end of the training: its last state must be in every node's
+ * --ckpt-dir, whichever process got there. A group that resumed from memory
+ * at the last step (its predecessor died, or failed to write, while saving
+ * the last checkpoint) has trained nothing and handed nothing to the disk:
+ * it writes the last state now, or fails saying why, rather than saying
+ * "done" with the final weights nowhere (the agent drops the memory
+ * snapshots when it exits). Every rank takes part (the save is collective):
+ * the nodes agree whether any lacks it. */
+static int save_final(trainer *t) {
+    if (!t->cfg->ckpt_dir[0]) return 0;
+    int64_t step = t->at.global_step;
+    float lacks = t->env.local_rank == 0 && t->disk.handed != step && t->disk.found != step;
+    int rc = step_allreduce_small(t, &lacks, 1);
+    if (rc)
+        return trainer_fail(t, rc, "agreeing on the final checkpoint failed: %s",
+                            trainer_why(comm_error(t->comm), rc));
+    if (lacks == 0) return 0;
+    if (t->env.rank == 0)
+        log_info("the final state (step %lld) is not on every node's disk yet: writing it",
+                 (long long)step);
+    return snapshot_save(t);
+}
+
 int train_run(const train_config *c) {
-    trainer t = {.cfg = c, .disk.step = -1, .buffers_step = -1,
+    trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.found = -1, .buffers_step = -1,
                  .startup.begin = clock_now_ns()};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
@@ -245,6 +268,7 @@ int train_run(const train_config *c) {
     stacks_install(getenv("RANK") ? atoi(getenv("RANK")) : 0);
     int rc = start(&t);
     if (rc == 0) rc = run_epochs(&t);
+    if (rc == 0 && !t.stopped && !trainer_stop_requested) rc = save_final(&t);
     int flushed = snapshot_save_flush(&t); /* the last checkpoint, on disk before "done" */
     if (rc == 0) rc = flushed;
     if (t.env.rank == 0) progress_bar_clear(&t.progress);

@@ -120,6 +120,9 @@ typedef struct {
         int refused;        /* the directory is another process's: said once */
         int64_t step;       /* handed over and not yet reported written, or -1 */
         int epoch;          /* its epoch */
+        int64_t handed;     /* the last step handed to the writer in this process, or -1 */
+        int64_t found;      /* local rank 0: the newest step in this node's --ckpt-dir
+                             * when this process started (-1: none) */
     } disk;              /* checkpoints in each node's --ckpt-dir (snapshot_save) */
     int64_t buffers_step; /* the step whose batch-norm statistics are rank 0's, or -1 */
     char *header_fixed;  /* the checkpoint header's fixed part, made once (snapshot.c) */
