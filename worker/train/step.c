@@ -207,17 +207,24 @@ int step_evaluate(trainer *t) {
     if (!t->test) return 0;
     t->buf.fixed_ready = 0; /* the test batches take the input buffer */
     int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch * t->env.world;
-    float tot[3] = {0, 0, 0};
-    for (int64_t start = t->env.rank; start < nt; start += stride) {
+    float tot[4] = {0, 0, 0, 0}; /* loss, correct, samples, ranks told to stop */
+    for (int64_t start = t->env.rank; start < nt && !trainer_stop_requested; start += stride) {
         int n = 0;
         for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->buf.idx[n++] = i;
         int rc = test_batch(t, n, tot);
         if (rc) return rc;
     }
+    tot[3] = trainer_stop_requested ? 1.0f : 0.0f;
     /* Every rank takes part in the sum, even one with nothing left to test. */
-    int rc = step_allreduce_small(t, tot, 3);
+    int rc = step_allreduce_small(t, tot, 4);
     if (rc) return trainer_fail(t, rc, "all-reduce of the test results failed: %s",
                                 trainer_why(comm_error(t->comm), rc));
+    if (tot[3] > 0) {
+        if (t->env.rank == 0)
+            log_info("epoch %d: its evaluation is abandoned to stop; it runs first when the "
+                     "job resumes", t->at.epoch + 1);
+        return 1;
+    }
     if (t->env.rank == 0) progress_test(t, tot[0] / tot[2], tot[1] / tot[2], (int64_t)tot[2]);
     return 0;
 }

@@ -11,7 +11,9 @@
  * count, samples and whether SIGTERM arrived (for the all-rank sum). */
 int step_train(trainer *t, float stats[4]);
 /* Test loss and accuracy over the whole test set, each rank a disjoint
- * share, summed over ranks and shown by rank 0. 0 without a test set. */
+ * share, summed over ranks and shown by rank 0. 0 without a test set.
+ * Told to stop (a signal on any rank), every rank abandons it: 1, with
+ * nothing shown (the evaluation runs when the job resumes). */
 int step_evaluate(trainer *t);
 /* The learning rate at the run's position. */
 double step_lr(const trainer *t);

@@ -36,6 +36,10 @@
  * finish: 1.5 times the last step's time, at least STOP_GRACE_MIN_NS. */
 #define STOP_GRACE_MIN_NS 250000000LL
 static _Atomic int64_t stop_grace_ns = STOP_GRACE_MIN_NS;
+/* Once every rank has agreed to stop (they all were alive to agree), the
+ * save that follows gets this long: its collectives (rank 0's batch-norm
+ * statistics to all) start after the first grace may have passed. */
+#define STOP_SAVE_GRACE_NS 10000000000LL
 
 static void on_sigterm(int sig) {
     trainer_stop_requested = sig;
@@ -84,10 +88,14 @@ static int save_at_epoch_end(trainer *t) {
     return rc;
 }
 
-/* Every rank, after a step that saw a stop signal somewhere: a
- * checkpoint, then stop. */
+/* Every rank, once all agreed to stop (after a step, or instead of an
+ * evaluation): a checkpoint, then stop. At an epoch's end its evaluation is
+ * still to run, so the checkpoint holds the epoch's end (pos = its size):
+ * the resumed run evaluates first, then goes on; without evaluation it
+ * holds the next epoch's start. */
 static int stop_on_signal(trainer *t) {
-    if (t->at.pos >= t->n) t->at.epoch++, t->at.pos = 0;
+    atomic_store(&trainer_abort_at_ns, clock_now_ns() + STOP_SAVE_GRACE_NS);
+    if (t->at.pos >= t->n && !t->test) t->at.epoch++, t->at.pos = 0;
     progress_bar_clear(&t->progress);
     if (trainer_stop_requested)
         log_info("rank %d: stopping on SIG%s after step %lld", t->env.rank,
@@ -196,7 +204,8 @@ static int run_epochs(trainer *t) {
         if (rc >= 0) coll_record_step_end(t->coll); /* (not its evaluation's; a failed step: not done) */
         if (rc) return rc > 0 ? 0 : rc;
         watchdog_arm(&t->wd, WATCHED);
-        if ((rc = step_evaluate(t)) || (rc = report_skipped(t))) return rc;
+        if ((rc = step_evaluate(t)) == 1) return stop_on_signal(t);
+        if (rc || (rc = report_skipped(t))) return rc;
         watchdog_arm(&t->wd, WATCHED);
         t->rec.recorded = 0, t->rec.eager_steps = 0; /* every rank: see step_run */
         if ((rc = save_at_epoch_end(t))) return rc;
