@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 
 #define DEFAULT_FIRST_BUCKET (1u << 20)
 #define DEFAULT_BUCKET (25u << 20)
@@ -27,6 +28,7 @@ struct ddp {
     int next; /* the next bucket to launch (in launch order) */
     int sync_bn;
     int failed;
+    float weight;      /* this rank's gradient weight: mine * world / global (ddp_set_share) */
     float *own_grad;   /* the model's gradient buffer while the shared one stands in */
     const char *grad_where; /* for logs */
     char grad_why[256];     /* why they are not in shared memory, where it exists */
@@ -53,6 +55,11 @@ static int plan_buckets(ddp *d, size_t first, size_t rest) {
 
 static int launch(ddp *d, bucket *b) {
     b->launched = 1;
+    if (d->weight != 1.0f) { /* queued before the all-reduce, which waits for it */
+        backend *be = d->m->be;
+        int rc = be->ops->scale(be, b->hi - b->lo, d->weight, d->m->grad + b->lo);
+        if (rc) return rc;
+    }
     return devcomm_allreduce_sum_async(d->c, d->m->grad + b->lo, b->hi - b->lo, &b->req);
 }
 
@@ -112,6 +119,7 @@ int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_by
     d->c = c;
     d->grad_where = "";
     d->sync_bn = sync_bn;
+    d->weight = 1.0f;
     int rc = plan_buckets(d, first_bucket_bytes ? first_bucket_bytes : DEFAULT_FIRST_BUCKET,
                           bucket_bytes ? bucket_bytes : DEFAULT_BUCKET);
     if (rc == 0 && c->world > 1) rc = place_gradients(d, err, errlen);
@@ -124,7 +132,7 @@ int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_by
     if (c->world > 1) {
         m->hooks.ctx = d;
         m->hooks.grads_ready = on_grads_ready;
-        m->hooks.world = c->world;
+        m->hooks.count_scale = c->world;
         if (sync_bn) m->hooks.allreduce = bn_allreduce;
     }
     *out = d;
@@ -148,6 +156,30 @@ int ddp_broadcast_model(ddp *d, int root) {
     if (rc == 0 && d->m->nbuf)
         rc = devcomm_broadcast(d->c, d->m->buf, d->m->nbuf * sizeof(float), root);
     return rc;
+}
+
+/* The weight goes where the loss's gradient starts, so that every
+ * gradient after it, SyncBatchNorm's sums over the ranks included, is
+ * weighted alike: the exact gradient of the mean over the global batch. The
+ * backend scales fp32 only; with bf16 activations the weight goes on each
+ * bucket before its all-reduce instead, which is the same without
+ * SyncBatchNorm, and with it leaves the batch-norm backward's sums over the
+ * ranks unweighted (said). */
+void ddp_set_share(ddp *d, int mine, int global) {
+    model *m = d->m;
+    int world = d->c->world;
+    if (world == 1 || mine <= 0 || global <= 0) return;
+    float w = mine * world == global ? 1.0f : (float)((double)mine * world / global);
+    m->hooks.count_scale = (double)global / mine;
+    if (m->be->act == DTYPE_F32) {
+        m->hooks.loss_weight = w;
+        return;
+    }
+    d->weight = w;
+    if (w != 1.0f && d->sync_bn)
+        log_warn("--sync-bn with bf16 activations and uneven shares of the global batch: the "
+                 "batch-norm backward's sums over the ranks are not weighted by the shares "
+                 "(a difference of about 1/%d in their terms)", mine);
 }
 
 void ddp_begin(ddp *d) {

@@ -3,7 +3,13 @@
  * first about 1 MiB so communication starts early, then about 25 MiB) and
  * each bucket all-reduced as soon as backward has produced it, while
  * backward goes on; averaged over the world size at the end. Also the
- * SyncBatchNorm all-reduce. */
+ * SyncBatchNorm all-reduce.
+ *
+ * Ranks may hold unequal shares of the global batch (a world size that does
+ * not divide it: some ranks take one sample more). Each rank's gradient is
+ * then a mean over fewer or more samples, so it is weighted by its share
+ * (ddp_set_share) before the sum: the update is the mean over the whole
+ * global batch, the same as with any other world size. */
 #ifndef DDPRUN_WORKER_MODEL_DDP_H
 #define DDPRUN_WORKER_MODEL_DDP_H
 
@@ -24,6 +30,10 @@ int ddp_create(model *m, devcomm *c, size_t first_bucket_bytes, size_t bucket_by
 void ddp_destroy(ddp *d);
 /* Rank root's parameters and buffers to everyone. */
 int ddp_broadcast_model(ddp *d, int root);
+/* This rank's share of the global batch (mine of global samples): its
+ * gradient is weighted by mine * world / global (1 when the shares are
+ * equal), and SyncBatchNorm's counts are all ranks' rows. */
+void ddp_set_share(ddp *d, int mine, int global);
 /* Called before each backward. */
 void ddp_begin(ddp *d);
 /* After backward: launches what is left, waits for every bucket, and

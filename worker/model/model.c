@@ -258,8 +258,8 @@ void model_destroy(model *m) {
 /* A batch norm op's operands for every batch-norm operation (backend.h):
  * its statistics (op->stats: mean, invstd, then the two sums, which the
  * forward and backward passes share) and this rank's row count; under
- * SyncBatchNorm the caller multiplies count by the world size once the
- * sums are all-reduced. */
+ * SyncBatchNorm the caller multiplies count by the hooks' count_scale (all
+ * ranks' rows over this one's) once the sums are all-reduced. */
 static bn_args bn_args_of(const model *m, const model_op *op) {
     int c = op->c;
     model_act *x = &m->acts[op->in], *y = &m->acts[op->out];
@@ -280,7 +280,7 @@ static int bn_train_stats(model *m, bn_args *a) {
     int rc = be->ops->bn_stats(be, a);
     if (rc == 0 && m->hooks.allreduce) {
         rc = m->hooks.allreduce(m->hooks.ctx, a->sum, 2 * (size_t)a->c);
-        a->count *= m->hooks.world;
+        a->count *= m->hooks.count_scale;
     }
     if (rc) return rc;
     return be->ops->bn_finalize(be, a);
@@ -408,7 +408,7 @@ static int backward_bn(model *m, model_op *op) {
     be->ops->copy(be, m->grad + op->w, a.sum_dy_xhat, (size_t)c * sizeof(float));
     if (m->hooks.allreduce) {
         if ((rc = m->hooks.allreduce(m->hooks.ctx, a.sum_dy, 2 * (size_t)c))) return rc;
-        a.count *= m->hooks.world;
+        a.count *= m->hooks.count_scale;
     }
     if (op->in != 0) {
         a.add_to = x->grad_set;
@@ -493,6 +493,9 @@ int model_backward(model *m, int n, float smoothing) {
     int rc = grad_get(m, m->nacts - 1);
     if (rc == 0)
         rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad, m->loss);
+    float w = m->hooks.loss_weight;
+    if (rc == 0 && w != 0.0f && w != 1.0f && be->act == DTYPE_F32) /* (ddp.c says why) */
+        rc = be->ops->scale(be, (size_t)n * m->classes, w, out->grad);
     if (rc) return rc;
     out->grad_set = 1;
     for (int i = m->nops - 1; i >= 0; i--) {

@@ -77,7 +77,10 @@ typedef struct {
     void *ctx;
     /* sum a small buffer over all ranks (SyncBatchNorm); NULL: local BN */
     int (*allreduce)(void *ctx, float *buf, size_t n);
-    int world; /* ranks whose batches SyncBatchNorm spans */
+    double count_scale; /* SyncBatchNorm: all ranks' rows over this rank's (the world size
+                         * when the ranks share the global batch evenly) */
+    float loss_weight;  /* fp32 activations: the loss gradient's factor, this rank's share
+                         * weight (ddp_set_share); 0 or 1: none */
     /* called in backward once the gradients of every parameter at offset
      * >= `offset` are final (DDP launches its buckets from here) */
     int (*grads_ready)(void *ctx, size_t offset);

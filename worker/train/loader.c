@@ -211,7 +211,8 @@ static void prefetch(loader *l) {
         int ahead = 0;
         for (int i = 0; i < l->nslots; i++) ahead += queued(&l->slots[i]);
         int epoch = l->tail_epoch;
-        int64_t pos = l->tail_pos + (int64_t)l->o.batch * l->o.world;
+        int64_t pos = l->tail_pos + (l->o.global_batch > 0 ? (int64_t)l->o.global_batch
+                                                           : (int64_t)l->o.batch * l->o.world);
         if (pos >= l->n) epoch++, pos = 0;
         if (ahead > l->o.depth || epoch >= l->o.epochs || !enqueue(l, epoch, pos)) return;
     }

@@ -27,6 +27,7 @@ typedef struct loader loader;
 typedef struct {
     const dataset *ds;
     int batch;     /* this rank's samples per step */
+    int global_batch; /* all ranks' samples per step (0: batch x world, an even share) */
     int world, rank;
     uint64_t seed; /* the sampler's order and the augmentation */
     int augment;

@@ -206,11 +206,13 @@ static int test_batch(trainer *t, int n, float tot[3]) {
 int step_evaluate(trainer *t) {
     if (!t->test) return 0;
     t->buf.fixed_ready = 0; /* the test batches take the input buffer */
-    int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch * t->env.world;
+    /* every rank the same batch size, the largest share: the same samples
+     * whatever the shares */
+    int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch_max * t->env.world;
     float tot[4] = {0, 0, 0, 0}; /* loss, correct, samples, ranks told to stop */
     for (int64_t start = t->env.rank; start < nt && !trainer_stop_requested; start += stride) {
         int n = 0;
-        for (int64_t i = start; i < nt && n < t->batch; i += t->env.world) t->buf.idx[n++] = i;
+        for (int64_t i = start; i < nt && n < t->batch_max; i += t->env.world) t->buf.idx[n++] = i;
         int rc = test_batch(t, n, tot);
         if (rc) return rc;
     }

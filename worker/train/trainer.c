@@ -185,23 +185,35 @@ int trainer_setup(trainer *t) {
 }
 
 static int choose_batch(trainer *t) {
-    int world = t->env.world;
+    int world = t->env.world, global;
     if (t->at.global_batch == 0) t->at.global_batch = t->cfg->batch * world;
-    if (t->at.global_batch % world != 0)
+    global = t->at.global_batch;
+    if (global < world)
         return trainer_fail(t, -EINVAL,
-                            "the checkpoint's global batch %d cannot be shared evenly by %d "
-                            "ranks; resume with a world size that divides it",
-                            t->at.global_batch, world);
-    t->batch = t->at.global_batch / world;
-    if (t->batch > model_max_batch(t->m))
+                            "the global batch of %d cannot give each of %d ranks a sample; "
+                            "resume with at most %d ranks",
+                            global, world, global);
+    /* The global batch stays what it was, whatever the world size: rank r
+     * takes the batch's positions r, r + world, ... (the sampler), so the
+     * first global % world ranks take one sample more, and DDP weights each
+     * rank's gradient by its share (ddp_set_share). */
+    t->batch = (global - t->env.rank + world - 1) / world;
+    t->batch_max = (global + world - 1) / world;
+    if (t->batch_max > model_max_batch(t->m))
         return trainer_fail(t, -EINVAL,
                             "a batch of %d per rank is too large for %s on these inputs: at "
                             "most %d (an activation tensor would have over 2^31 elements, "
                             "more than the kernels' 32-bit indices reach)",
-                            t->batch, t->cfg->model, model_max_batch(t->m));
-    if (t->batch != t->cfg->batch && t->env.rank == 0)
+                            t->batch_max, t->cfg->model, model_max_batch(t->m));
+    ddp_set_share(t->ddp, t->batch, global);
+    if (global % world != 0 && t->env.rank == 0)
+        log_info("world size changed: %d ranks share the global batch of %d unevenly, ranks "
+                 "0-%d take %d samples and the others %d, each rank's gradient weighted by "
+                 "its share (the same update)",
+                 world, global, global % world - 1, t->batch_max, t->batch_max - 1);
+    else if (t->batch != t->cfg->batch && t->env.rank == 0)
         log_info("world size changed: %d per rank keeps the global batch of %d", t->batch,
-                 t->at.global_batch);
+                 global);
     t->steps_per_epoch = (t->n + t->at.global_batch - 1) / t->at.global_batch;
     return 0;
 }
@@ -224,17 +236,19 @@ static int allocate_batch(trainer *t) {
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
     size_t per = (size_t)ch * h * w;
-    b->idx = malloc((size_t)t->batch * sizeof *b->idx);
-    b->x_nchw = malloc((size_t)t->batch * per * sizeof(float));
-    b->x_host = malloc((size_t)t->batch * per * sizeof(float));
-    b->x = t->be->ops->alloc(t->be, (size_t)t->batch * per * backend_act_size(t->be));
-    b->y = malloc((size_t)t->batch * sizeof *b->y);
+    size_t most = (size_t)t->batch_max; /* an evaluation batch may be larger than ours */
+    b->idx = malloc(most * sizeof *b->idx);
+    b->x_nchw = malloc(most * per * sizeof(float));
+    b->x_host = malloc(most * per * sizeof(float));
+    b->x = t->be->ops->alloc(t->be, most * per * backend_act_size(t->be));
+    b->y = malloc(most * sizeof *b->y);
     b->lr = t->be->ops->alloc(t->be, sizeof *b->lr);
     b->lr_host = t->be->ops->alloc_host(t->be, sizeof *b->lr_host);
     if (!(b->idx && b->x_nchw && b->x_host && b->x && b->y && b->lr && b->lr_host))
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %d", t->batch);
     const train_config *c = t->cfg;
-    loader_opts lo = {.ds = t->train, .batch = t->batch, .world = t->env.world,
+    loader_opts lo = {.ds = t->train, .batch = t->batch, .global_batch = t->at.global_batch,
+                      .world = t->env.world,
                       .rank = t->env.rank, .seed = c->seed, .augment = c->augment,
                       .epochs = c->epochs, .threads = loader_threads(t), .depth = 2,
                       .be = t->be};

@@ -96,7 +96,8 @@ typedef struct {
     coll_record *coll;   /* DDPRUN_COLL_RECORD: where this rank stands in its collectives */
     devcomm *dcomm;      /* backend memory: gradients, weights, SyncBN */
     ddp *ddp;
-    int batch;           /* per rank */
+    int batch;           /* this rank's share of the global batch */
+    int batch_max;       /* the largest share (evaluation batches, buffers) */
     int64_t n;           /* training samples */
     int64_t steps_per_epoch;
     train_position at;
