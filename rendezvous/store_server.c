@@ -376,10 +376,6 @@ static void on_pending(uv_idle_t *idle) {
     uv_idle_stop(idle);
 }
 
-/* A client that began a request and has not finished it in the timeout
- * holds a buffer for nothing (thousands of half-sent 8 MiB values held
- * 165 MB): it is dropped. Requests held behind a wait, and those of a
- * throttled connection, are whole and only waiting: not stuck. */
 /* A client named for the stall report: its address, and where it is a
  * process of this host, its pid and rank. */
 static void name_client(const store_server *srv, const store_conn *c, char *out, size_t len) {
@@ -414,6 +410,11 @@ static void report_stalls(store_server *srv, uint64_t now) {
              srv->stall_report_ms / 1000.0, msg);
 }
 
+/* A client that began a request and has not finished it in the timeout
+ * holds a buffer for nothing (thousands of half-sent 8 MiB values held
+ * 165 MB): it is dropped. Requests held behind a wait, and those of a
+ * throttled connection, are whole and only waiting: not stuck. The same
+ * sweep reports the waits on keys nobody has set (stall_report_ms). */
 static void on_sweep(uv_timer_t *t) {
     store_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);

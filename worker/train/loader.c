@@ -211,8 +211,7 @@ static void prefetch(loader *l) {
         int ahead = 0;
         for (int i = 0; i < l->nslots; i++) ahead += queued(&l->slots[i]);
         int epoch = l->tail_epoch;
-        int64_t pos = l->tail_pos + (l->o.global_batch > 0 ? (int64_t)l->o.global_batch
-                                                           : (int64_t)l->o.batch * l->o.world);
+        int64_t pos = l->tail_pos + l->o.global_batch;
         if (pos >= l->n) epoch++, pos = 0;
         if (ahead > l->o.depth || epoch >= l->o.epochs || !enqueue(l, epoch, pos)) return;
     }
@@ -304,6 +303,7 @@ int loader_create(const loader_opts *o, loader **out, char *err, size_t errlen) 
     if (!l) return -ENOMEM;
     l->o = *o;
     if (l->o.threads > 0 && l->o.depth < 1) l->o.depth = 1;
+    if (l->o.global_batch <= 0) l->o.global_batch = l->o.batch * l->o.world;
     int c, h, w;
     dataset_shape(o->ds, &c, &h, &w);
     l->n = dataset_size(o->ds);

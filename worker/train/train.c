@@ -131,11 +131,8 @@ static int run_epoch(trainer *t) {
     const train_config *c = t->cfg;
     train_position *at = &t->at;
     while (at->pos < t->n) {
-        if (c->max_steps > 0 && at->global_step >= c->max_steps) {
-            int saved = c->ckpt_every > 0 && at->global_step % c->ckpt_every == 0;
-            int rc = saved ? 0 : snapshot_save(t);
-            return rc ? rc : 1;
-        }
+        if (c->max_steps > 0 && at->global_step >= c->max_steps)
+            return 1; /* (save_final writes the last step unless it is on disk already) */
         float stats[5];
         int64_t t0 = clock_now_ns();
         watchdog_arm(&t->wd, WATCHED);
@@ -258,7 +255,7 @@ static int save_final(trainer *t) {
         return trainer_fail(t, rc, "agreeing on the final checkpoint failed: %s",
                             trainer_why(comm_error(t->comm), rc));
     if (lacks == 0) return 0;
-    if (t->env.rank == 0)
+    if (t->env.rank == 0 && t->disk.handed < 0) /* (not a --max-steps run's own last save) */
         log_info("the final state (step %lld) is not on every node's disk yet: writing it",
                  (long long)step);
     return snapshot_save(t);

@@ -81,9 +81,6 @@ static int setup_data(trainer *t) {
     return 0;
 }
 
-/* The backend's options: --device against the GPUs this rank sees
- * (device_choice.c). A GPU that CUDA cannot use is an error whatever
- * --device asks, except the CPU. */
 /* --cudnn-cache's directory, or NULL for none: by default where the
  * XDG base directories put caches. */
 static const char *algo_cache_dir(const train_config *c, char *buf, size_t len) {
@@ -96,6 +93,9 @@ static const char *algo_cache_dir(const train_config *c, char *buf, size_t len) 
     return buf;
 }
 
+/* The backend's options: --device against the GPUs this rank sees
+ * (device_choice.c). A GPU that CUDA cannot use is an error whatever
+ * --device asks, except the CPU. */
 static int choose_backend(trainer *t, backend_opts *bo, char *cache, size_t cache_len) {
     const train_config *c = t->cfg;
     char err[768];

@@ -460,8 +460,10 @@ static int nc_sync(devcomm *d) {
     CUDA_CHECK_OR(cudaStreamWaitEvent(n->compute, n->ready, 0), nc_cuda_failed, n);
     CUDA_CHECK_OR(cudaEventRecord(n->synced, n->compute), nc_cuda_failed, n);
     int rc = nc_poll(n, n->synced, deadline);
-    if (rc == 0) n->oldest_ns = 0;
-    if (rc == 0) nccl_overlap_synced(n->overlap, d->rank);
+    if (rc == 0) {
+        n->oldest_ns = 0;
+        nccl_overlap_synced(n->overlap, d->rank);
+    }
     close_open(n, rc);
     return rc;
 }
