@@ -71,7 +71,7 @@ TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
 	$(B)/tests/rank-leaves $(B)/tests/etcd-check $(B)/tests/make-images $(B)/tests/data-dump \
 	$(B)/tests/coll-peek
 ifeq ($(CUDA),1)
-TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight
+TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
 .PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
@@ -92,6 +92,10 @@ $(B)/obj/worker/%.o: worker/%.c
 # The GPU backend's host code sees CUDA's headers; its kernels go through nvcc.
 $(B)/obj/worker/backend/cuda/%.o $(B)/obj/worker/comm/nccl/%.o $(B)/obj/tests/gpu/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
+# nvJPEG (--decode gpu) is opened at run time; its header comes from the
+# toolkit or from scripts/nvjpeg-get, else the decoder says it is missing.
+NVJPEG_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/nvjpeg.h build/nvjpeg/include/nvjpeg.h)))
+$(B)/obj/worker/backend/cuda/cuda_jpeg.o: CPPFLAGS += $(if $(NVJPEG_INC),-DHAVE_NVJPEG -I$(NVJPEG_INC))
 $(B)/obj/worker/backend/cuda/%.o: worker/backend/cuda/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -I. -c $< -o $@
@@ -145,6 +149,11 @@ $(B)/tests/unit-tests-asan: $(UNIT_SRC:%.c=$(B)/asan/%.o) $(B)/asan/launcher/con
 
 # The CUDA backend's operations against the CPU backend's (tests/gpu/).
 $(B)/tests/gpu-ops: $(B)/obj/tests/gpu/gpu_ops.o $(B)/libddptrain.a $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+# nvJPEG's decoder against its host twin (tests/gpu/gpu_jpeg.sh).
+$(B)/tests/gpu-jpeg: $(B)/obj/tests/gpu/gpu_jpeg.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 

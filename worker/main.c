@@ -47,6 +47,7 @@ static const char usage_tail[] =
 static const opts_choice schedules[] = {
     {"cosine", SCHED_COSINE}, {"step", SCHED_STEP}, {"constant", SCHED_CONSTANT}, {NULL, 0}};
 static const opts_choice recipes[] = {{"resnet", 0}, {"plain", 1}, {NULL, 0}};
+static const opts_choice decoders[] = {{"cpu", 0}, {"gpu", 1}, {NULL, 0}};
 static const opts_choice devices[] = {{"auto", BACKEND_AUTO}, {"cpu", BACKEND_CPU},
                                       {"cuda", BACKEND_CUDA}, {"gpu", BACKEND_CUDA}, {NULL, 0}};
 static const opts_choice precisions[] = {
@@ -166,6 +167,11 @@ static int parse(int argc, char **argv, train_config *c) {
                                  "whole; a padded\nrandom crop and flip, as for the small sets)"},
         {"no-augment", 0, OPTS_FLAG_CLEAR, .target = &c->augment,
          .help = "no random crop and flip"},
+        {"decode", 0, OPTS_CHOICE, .target = &c->decode_gpu, .choices = decoders,
+         .metavar = "D", .help = "imagefolder: where JPEGs are decoded: cpu (the\n"
+                                 "loader's threads; the default) or gpu (nvJPEG\n"
+                                 "on the training GPU, the crop and resize there\n"
+                                 "too; PNGs and CMYK JPEGs stay on the CPU)"},
         {"skip-bad-images", 0, OPTS_FLAG, .target = &c->skip_bad,
          .help = "a damaged or unreadable image is replaced by the\nnext good one and counted "
                  "(said at each epoch's\nend) instead of stopping the run"},

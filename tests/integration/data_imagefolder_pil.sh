@@ -9,7 +9,8 @@
 # are decoded reduced by libjpeg-turbo (DCT-domain scaling, to twice the
 # view) before the bilinear resize, a low-pass filter of its own: these
 # synthetic images are noise and stripes, the hardest case, and stay
-# within 4 levels on average (natural images, far less).
+# within 4 levels on average (natural images, far less). --decode gpu
+# decodes every JPEG whole: PIL's within 1 level, the large ones too.
 source "$(dirname "$0")/../lib/train.bash"
 MK=$ROOT/build/tests/make-images DUMP=$ROOT/build/tests/data-dump
 [ -x "$MK" ] && [ -x "$DUMP" ] || { echo "skipped: build/tests/make-images or data-dump is not built"; exit 77; }
@@ -25,3 +26,10 @@ done
 "$TEST_PY" "$ROOT/tests/tools/pil_transforms.py" "$DUMP" "$large" val 224 1.01 0.2
 "$MK" pattern "$SCRATCH/huge" val 1 2 1200x900 jpeg 90
 "$TEST_PY" "$ROOT/tests/tools/pil_transforms.py" "$DUMP" "$SCRATCH/huge" val 224 40 4
+# --decode gpu's path (the CPU's twin of the device decoder: every JPEG
+# decoded whole, then the same filter) is PIL's within 1 level on all of
+# them, the large JPEGs included; PNGs and CMYK stay on the host's path.
+for set in "$small 32" "$large 224" "$SCRATCH/huge 224"; do
+    read -r dir size <<< "$set"
+    DATA_DUMP_DECODE=gpu "$TEST_PY" "$ROOT/tests/tools/pil_transforms.py" "$DUMP" "$dir" val "$size" 1.01 0.2
+done

@@ -282,6 +282,28 @@ int dataset_sample_nhwc(const dataset *d, int64_t index, int augment, uint64_t s
     return sample(d, index, &dr, x, y, err, errlen);
 }
 
+int dataset_has_jpegs(const dataset *d) { return d->f->jpeg && dataset_native_nhwc(d); }
+
+int dataset_jpeg_of(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                    dataset_jpeg *out, int32_t *label, char *err, size_t errlen) {
+    assert(index >= 0 && index < d->info.n);
+    *out = (dataset_jpeg){0};
+    if (!dataset_has_jpegs(d)) return -ENOTSUP;
+    ds_draw dr = {.augment = augment, .seed = seed, .epoch = epoch, .nhwc = 1};
+    int rc = d->f->jpeg(d->state, index, &dr, out, label, err, errlen);
+    assert(rc || (*label >= 0 && *label < d->info.classes));
+    return rc;
+}
+
+void dataset_byte_norm(const dataset *d, float scale[3], float shift[3]) {
+    for (int ch = 0; ch < 3; ch++) {
+        int k = ch < d->info.c ? ch : d->info.c - 1;
+        double mean = d->info.mean ? d->info.mean[k] : 0.0, std = d->info.std ? d->info.std[k] : 1.0;
+        scale[ch] = (float)(1.0 / (255.0 * std));
+        shift[ch] = (float)(-mean / std);
+    }
+}
+
 /* Each sample depends only on (seed, epoch, index), so filling them in
  * parallel gives the same batch as filling them in order; and of several
  * failures the one reported is the first in idx's order, whichever thread

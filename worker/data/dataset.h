@@ -82,6 +82,34 @@ int dataset_native_nhwc(const dataset *d);
 int dataset_sample_nhwc(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
                         float *x, int32_t *y, char *err, size_t errlen);
 
+/* ---- Decoding elsewhere (ddp-train's --decode gpu) ----
+ * A sample handed out as the JPEG file it is decoded from and what to
+ * take of it, for a decoder on the training device
+ * (worker/backend/jpeg_decoder.h): the whole image decoded, the box
+ * resampled to the sample's size as the host does it, mirrored with flip,
+ * each byte normalised with dataset_byte_norm's scale and shift. */
+typedef struct {
+    unsigned char *data; /* the file's bytes (malloc'd: the caller frees them) */
+    size_t len;
+    int width, height;   /* the image's, in pixels */
+    float box[4];        /* x0, y0, x1, y1 of the region taken, in the image's pixels */
+    int flip;
+} dataset_jpeg;
+
+/* Whether the data set hands out JPEGs to decode elsewhere (imagefolder,
+ * with the ResNet recipe; its samples H x W x 3). */
+int dataset_has_jpegs(const dataset *d);
+/* Sample `index`, as dataset_sample_nhwc would draw it, as its JPEG: 0
+ * with *out and *label set; -ENOTSUP for a sample the host must draw
+ * (a PNG, a CMYK or 12-bit JPEG, one whose header does not parse, a file
+ * cut short: dataset_sample_nhwc then draws it, or names what is wrong,
+ * or skips it); or -errno with err naming the file (unreadable). */
+int dataset_jpeg_of(const dataset *d, int64_t index, int augment, uint64_t seed, int epoch,
+                    dataset_jpeg *out, int32_t *label, char *err, size_t errlen);
+/* A byte's normalised value, per channel: byte * scale[c] + shift[c]
+ * (ToTensor and Normalize with the data set's mean and std). */
+void dataset_byte_norm(const dataset *d, float scale[3], float shift[3]);
+
 /* --skip-bad-images: from now on a sample that cannot be drawn (a damaged
  * or unreadable file) is replaced by the next one in the set that can,
  * and counted, instead of failing the batch; the replacement depends on

@@ -71,6 +71,11 @@ struct dataset_format {
                   char *err, size_t errlen);
     /* Frees what open made (state may be NULL). */
     void (*close)(void *state);
+    /* Optional (NULL: never): sample `index` as the JPEG file it is
+     * decoded from and the box of it that sample takes (dataset.h's
+     * dataset_jpeg_of), or -ENOTSUP for a sample the host must draw. */
+    int (*jpeg)(const void *state, int64_t index, const ds_draw *dr, dataset_jpeg *out,
+                int32_t *label, char *err, size_t errlen);
     /* The format's own constant, for a file that serves several names (the
      * IDX sets: where each is and its mean and std); NULL if unused. */
     const void *variant;

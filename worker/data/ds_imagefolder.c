@@ -727,9 +727,61 @@ static int folder_sample(const void *state, int64_t index, const ds_draw *dr, vo
     return rc;
 }
 
+/* ---- Decoding elsewhere ------------------------------------------------ */
+
+/* The sample as its JPEG file and the box to take of it (--decode gpu):
+ * what decode_jpeg would decode, checked as far as the header says, so
+ * that the device's decoder is handed only what it decodes as the host
+ * would. Anything else is -ENOTSUP, for the host to draw: PNGs, CMYK and
+ * YCCK images (PIL's conversion, not a device's), samples not 8-bit, and
+ * the plain recipe (dataset.c's augmentation). */
+static int folder_jpeg(const void *state, int64_t index, const ds_draw *dr, dataset_jpeg *out,
+                       int32_t *label, char *err, size_t errlen) {
+    const folder *f = state;
+    if (f->plain) return -ENOTSUP;
+    const char *path = f->paths + f->off[index];
+    unsigned char *data = NULL;
+    size_t len = 0;
+    int rc = read_file(path, &data, &len, err, errlen);
+    if (rc) return rc;
+    if (len < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF || !jpeg_has_end(data, len)) {
+        free(data);
+        return -ENOTSUP; /* a PNG, or damaged: the host says which */
+    }
+    struct jpeg_decompress_struct ci;
+    struct jpeg_fail e;
+    ci.err = jpeg_std_error(&e.mgr);
+    e.mgr.error_exit = jpeg_fail_exit;
+    e.mgr.emit_message = jpeg_note;
+    if (setjmp(e.jump)) {
+        jpeg_destroy_decompress(&ci);
+        free(data);
+        return -ENOTSUP;
+    }
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, data, (unsigned long)len);
+    jpeg_read_header(&ci, TRUE);
+    int w = (int)ci.image_width, h = (int)ci.image_height;
+    int ok = (ci.jpeg_color_space == JCS_YCbCr || ci.jpeg_color_space == JCS_GRAYSCALE) &&
+             ci.data_precision == 8 && !ci.arith_code && (long long)w * h <= MAX_PIXELS;
+    jpeg_destroy_decompress(&ci);
+    if (!ok) {
+        free(data);
+        return -ENOTSUP;
+    }
+    int flip;
+    box b = draw_box(f, dr, index, w, h, &flip);
+    *out = (dataset_jpeg){.data = data, .len = len, .width = w, .height = h,
+                          .box = {(float)b.x0, (float)b.y0, (float)b.x1, (float)b.y1},
+                          .flip = flip};
+    *label = f->labels[index];
+    return 0;
+}
+
 const dataset_format ds_imagefolder = {
     .name = "imagefolder",
     .open = folder_open,
     .sample = folder_sample,
     .close = folder_close,
+    .jpeg = folder_jpeg,
 };

@@ -33,6 +33,7 @@ typedef struct {
     int64_t *idx;
     void *x;
     int32_t *y;
+    jpeg_image *jpeg; /* with jpegs: the samples handed out as JPEGs (data malloc'd) */
 } slot;
 
 struct loader {
@@ -78,27 +79,57 @@ void loader_to_nhwc(const float *chw, int c, int hw, backend_dtype dt, void *out
 
 /* ---- drawing samples (any thread) --------------------------------------------------- */
 
+/* Sample i of s drawn on the host into x (the activation type), through
+ * tmp (one C x H x W sample of floats). */
+static int draw(loader *l, slot *s, int i, void *x, float *tmp, char *err, size_t errlen) {
+    const loader_opts *o = &l->o;
+    int f32 = o->be->act == DTYPE_F32, rc;
+    if (dataset_native_nhwc(o->ds)) { /* H x W x C already: into x, or to bf16 from tmp */
+        rc = dataset_sample_nhwc(o->ds, s->idx[i], o->augment, o->seed, s->epoch,
+                                 f32 ? x : tmp, &s->y[i], err, errlen);
+        if (rc == 0 && !f32)
+            for (size_t k = 0, n = (size_t)l->c * l->hw; k < n; k++)
+                ((uint16_t *)x)[k] = bf16_from_float(tmp[k]);
+        return rc;
+    }
+    rc = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp, &s->y[i], err,
+                        errlen);
+    if (rc == 0) loader_to_nhwc(tmp, l->c, l->hw, o->be->act, x);
+    return rc;
+}
+
+/* Sample i of s as its JPEG, for the device to decode: 1 if so, 0 if the
+ * host must draw it (whatever dataset_jpeg_of said: the host's drawing
+ * names the problem, or skips the sample, as it would without jpegs). */
+static int as_jpeg(loader *l, slot *s, int i, char *err, size_t errlen) {
+    const loader_opts *o = &l->o;
+    dataset_jpeg j;
+    if (dataset_jpeg_of(o->ds, s->idx[i], o->augment, o->seed, s->epoch, &j, &s->y[i], err,
+                        errlen))
+        return 0;
+    s->jpeg[i] = (jpeg_image){.data = j.data, .len = j.len, .width = j.width,
+                              .height = j.height, .flip = j.flip};
+    memcpy(s->jpeg[i].box, j.box, sizeof j.box);
+    return 1;
+}
+
+/* The files a slot held for the device, freed before it is filled again. */
+static void free_jpegs(loader *l, slot *s) {
+    for (int i = 0; s->jpeg && i < l->o.batch; i++) {
+        free((void *)s->jpeg[i].data);
+        s->jpeg[i].data = NULL;
+    }
+}
+
 /* Draws samples [from, to) of s; a failure ends the chunk, and the
  * position of the sample that failed is returned (to: none did). */
 static int build(loader *l, slot *s, int from, int to, float *tmp, int *rc, char *err,
                  size_t errlen) {
     const loader_opts *o = &l->o;
-    int native = dataset_native_nhwc(o->ds), f32 = o->be->act == DTYPE_F32;
-    size_t count = (size_t)l->c * l->hw;
     for (int i = from; i < to; i++) {
+        if (o->jpegs && as_jpeg(l, s, i, err, errlen)) continue;
         void *x = (char *)s->x + (size_t)i * l->sample_bytes;
-        if (native) { /* H x W x C already: into the batch, or to bf16 from tmp */
-            *rc = dataset_sample_nhwc(o->ds, s->idx[i], o->augment, o->seed, s->epoch,
-                                      f32 ? x : tmp, &s->y[i], err, errlen);
-            if (*rc) return i;
-            if (!f32)
-                for (size_t k = 0; k < count; k++) ((uint16_t *)x)[k] = bf16_from_float(tmp[k]);
-            continue;
-        }
-        *rc = dataset_sample(o->ds, s->idx[i], o->augment, o->seed, s->epoch, tmp, &s->y[i], err,
-                             errlen);
-        if (*rc) return i;
-        loader_to_nhwc(tmp, l->c, l->hw, o->be->act, x);
+        if ((*rc = draw(l, s, i, x, tmp, err, errlen))) return i;
     }
     return to;
 }
@@ -194,6 +225,7 @@ static slot *enqueue(loader *l, int epoch, int64_t pos) {
     for (int i = 0; i < l->nslots && !s; i++)
         if (l->slots[i].state == SLOT_FREE) s = &l->slots[i];
     if (!s) return NULL;
+    free_jpegs(l, s);
     sampler_rank_batch(order_of(l, epoch), l->n, pos, l->o.world, l->o.rank, l->o.batch, s->idx);
     s->epoch = epoch, s->pos = pos, s->seq = l->seq++;
     s->next = s->done = s->busy = s->dropped = 0;
@@ -266,6 +298,15 @@ int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t 
     return rc;
 }
 
+const jpeg_image *loader_jpegs(const loader *l) {
+    return l->o.jpegs && l->served ? l->served->jpeg : NULL;
+}
+
+int loader_draw_again(loader *l, int i, void *x, char *err, size_t errlen) {
+    /* the caller's scratch: loader_get's, which is not running now */
+    return draw(l, l->served, i, x, l->scratch[l->o.threads], err, errlen);
+}
+
 void loader_stats(const loader *l, int64_t *gets, int64_t *ready) {
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     *gets = l->gets, *ready = l->hits;
@@ -293,6 +334,7 @@ static int allocate(loader *l) {
         s->x = be->ops->alloc_host(be, (size_t)o->batch * l->sample_bytes);
         s->y = be->ops->alloc_host(be, (size_t)o->batch * sizeof *s->y);
         if (!s->idx || !s->x || !s->y) return -ENOMEM;
+        if (o->jpegs && !(s->jpeg = calloc((size_t)o->batch, sizeof *s->jpeg))) return -ENOMEM;
     }
     return 0;
 }
@@ -338,6 +380,8 @@ void loader_destroy(loader *l) {
     for (int i = 0; i < l->started_threads; i++) pthread_join(l->threads[i], NULL);
     backend *be = l->o.be;
     for (int i = 0; l->slots && i < l->nslots; i++) {
+        free_jpegs(l, &l->slots[i]);
+        free(l->slots[i].jpeg);
         free(l->slots[i].idx);
         if (l->slots[i].x) be->ops->free_host(be, l->slots[i].x);
         if (l->slots[i].y) be->ops->free_host(be, l->slots[i].y);

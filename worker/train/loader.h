@@ -9,6 +9,11 @@
  * dataset_sample into its own place. So a run resumed from a checkpoint,
  * or one with another --loader-threads, sees the same batches, bit for bit.
  *
+ * With jpegs (--decode gpu), a sample the data set hands out as a JPEG
+ * is only read, not decoded: its file and crop go to the device's decoder
+ * (loader_jpegs), and only the others (PNGs, CMYK JPEGs, damaged files:
+ * dataset_jpeg_of says which) are drawn on the host.
+ *
  * The steps are predicted (each position follows the last, an epoch
  * follows the last at its end); a request for another position (a resume,
  * an evaluation in between does not count: it does not use the loader)
@@ -20,6 +25,7 @@
 #include <stdint.h>
 
 #include "worker/backend/backend.h"
+#include "worker/backend/jpeg_decoder.h"
 #include "worker/data/dataset.h"
 
 typedef struct loader loader;
@@ -35,6 +41,8 @@ typedef struct {
     int threads;   /* pool threads; 0: the caller builds each batch when asked */
     int depth;     /* batches built ahead (at least 1 with threads) */
     backend *be;   /* whose alloc_host holds the batches, and whose activation type */
+    int jpegs;     /* --decode gpu: samples the data set hands out as JPEGs
+                    * (dataset_jpeg_of) are read, not decoded: loader_jpegs */
 } loader_opts;
 
 /* 0, or -errno with err saying what failed. */
@@ -49,6 +57,16 @@ int loader_create(const loader_opts *o, loader **out, char *err, size_t errlen);
  * err; the batch is then incomplete. */
 int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t **y, char *err,
                size_t errlen);
+/* With jpegs: the batch loader_get gave last, as JPEGs for a decoder on
+ * the device (jpeg_decoder.h): entry i with data set is sample i, to
+ * decode into its place; entry i with data NULL was drawn on the host
+ * into *x as usual. Valid until the next loader_get. NULL without jpegs. */
+const jpeg_image *loader_jpegs(const loader *l);
+/* Sample i of that batch drawn on the host after all (the device's decoder
+ * could not decode it), into x: one sample, in the activation type, in
+ * host memory. The caller's thread, between loader_gets. 0, or -errno
+ * with err naming the file (it would have failed the batch on the host). */
+int loader_draw_again(loader *l, int i, void *x, char *err, size_t errlen);
 /* Gets so far, and how many of them found their batch already built. */
 void loader_stats(const loader *l, int64_t *gets, int64_t *ready);
 void loader_destroy(loader *l);

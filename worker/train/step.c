@@ -133,6 +133,38 @@ static int step_failed(trainer *t, int rc) {
     return trainer_fail(t, rc, "training step %lld failed: %s", step, trainer_why(why, rc));
 }
 
+/* --decode gpu: the batch's JPEGs decoded on the device into the input,
+ * the samples the loader drew on the host (PNGs and the like) uploaded
+ * around them, a run of neighbours at a time; those the decoder could not
+ * decode are drawn on the host now, as they would have been without it,
+ * and uploaded. */
+static int decode_inputs(trainer *t, const jpeg_image *im, const void *x) {
+    train_batch *b = &t->buf;
+    backend *be = t->be;
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    size_t per = (size_t)ch * h * w * backend_act_size(be);
+    for (int i = 0, j; i < t->batch; i = j) {
+        for (j = i; j < t->batch && !im[j].data; j++) continue;
+        if (j > i)
+            be->ops->upload_async(be, (char *)b->x + i * per, (const char *)x + i * per,
+                                  (size_t)(j - i) * per);
+        if (j == i) j++;
+    }
+    char err[512];
+    long long step = (long long)t->at.global_step;
+    int rc = jpeg_decoder_run(b->jpeg, t->batch, im, b->x, b->jpeg_ok, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "training step %lld failed: %s", step, err);
+    for (int i = 0; i < t->batch; i++) {
+        if (!im[i].data || b->jpeg_ok[i]) continue;
+        void *dst = (char *)b->x_redo + i * per;
+        if ((rc = loader_draw_again(b->loader, i, dst, err, sizeof err)))
+            return trainer_fail(t, rc, "training step %lld failed: %s", step, err);
+        be->ops->upload_async(be, (char *)b->x + i * per, dst, per);
+    }
+    return 0;
+}
+
 /* The step's inputs, queued on the backend without waiting: the batch
  * the loader built ahead (in memory the GPU copies from by itself), its
  * labels, the learning rate. The step's end (the loss read) waits for
@@ -152,7 +184,11 @@ static int queue_inputs(trainer *t) {
         if (rc)
             return trainer_fail(t, rc, "training step %lld failed: %s",
                                 (long long)t->at.global_step, err);
-        be->ops->upload_async(be, b->x, x, (size_t)t->batch * ch * h * w * backend_act_size(be));
+        const jpeg_image *im = loader_jpegs(b->loader);
+        if (im && (rc = decode_inputs(t, im, x))) return rc;
+        if (!im)
+            be->ops->upload_async(be, b->x, x,
+                                  (size_t)t->batch * ch * h * w * backend_act_size(be));
         b->fixed_ready = c->fixed_batch;
     }
     *b->lr_host = (float)step_lr(t);

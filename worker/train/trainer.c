@@ -231,6 +231,34 @@ static int loader_threads(const trainer *t) {
     return per_rank < 1 ? 1 : per_rank > 8 ? 8 : per_rank;
 }
 
+/* --decode gpu: the backend's JPEG decoder, with room for a batch's
+ * samples it cannot decode (drawn on the host instead). */
+static int create_decoder(trainer *t) {
+    train_batch *b = &t->buf;
+    const train_config *c = t->cfg;
+    if (!dataset_has_jpegs(t->train))
+        return trainer_fail(t, -EINVAL,
+                            "--decode gpu decodes the JPEGs of --data imagefolder with "
+                            "--image-recipe resnet; --data %s%s has none to decode: leave "
+                            "--decode at cpu",
+                            c->data, c->image_plain ? " --image-recipe plain" : "");
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    float scale[3], shift[3];
+    dataset_byte_norm(t->train, scale, shift);
+    char err[512];
+    int rc = jpeg_decoder_create(t->be, h, scale, shift, &b->jpeg, err, sizeof err);
+    if (rc) return trainer_fail(t, rc, "%s", err);
+    b->jpeg_ok = malloc((size_t)t->batch);
+    b->x_redo = t->be->ops->alloc_host(t->be, (size_t)t->batch * ch * h * w *
+                                                  backend_act_size(t->be));
+    if (!b->jpeg_ok || !b->x_redo)
+        return trainer_fail(t, -ENOMEM, "out of memory for a batch of %d", t->batch);
+    if (t->env.rank == 0)
+        log_info("--decode gpu: training JPEGs are decoded by %s", jpeg_decoder_name(b->jpeg));
+    return 0;
+}
+
 static int allocate_batch(trainer *t) {
     train_batch *b = &t->buf;
     int ch, h, w;
@@ -247,13 +275,15 @@ static int allocate_batch(trainer *t) {
     if (!(b->idx && b->x_nchw && b->x_host && b->x && b->y && b->lr && b->lr_host))
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %d", t->batch);
     const train_config *c = t->cfg;
+    int rc = c->decode_gpu ? create_decoder(t) : 0;
+    if (rc) return rc;
     loader_opts lo = {.ds = t->train, .batch = t->batch, .global_batch = t->at.global_batch,
                       .world = t->env.world,
                       .rank = t->env.rank, .seed = c->seed, .augment = c->augment,
                       .epochs = c->epochs, .threads = loader_threads(t), .depth = 2,
-                      .be = t->be};
+                      .be = t->be, .jpegs = c->decode_gpu};
     char err[256];
-    int rc = loader_create(&lo, &b->loader, err, sizeof err);
+    rc = loader_create(&lo, &b->loader, err, sizeof err);
     return rc ? trainer_fail(t, rc, "%s", err) : 0;
 }
 
@@ -267,6 +297,9 @@ void trainer_cleanup(trainer *t) {
     if (t->progress.metrics) fclose(t->progress.metrics);
     free(b->idx), free(b->x_nchw), free(b->x_host), free(b->y);
     loader_destroy(b->loader); /* before the backend: its memory is the backend's */
+    jpeg_decoder_destroy(b->jpeg);
+    free(b->jpeg_ok);
+    if (t->be && b->x_redo) t->be->ops->free_host(t->be, b->x_redo);
     if (t->be && b->lr_host) t->be->ops->free_host(t->be, b->lr_host);
     if (t->be && b->x) t->be->ops->free(t->be, b->x);
     if (t->be && b->lr) t->be->ops->free(t->be, b->lr);

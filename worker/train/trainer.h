@@ -53,6 +53,9 @@ typedef struct {
     float *lr_host;         /* the step's learning rate in alloc_host memory (upload_async) */
     float *lr;              /* the step's learning rate, on the backend */
     int fixed_ready;        /* --fixed-batch: x and y hold the one batch */
+    jpeg_decoder *jpeg;     /* --decode gpu: the device's decoder, else NULL */
+    unsigned char *jpeg_ok; /* per sample: the decoder decoded it */
+    void *x_redo;           /* alloc_host: samples the decoder could not, drawn on the host */
 } train_batch;
 
 /* The step recorded once (a CUDA graph) and replayed. */

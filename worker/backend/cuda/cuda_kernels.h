@@ -130,6 +130,21 @@ typedef struct {
 } kern_sgd_args;
 cudaError_t kern_sgd(cudaStream_t st, const kern_sgd_args *a);
 
+/* The JPEG decoder's crop and resize (cuda_crop_resize.cu): n images
+ * decoded by nvJPEG (interleaved RGB, 3 bytes a pixel) into n samples,
+ * size x size x 3 activations each at x, a thread per output pixel
+ * computing crop_resize.h's cr_pixel. crops is device memory; an entry
+ * whose pix is NULL is skipped (its sample is filled otherwise). */
+typedef struct {
+    const unsigned char *pix;
+    size_t pitch;
+    int width, height;
+    float box[4];
+    int flip;
+} kern_crop;
+cudaError_t kern_crop_resize(cudaStream_t st, backend_dtype dt, int n, const kern_crop *crops,
+                             int size, const float scale[3], const float shift[3], void *x);
+
 #ifdef __cplusplus
 }
 #endif

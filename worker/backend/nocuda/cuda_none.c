@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "worker/backend/backend.h"
+#include "worker/backend/jpeg_decoder.h"
 
 int cuda_device_count(char *why, size_t len) {
     if (why && len) why[0] = 0;
@@ -21,3 +22,14 @@ int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t 
              "toolkit");
     return -ENOTSUP;
 }
+
+/* No CUDA backend exists in this build, so this decoder is never asked
+ * for; it stands in so that jpeg_decoder.c's table links. */
+static int no_jpeg_create(jpeg_decoder *d, char *err, size_t errlen) {
+    (void)d;
+    snprintf(err, errlen, "this ddp-train was built without CUDA: --decode gpu needs a GPU");
+    return -ENOTSUP;
+}
+
+const jpeg_decoder_ops cuda_jpeg_decoder = {.name = "nvJPEG (not in this build)",
+                                            .create = no_jpeg_create};

@@ -1,0 +1,106 @@
+/* The JPEG decoder of the CPU backends (jpeg_decoder.h): the host twin of
+ * the GPU's. Each image decoded whole by libjpeg-turbo (accurate integer
+ * IDCT, RGB), then every output pixel computed by crop_resize.h's
+ * cr_pixel, the function the CUDA kernel computes per thread. Images are
+ * spread over OpenMP threads; each writes only its own sample. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "worker/backend/bf16.h"
+#include "worker/backend/crop_resize.h"
+#include "worker/backend/jpeg_decoder.h"
+
+struct fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+};
+
+static void fail_exit(j_common_ptr c) { longjmp(((struct fail *)c->err)->jump, 1); }
+
+/* A truncated stream is a failure (the host pipeline's judgement); other
+ * warnings pass. */
+static void note(j_common_ptr c, int level) {
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) fail_exit(c);
+}
+
+/* The whole image as RGBX (4 bytes a pixel, rows of w * 4) into *pix
+ * (malloc'd); 0, or -1 where libjpeg-turbo cannot decode it. */
+static int decode_whole(const jpeg_image *im, unsigned char **pix) {
+    struct jpeg_decompress_struct ci;
+    struct fail e;
+    unsigned char *volatile p = NULL;
+    ci.err = jpeg_std_error(&e.mgr);
+    e.mgr.error_exit = fail_exit;
+    e.mgr.emit_message = note;
+    if (setjmp(e.jump)) {
+        jpeg_destroy_decompress(&ci);
+        free(p);
+        return -1;
+    }
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, im->data, (unsigned long)im->len);
+    jpeg_read_header(&ci, TRUE);
+    if ((int)ci.image_width != im->width || (int)ci.image_height != im->height)
+        fail_exit((j_common_ptr)&ci); /* not the file the box was drawn for */
+    ci.out_color_space = JCS_EXT_RGBX;
+    ci.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&ci);
+    size_t stride = (size_t)im->width * 4;
+    p = malloc(stride * (size_t)im->height);
+    if (!p) fail_exit((j_common_ptr)&ci);
+    while (ci.output_scanline < ci.output_height) {
+        JSAMPROW row = p + stride * ci.output_scanline;
+        jpeg_read_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+    *pix = p;
+    return 0;
+}
+
+static int create(jpeg_decoder *d, char *err, size_t errlen) {
+    (void)d, (void)err, (void)errlen;
+    return 0;
+}
+
+static int run(jpeg_decoder *d, int n, const jpeg_image *im, void *x, unsigned char *ok,
+               char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    int size = d->size, bf16 = d->be->act == DTYPE_BF16;
+    size_t per = (size_t)size * size * 3;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        unsigned char *pix = NULL;
+        if (!im[i].data || decode_whole(&im[i], &pix)) continue;
+        size_t at = (size_t)i * per;
+        for (int oy = 0; oy < size; oy++)
+            for (int ox = 0; ox < size; ox++, at += 3) {
+                float v[3];
+                cr_pixel(pix, im[i].width, im[i].height, (size_t)im[i].width * 4, 4, im[i].box,
+                         im[i].flip, size, ox, oy, d->scale, d->shift, v);
+                for (int c = 0; c < 3; c++) {
+                    if (bf16) ((uint16_t *)x)[at + c] = bf16_from_float(v[c]);
+                    else ((float *)x)[at + c] = v[c];
+                }
+            }
+        free(pix);
+        ok[i] = 1;
+    }
+    return 0;
+}
+
+static void destroy(jpeg_decoder *d) { (void)d; }
+
+const jpeg_decoder_ops cpu_jpeg_decoder = {
+    .name = "libjpeg-turbo on the host (the GPU decoder's twin)",
+    .create = create,
+    .run = run,
+    .destroy = destroy,
+};
