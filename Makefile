@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -251,6 +251,11 @@ bench-gpu: all
 # restart, ours against torchrun + PyTorch.
 bench-gpu-restart: all
 	@bench/gpu_restart.sh
+
+# On the same: ResNet-50 from a folder of JPEGs (--decode cpu and gpu)
+# against the GPU fed from its own memory, and against torchvision's DataLoader.
+bench-gpu-jpeg: all
+	@bench/gpu_jpeg_bench.sh
 
 clean:
 	rm -rf $(B)

@@ -12,6 +12,10 @@ Feeding (--feed), the same way ddp-train is fed in the same bench:
           (what a DataLoader with pin_memory=True hands the step); the
           default
   device  one batch made on the GPU and used at every step
+  folder  torchvision's ImageFolder over --data-dir with the reference
+          training transforms (RandomResizedCrop, flip, ToTensor,
+          Normalize; PIL decoding) through a DataLoader of --workers
+          processes, pin_memory=True: what a user's script does
 
 ResNet-50 is torchvision's when torchvision is importable; CIFAR-style
 ResNet-20 is the same definition ddp-train's compatibility test uses
@@ -38,6 +42,41 @@ def build(name, c, classes):
     return ResNet(name, c, classes), "tests/compat"
 
 
+def train_folder(a, net, step_fn, opt, origin, size):
+    import torchvision
+    from torchvision import transforms
+    tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
+                             transforms.ToTensor(),
+                             transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ds = torchvision.datasets.ImageFolder(os.path.join(a.data_dir, "train"), tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
+                                     num_workers=a.workers, pin_memory=True,
+                                     persistent_workers=a.workers > 0)
+    net.train()
+    t0, step = None, 0
+    while step < a.steps + a.warmup:
+        for x, y in dl:
+            if step == a.warmup:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            if step == a.steps + a.warmup:
+                break
+            x = x.to("cuda", non_blocking=True).contiguous(memory_format=torch.channels_last)
+            y = y.to("cuda", non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                loss = F.cross_entropy(step_fn(x), y)
+            loss.backward()
+            opt.step()
+            step += 1
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(f"impl=pytorch model={a.model} origin={origin} precision={a.precision} "
+          f"compile={int(a.compile)} feed=folder workers={a.workers} "
+          f"img_per_s={a.steps * a.batch / dt:.1f} loss={loss.item():.4f} "
+          f"torch={torch.__version__} gpu={torch.cuda.get_device_name(0).replace(' ', '_')}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet50")
@@ -46,7 +85,9 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--feed", choices=["host", "device"], default="host")
+    ap.add_argument("--feed", choices=["host", "device", "folder"], default="host")
+    ap.add_argument("--data-dir", help="--feed folder: the folder with train/")
+    ap.add_argument("--workers", type=int, default=4, help="--feed folder: DataLoader workers")
     ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -65,6 +106,8 @@ def main():
     step_fn = net
     if a.compile:
         step_fn = torch.compile(net)
+    if a.feed == "folder":
+        return train_folder(a, net, step_fn, opt, origin, h)
     nfeed = 3 if a.feed == "host" else 1
     xs = [torch.randn(a.batch, c, h, w).contiguous(memory_format=torch.channels_last)
           for _ in range(nfeed)]
