@@ -39,7 +39,7 @@ fails 1 "a batch of 3000 per rank is too large for resnet18 on these inputs: at 
 synth=(--data synthetic --input-shape 3x16x16 --synthetic-size 256 "${quick[@]}")
 ddp-train "${synth[@]}" --model resnet20 --max-steps 2 --ckpt-dir "$SCRATCH/ck" > "$SCRATCH/out" 2>&1
 before=$(sha256sum "$SCRATCH"/ck/*.ddpt)
-fails 1 "is for resnet20 on 3x16x16 inputs" "${synth[@]}" --model resnet32 --max-steps 3 --ckpt-dir "$SCRATCH/ck"
+fails 1 "holds another job's checkpoints (ckpt-0000000002.ddpt: resnet20 on 3x16x16 inputs" "${synth[@]}" --model resnet32 --max-steps 3 --ckpt-dir "$SCRATCH/ck"
 [ "$before" = "$(sha256sum "$SCRATCH"/ck/*.ddpt)" ] || { echo "the checkpoint changed"; exit 1; }
 
 # A truncated newest checkpoint: reported, and the previous one is used.

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/snapshot.h"
 
 static void warn_line(const char *line) { log_warn("%s", line); }
 
@@ -86,6 +87,39 @@ static int share_header(trainer *t, char *mine, int root, char **text) {
 }
 
 
+/* Whether a checkpoint's header is another job's: NULL when it is this
+ * job's, else the difference into why. A job is its model (with its input
+ * shape and classes), its data set and its seed: what a user changes to
+ * start another run. The rest (the learning rate, --epochs, ...) may
+ * change between a run and its continuation. A header that lacks a field
+ * (an older format) is not judged by it. */
+static const char *foreign_header(const trainer *t, const char *text, char *why, size_t len) {
+    json_t *h = json_loads(text, 0, NULL);
+    const char *arch = "?", *data = NULL;
+    json_int_t seed = -1;
+    int c = 0, hh = 0, w = 0, classes = 0;
+    int bad = !h || json_unpack(h, "{s:s, s:[i,i,i], s:i}", "model", &arch, "input_shape", &c, &hh,
+                                &w, "classes", &classes) != 0;
+    if (!bad) json_unpack(h, "{s?s, s?I}", "data", &data, "seed", &seed);
+    const model *m = t->m;
+    const train_config *cfg = t->cfg;
+    const char *out = NULL;
+    if (bad)
+        out = "an unreadable header";
+    else if (strcmp(arch, m->arch) || c != m->in_c || hh != m->in_h || w != m->in_w ||
+             classes != m->classes)
+        out = why, snprintf(why, len, "%s on %dx%dx%d inputs with %d classes, not %s on %dx%dx%d "
+                            "with %d classes", arch, c, hh, w, classes, m->arch, m->in_c,
+                            m->in_h, m->in_w, m->classes);
+    else if (data && strcmp(data, cfg->data) != 0)
+        out = why, snprintf(why, len, "--data %s, not %s", data, cfg->data);
+    else if (seed >= 0 && (uint64_t)seed != cfg->seed)
+        out = why, snprintf(why, len, "--seed %lld, not %llu", (long long)seed,
+                            (unsigned long long)cfg->seed);
+    json_decref(h);
+    return out;
+}
+
 /* The global step a checkpoint's header says; -1 when it says none. */
 static int64_t header_step(const char *header) {
     json_t *h = json_loads(header, 0, NULL);
@@ -109,6 +143,21 @@ static int newest_in(trainer *t, const char *dir, int in_memory, resume_offer *o
         return 0;
     }
     if (rc) return trainer_fail(t, rc, "%s", err);
+    char why[512], what[3000];
+    const char *foreign = foreign_header(t, found.header, why, sizeof why);
+    if (foreign) {
+        const char *name = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+        if (dir == t->cfg->ckpt_dir) {
+            snprintf(what, sizeof what, "--ckpt-dir %s holds another job's checkpoints (%s: %s)",
+                     dir, name, foreign);
+            snapshot_dir_foreign(t, what);
+        } else {
+            log_warn("rank %d: the snapshot %s is another job's (%s): not resumed from",
+                     t->env.rank, p, foreign);
+        }
+        ckpt_data_free(&found);
+        return 0;
+    }
     int64_t step = header_step(found.header);
     if (dir_step) *dir_step = step;
     if (step <= o->step) {
@@ -140,11 +189,20 @@ static int choose_holder(trainer *t, resume_offer *mine, resume_offer *best) {
                             trainer_why(comm_error(t->comm), rc));
     }
     *best = all[0];
-    for (int r = 1; r < t->env.world; r++)
-        if (better(&all[r], best)) *best = all[r];
+    int keeps = 0;
+    for (int r = 0; r < t->env.world; r++) {
+        keeps += all[r].keeps;
+        if (r > 0 && better(&all[r], best)) *best = all[r];
+    }
+    free(all);
+    if (t->cfg->ckpt_dir[0] && keeps == 0)
+        return trainer_fail(t, -EBUSY, "%s: give each job its own --ckpt-dir (no node can keep "
+                                       "this job's checkpoints)",
+                            t->disk.foreign ? t->disk.why
+                                            : "every node's --ckpt-dir is another job's or "
+                                              "cannot be used (each node says why)");
     /* Any holder will do: every node's snapshot of a step is the same state
      * (snapshot_keep gives every rank rank 0's batch-norm statistics first). */
-    free(all);
     return 0;
 }
 
@@ -153,6 +211,15 @@ int resume_newest(trainer *t, int *root) {
     *root = 0;
     if (!c->ckpt_dir[0] && !c->snapshot_dir[0]) return 0;
     resume_offer mine = {.step = -1, .rank = t->env.rank}, best;
+    /* every node takes its --ckpt-dir before reading it, once rank 0 has
+     * (snapshot_lock): a directory shared with rank 0 is then rank 0's */
+    if (c->ckpt_dir[0] && t->env.world > 1) {
+        int rc = comm_barrier(t->comm);
+        if (rc)
+            return trainer_fail(t, rc, "waiting for rank 0 to take --ckpt-dir failed: %s",
+                                trainer_why(comm_error(t->comm), rc));
+    }
+    snapshot_claim(t);
     gethostname(mine.host, sizeof mine.host - 1);
     ckpt_data d = {0};
     char path[1200] = "";
@@ -162,9 +229,11 @@ int resume_newest(trainer *t, int *root) {
     if (rc == 0 && c->snapshot_disk_dir[0] && t->env.local_rank == 0)
         rc = newest_in(t, c->snapshot_disk_dir, 0, &mine, &d, path, sizeof path, NULL);
     /* every node's own --ckpt-dir: a job whose every agent is new (a
-     * requeue, a new set of pods) resumes from the newest file any has */
-    if (rc == 0 && c->ckpt_dir[0] && t->env.local_rank == 0)
+     * requeue, a new set of pods) resumes from the newest file any has;
+     * a directory that is another job's is neither read nor written */
+    if (rc == 0 && c->ckpt_dir[0] && t->env.local_rank == 0 && !t->disk.foreign)
         rc = newest_in(t, c->ckpt_dir, 0, &mine, &d, path, sizeof path, &t->disk.found);
+    mine.keeps = c->ckpt_dir[0] && t->env.local_rank == 0 && !t->disk.foreign;
     if (rc == 0) rc = choose_holder(t, &mine, &best);
     if (rc || best.step < 0) {
         ckpt_data_free(&d);

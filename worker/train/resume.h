@@ -19,6 +19,8 @@ typedef struct {
     int64_t step;      /* its global step; -1: nothing */
     int32_t rank;
     int32_t in_memory; /* 1: the node's memory; 0: its disk */
+    int32_t keeps;     /* this rank keeps its node's --ckpt-dir (local rank 0, the
+                        * directory this job's) */
     char host[48];     /* the holder's host, for the message */
 } resume_offer;
 

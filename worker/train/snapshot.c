@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/progress.h"
+#include "worker/train/step.h"
 
 /* The pause between two tries for a lock held by this run's own process. */
 #define LOCK_RETRY_NS 100000000L
@@ -27,6 +28,14 @@ static int same_run(const char *run_id, const dir_lock_holder *h) {
     return run_id && run_id[0] && strcmp(run_id, "none") != 0 && strcmp(h->run_id, run_id) == 0;
 }
 
+void snapshot_dir_foreign(trainer *t, const char *why) {
+    if (t->disk.foreign) return;
+    t->disk.foreign = 1;
+    snprintf(t->disk.why, sizeof t->disk.why, "%s", why);
+    log_warn("rank %d: %s: this node neither resumes from it nor writes there", t->env.rank,
+             why);
+}
+
 int snapshot_lock(trainer *t) {
     const char *dir = t->cfg->ckpt_dir, *run_id = getenv("TORCHELASTIC_RUN_ID");
     if (!dir[0] || t->env.rank != 0) return 0;
@@ -34,21 +43,29 @@ int snapshot_lock(trainer *t) {
     int waited = 0;
     for (;;) {
         dir_lock_holder h;
-        char err[1200], who[1024];
+        char err[1200], who[1024], why[2400];
         int rc = dir_lock_take(&t->ckpt_lock, dir, run_id, &h, err, sizeof err);
         if (rc == 0) {
             if (waited) log_info("took --ckpt-dir %s", dir);
             return 0;
         }
-        if (rc != -EWOULDBLOCK) return trainer_fail(t, rc, "--ckpt-dir: %s", err);
+        if (rc != -EWOULDBLOCK) {
+            snprintf(why, sizeof why, "--ckpt-dir cannot be used: %s", err);
+            snapshot_dir_foreign(t, why);
+            return 0;
+        }
         dir_lock_holder_text(&h, who, sizeof who);
         int same = same_run(run_id, &h);
-        if (!same || clock_now_ns() >= give_up || trainer_stop_requested)
+        if (!same) {
+            snprintf(why, sizeof why, "--ckpt-dir %s is in use by another job (%s)", dir, who);
+            snapshot_dir_foreign(t, why);
+            return 0;
+        }
+        if (clock_now_ns() >= give_up || trainer_stop_requested)
             return trainer_fail(t, -EBUSY,
-                                "--ckpt-dir %s is in use by another %s (%s)%s: give each job its "
-                                "own --ckpt-dir",
-                                dir, same ? "process of this run" : "job", who,
-                                waited ? ", after waiting for it" : "");
+                                "--ckpt-dir %s is in use by another process of this run (%s), "
+                                "after waiting for it: give each job its own --ckpt-dir",
+                                dir, who);
         if (!waited)
             log_warn("--ckpt-dir %s is held by %s, of this same run (its previous rank 0, still "
                      "stopping?): waiting up to %d s for it",
@@ -278,16 +295,35 @@ void snapshot_keep_flush(trainer *t) {
 
 /* ---- checkpoints in --ckpt-dir, on every node ---------------------------------- */
 
+void snapshot_claim(trainer *t) {
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0] || t->env.local_rank != 0 || t->env.rank == 0 || t->ckpt_lock.held)
+        return;
+    dir_lock_holder h;
+    char err[1200], who[1024], why[2400];
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+    int rc = dir_lock_take(&t->ckpt_lock, c->ckpt_dir, run_id, &h, err, sizeof err);
+    if (rc == 0 || (rc == -EWOULDBLOCK && same_run(run_id, &h))) return;
+    if (rc == -EWOULDBLOCK) {
+        dir_lock_holder_text(&h, who, sizeof who);
+        snprintf(why, sizeof why, "--ckpt-dir %s is in use by another job (%s)", c->ckpt_dir,
+                 who);
+    } else {
+        snprintf(why, sizeof why, "--ckpt-dir cannot be used: %s", err);
+    }
+    snapshot_dir_foreign(t, why);
+}
+
 /* Whether this rank writes its node's --ckpt-dir, starting its writer the
- * first time: local rank 0, holding the directory's lock (rank 0 took it
- * at the start, snapshot_lock; another node's local rank 0 tries when a
- * checkpoint is due). A directory held by another process, which is what
- * a directory shared with rank 0's node looks like, is left to it: said
- * once, tried again at the next checkpoint. */
+ * first time: local rank 0, holding the directory's lock (taken at the
+ * start: snapshot_lock, snapshot_claim), the directory this job's. A
+ * directory held by another process of this run, which is what a
+ * directory shared with rank 0's node looks like, is left to it: said
+ * once, tried again at each checkpoint. */
 static int disk_writer(trainer *t) {
     const train_config *c = t->cfg;
     if (t->disk.w) return 1;
-    if (t->env.local_rank != 0) return 0;
+    if (t->env.local_rank != 0 || t->disk.foreign) return 0;
     char err[1200];
     if (!t->ckpt_lock.held) {
         dir_lock_holder h;
@@ -309,12 +345,48 @@ static int disk_writer(trainer *t) {
     return rc == 0;
 }
 
+/* This node's write failed (a full disk, a read-only one): it keeps no
+ * more checkpoints there, and says so; the others' keep the run, and
+ * snapshot_keepers stops the run when none is left. */
+static void disk_failed(trainer *t, const char *err) {
+    snapshot_writer_stop(t->disk.w);
+    t->disk.w = NULL;
+    t->disk.step = -1;
+    t->disk.foreign = 1;
+    snprintf(t->disk.why, sizeof t->disk.why, "--ckpt-dir %s cannot keep this job's checkpoints: "
+             "%s", t->cfg->ckpt_dir, err);
+    log_warn("rank %d: %s; this node writes none there any more (the other nodes' keep the run)",
+             t->env.rank, t->disk.why);
+}
+
+int snapshot_keepers(trainer *t, int64_t step) {
+    const train_config *c = t->cfg;
+    if (!c->ckpt_dir[0]) return 0;
+    float keeps = t->env.local_rank == 0 && !t->disk.foreign &&
+                  (step < 0 || t->disk.written == step || t->disk.found == step ||
+                   !t->ckpt_lock.held);
+    int rc = step_allreduce_small(t, &keeps, 1);
+    if (rc)
+        return trainer_fail(t, rc, "agreeing on where the checkpoints are kept failed: %s",
+                            trainer_why(comm_error(t->comm), rc));
+    if (keeps > 0) return 0;
+    return trainer_fail(t, -ENOSPC,
+                        "no node can keep this job's checkpoints%s: %s", step < 0 ? "" :
+                        " (the final one included)",
+                        t->disk.foreign ? t->disk.why
+                                        : "every node's --ckpt-dir failed (each node says why)");
+}
+
 int snapshot_save_report(trainer *t) {
     if (!t->disk.w || t->disk.step < 0) return 0;
     char path[1200], err[1024];
     int rc = snapshot_writer_error(t->disk.w, err, sizeof err);
-    if (rc) return trainer_fail(t, rc, "%s", err);
+    if (rc) {
+        disk_failed(t, err);
+        return 0;
+    }
     if (snapshot_writer_written(t->disk.w, path, sizeof path) != t->disk.step) return 0;
+    t->disk.written = t->disk.step;
     char who[32] = ""; /* other nodes' lines say whose */
     if (t->env.rank == 0) progress_bar_clear(&t->progress);
     else snprintf(who, sizeof who, "rank %d: ", t->env.rank);
@@ -327,19 +399,24 @@ int snapshot_save_report(trainer *t) {
 int snapshot_save_flush(trainer *t) {
     if (!t->disk.w) return 0;
     char err[1024];
-    int rc = snapshot_writer_flush(t->disk.w, err, sizeof err);
-    return rc ? trainer_fail(t, rc, "%s", err) : snapshot_save_report(t);
+    if (snapshot_writer_flush(t->disk.w, err, sizeof err)) {
+        disk_failed(t, err);
+        return 0;
+    }
+    return snapshot_save_report(t);
 }
 
 int snapshot_save(trainer *t) {
     const train_config *c = t->cfg;
     if (!c->ckpt_dir[0]) return 0;
     int rc = buffers_from_rank0(t); /* every rank: each node's file is the same state */
-    if (rc || !disk_writer(t)) return rc;
+    if (rc) return rc;
     int64_t t0 = clock_now_ns();
     /* One write at a time: the last checkpoint's, which has had the steps
-     * since to be written, is waited for (and reported) first. */
-    if ((rc = snapshot_save_flush(t))) return rc;
+     * since to be written, is waited for (and reported) first; then every
+     * node hears whether some node still keeps the checkpoints. */
+    if ((rc = snapshot_save_flush(t)) || (rc = snapshot_keepers(t, -1)) || !disk_writer(t))
+        return rc;
     /* (flushed: its buffer is free) */
     int64_t ns;
     if ((rc = hand_over(t, t->disk.w, snapshot_writer_buffer(t->disk.w), &ns))) return rc;

@@ -10,15 +10,41 @@
 #include "worker/train/trainer.h"
 
 /* Rank 0 takes --ckpt-dir for this job (common/dir_lock.h) before it
- * reads, writes or deletes anything there (other nodes' local rank 0 take
- * theirs at their first checkpoint: snapshot_save); others return 0, and
- * so does a run without --ckpt-dir. Another job's process holding it is an error
- * naming the directory and that process, at once; a process of this same
- * run (TORCHELASTIC_RUN_ID: the group's previous rank 0 still stopping,
+ * reads, writes or deletes anything there; others return 0, and so does a
+ * run without --ckpt-dir. A process of this same run holding it
+ * (TORCHELASTIC_RUN_ID: the group's previous rank 0 still stopping,
  * perhaps on another host of a shared file system) is waited for, up to
- * SNAPSHOT_LOCK_WAIT_S. Held until trainer_cleanup or the process's end. */
+ * SNAPSHOT_LOCK_WAIT_S, and an error after. A directory another job
+ * holds, or that cannot be used at all (read-only, not a directory), is
+ * not an error here: the node neither reads nor writes it
+ * (t->disk.foreign, its reason in t->disk.why, said once), and the run
+ * fails only where no node at all can keep its checkpoints (resume.c
+ * decides, with every node's word). Held until trainer_cleanup or the
+ * process's end. */
 #define SNAPSHOT_LOCK_WAIT_S 30
 int snapshot_lock(trainer *t);
+
+/* The other nodes' local rank 0, once rank 0 has its lock (after a
+ * barrier: a directory shared with rank 0's node is then held by rank 0):
+ * takes this node's --ckpt-dir before reading it. Held by a process of
+ * this run (rank 0 sharing it, or this node's previous worker still
+ * stopping), it is read and left to that process to write (snapshot_save
+ * tries again at each checkpoint); held by another job, or unusable, it
+ * is foreign, as above. */
+void snapshot_claim(trainer *t);
+
+/* Collective: whether some node keeps this job's checkpoints (local rank
+ * 0 whose --ckpt-dir is this job's and whose writes have not failed; with
+ * step >= 0, one whose directory holds that step: written, found there at
+ * the start, or shared with the node that writes it). 0 if one does; else
+ * the run fails, saying why (this node's reason, or that every node
+ * said its own). */
+int snapshot_keepers(trainer *t, int64_t step);
+
+/* This node's --ckpt-dir is not this job's to read or write: why (what
+ * snapshot_lock found, or the checkpoints of another job that resume.c
+ * found there), said once. */
+void snapshot_dir_foreign(trainer *t, const char *why);
 
 /* A checkpoint of the run as it stands, in --ckpt-dir (nothing without
  * it), called by every rank at the same step: local rank 0 of every node

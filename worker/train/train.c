@@ -249,7 +249,8 @@ static int start(trainer *t) {
 static int save_final(trainer *t) {
     if (!t->cfg->ckpt_dir[0]) return 0;
     int64_t step = t->at.global_step;
-    float lacks = t->env.local_rank == 0 && t->disk.handed != step && t->disk.found != step;
+    float lacks = t->env.local_rank == 0 && !t->disk.foreign && t->disk.handed != step &&
+                  t->disk.found != step;
     int rc = step_allreduce_small(t, &lacks, 1);
     if (rc)
         return trainer_fail(t, rc, "agreeing on the final checkpoint failed: %s",
@@ -262,7 +263,8 @@ static int save_final(trainer *t) {
 }
 
 int train_run(const train_config *c) {
-    trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.found = -1, .buffers_step = -1,
+    trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.written = -1,
+                 .disk.found = -1, .buffers_step = -1,
                  .startup.begin = clock_now_ns()};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
@@ -277,6 +279,9 @@ int train_run(const train_config *c) {
     if (rc == 0 && !t.stopped && !trainer_stop_requested) rc = save_final(&t);
     int flushed = snapshot_save_flush(&t); /* the last checkpoint, on disk before "done" */
     if (rc == 0) rc = flushed;
+    /* and on some node's disk at least: else the run did not keep its result */
+    if (rc == 0 && !t.stopped && !trainer_stop_requested)
+        rc = snapshot_keepers(&t, t.at.global_step);
     if (t.env.rank == 0) progress_bar_clear(&t.progress);
     if (rc == 0 && t.env.rank == 0) progress_done(&t);
     snapshot_keep_flush(&t);

@@ -122,9 +122,12 @@ typedef struct {
     struct {
         snapshot_writer *w; /* this rank writes the node's --ckpt-dir (local rank 0) */
         int refused;        /* the directory is another process's: said once */
+        int foreign;        /* not this job's: another job's files or lock, or unusable */
+        char why[3000];     /* why, for the messages */
         int64_t step;       /* handed over and not yet reported written, or -1 */
         int epoch;          /* its epoch */
         int64_t handed;     /* the last step handed to the writer in this process, or -1 */
+        int64_t written;    /* the last step reported written, or -1 */
         int64_t found;      /* local rank 0: the newest step in this node's --ckpt-dir
                              * when this process started (-1: none) */
     } disk;              /* checkpoints in each node's --ckpt-dir (snapshot_save) */
