@@ -279,6 +279,26 @@ TEST(ckpt_keep_counts_only_whole_checkpoints) {
     CHECK_STR(listing(dir), "ckpt-0000000007.ddpt ckpt-0000000008.ddpt ckpt-0000000009.ddpt");
 }
 
+/* The same when the damage is inside (a flipped data byte, the trailer
+ * intact): retention reads the whole file before it counts it, so the
+ * valid ckpt-6 is still the fallback kept. */
+TEST(ckpt_keep_counts_only_checkpoints_that_read_back) {
+    const char *dir = path_in("c");
+    write_sample(dir, 6, 0);
+    const char *seven = write_sample(dir, 7, 0);
+    size_t len, rec[8], data[8];
+    int n;
+    unsigned char *b = slurp(seven, &len);
+    walk(b, len, rec, data, &n);
+    b[data[0] + 3] ^= 0x10; /* inside 'params' */
+    spill(seven, b, len);
+    free(b);
+    write_sample(dir, 8, 2);
+    CHECK_STR(listing(dir), "ckpt-0000000006.ddpt ckpt-0000000007.ddpt ckpt-0000000008.ddpt");
+    write_sample(dir, 9, 2);
+    CHECK_STR(listing(dir), "ckpt-0000000007.ddpt ckpt-0000000008.ddpt ckpt-0000000009.ddpt");
+}
+
 TEST(ckpt_keep_never_deletes_the_one_just_written) {
     /* A newer checkpoint from a rolled-back run is not "older": it stays,
      * and so does the one just written even with keep = 1. */

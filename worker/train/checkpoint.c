@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +295,73 @@ static int looks_whole(const char *path) {
     return ok;
 }
 
+static int read_ckpt(const char *path, ckpt_data *out, char *why, size_t whylen);
+
+/* The files known to read back whole: the ones this process wrote, and
+ * the ones retention read whole once; by identity (device, inode, size,
+ * change time), so that a file changed or replaced since is read again. */
+#define KNOWN_MAX 64
+typedef struct {
+    uint64_t dev, ino, size, ctime_ns;
+} known_file;
+static known_file known_files[KNOWN_MAX];
+static int known_n, known_next;
+static pthread_mutex_t known_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The file at path as known_file; 0, or -1 when it cannot be looked at. */
+static int file_id(const char *path, known_file *f) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    f->dev = (uint64_t)st.st_dev, f->ino = (uint64_t)st.st_ino, f->size = (uint64_t)st.st_size;
+    f->ctime_ns = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+    return 0;
+}
+
+/* Under known_mu. */
+static int is_known(const known_file *f) {
+    for (int i = 0; i < known_n; i++)
+        if (memcmp(&known_files[i], f, sizeof *f) == 0) return 1;
+    return 0;
+}
+
+static void know(const char *path) {
+    pthread_mutex_lock(&known_mu);
+    /* into the next free place (or the oldest), kept only if new */
+    int i = known_n < KNOWN_MAX ? known_n : known_next % KNOWN_MAX;
+    known_file before = known_files[i];
+    if (file_id(path, &known_files[i]) == 0) {
+        known_file *f = &known_files[i];
+        int dup = 0;
+        for (int k = 0; k < known_n && !dup; k++)
+            dup = k != i && memcmp(&known_files[k], f, sizeof *f) == 0;
+        if (dup) known_files[i] = before;
+        else if (known_n < KNOWN_MAX) known_n++;
+        else known_next++;
+    } else {
+        known_files[i] = before;
+    }
+    pthread_mutex_unlock(&known_mu);
+}
+
+/* Whether the file at path reads back as a whole checkpoint: its trailer
+ * first (cheap), then, once per file, every record and CRC. A trailer
+ * alone would count a file damaged inside as a fallback, and retention
+ * would then delete a good one for it. */
+static int reads_back(const char *path) {
+    known_file f;
+    if (!looks_whole(path) || file_id(path, &f) != 0) return 0;
+    pthread_mutex_lock(&known_mu);
+    int seen = is_known(&f);
+    pthread_mutex_unlock(&known_mu);
+    if (seen) return 1;
+    ckpt_data d;
+    char why[512];
+    if (read_ckpt(path, &d, why, sizeof why) < 0) return 0;
+    ckpt_data_free(&d);
+    know(path);
+    return 1;
+}
+
 /* Deletes checkpoints older than `step` beyond the newest `keep` whole
  * ones (the one just written counts as one), and temporary files of writes
  * that died at a step no newer than this one. A damaged older checkpoint
@@ -311,7 +379,7 @@ static void prune(const char *dir, uint64_t step, const char *written, int keep)
         for (int i = 0; i < n; i++) {
             if (e[i].step >= step || strcmp(e[i].name, written) == 0) continue;
             if (fmt_path(p, sizeof p, "%s/%s", dir, e[i].name) != 0) continue;
-            if (!looks_whole(p)) continue; /* left for whoever wants to see what broke */
+            if (!reads_back(p)) continue; /* left for whoever wants to see what broke */
             if (kept < keep) {
                 kept++;
                 continue;
@@ -389,6 +457,7 @@ int ckpt_write(const ckpt_save *save, char *path_out, size_t path_len, char *err
         goto out;
     }
     if (path_out) snprintf(path_out, path_len, "%s", final);
+    know(final); /* what this process wrote reads back: it is not read again */
     prune(dir, step, name, keep);
 out:
     if (fd >= 0) close(fd);
