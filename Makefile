@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -256,6 +256,17 @@ bench-gpu-restart: all
 # against the GPU fed from its own memory, and against torchvision's DataLoader.
 bench-gpu-jpeg: all
 	@bench/gpu_jpeg_bench.sh
+
+# The randomized fault campaign (tests/chaos/chaos.py): CHAOS_SEED, CHAOS_RUNS;
+# make check runs a short one (tests/integration/chaos_short.sh).
+CHAOS_SEED ?= 1
+CHAOS_RUNS ?= 30
+chaos: all
+	@tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover
+
+# A long campaign, for docs/results.md (CHAOS_RUNS=1000).
+bench-chaos-campaign: all
+	@tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover
 
 clean:
 	rm -rf $(B)

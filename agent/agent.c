@@ -216,6 +216,9 @@ static int start_workers(agent *a) {
         }
         snprintf(specs[i].error_file, sizeof specs[i].error_file, "%s/error.json", dir);
         unlink(specs[i].error_file); /* a stale one would be blamed for this attempt */
+        char finished[PATH_MAX];
+        if (worker_finished_file(specs[i].error_file, finished, sizeof finished) == 0)
+            unlink(finished); /* nor may a stale one excuse a failure */
         snprintf(out_file[i], sizeof out_file[i], "%s/stdout.log", dir);
         snprintf(err_file[i], sizeof err_file[i], "%s/stderr.log", dir);
         line_prefix(a, i, prefix[i], sizeof prefix[i]);
@@ -271,7 +274,10 @@ static void on_workers_started(worker_group *g) {
              a->cur.rank_offset, a->cur.rank_offset + n - 1, a->cur.world_size,
              a->cur.restart_count, c->max_restarts, a->cur.round);
     json_t *pids = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(pids, json_integer(g->w[i].pid));
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(pids, json_integer(g->w[i].pid));
+        janitor_track(a->janitor_fd, g->w[i].pid, 1); /* (its own group: UV_PROCESS_DETACHED) */
+    }
     agent_record_event(a, "ddprun.agent.workers_started", "RUNNING",
                 json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
                           a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
@@ -522,9 +528,27 @@ static void settle_failures(agent *a) {
 
 static void on_settle(uv_check_t *c) { settle_failures(c->data); }
 
+/* Whether w said it had finished its work before it failed
+ * (DDPRUN_FINISHED_FILE): then its failure is on its way out, and said. */
+static int finished_first(agent *a, const worker *w) {
+    char path[PATH_MAX];
+    (void)a;
+    if (worker_finished_file(w->error_file, path, sizeof path) != 0 || access(path, F_OK) != 0)
+        return 0;
+    if (w->term_signal)
+        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
+                 "DDPRUN_FINISHED_FILE), then was killed on its way out (signal %d): counted "
+                 "as finished", w->local_rank, w->global_rank, w->pid, w->term_signal);
+    else
+        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
+                 "DDPRUN_FINISHED_FILE), then exited %lld on its way out: counted as finished",
+                 w->local_rank, w->global_rank, w->pid, (long long)w->exit_status);
+    return 1;
+}
+
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
-    int failed = w->term_signal != 0 || w->exit_status != 0;
+    int failed = (w->term_signal != 0 || w->exit_status != 0) && !finished_first(a, w);
     char scope[256]; /* (asked at every exit: a kill the group's stop overtook is cleared) */
     int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
     /* A failure while running, or one reaped in the same turn as that one. */
@@ -573,6 +597,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
 
 static void on_group_idle(worker_group *g) {
     agent *a = g->data;
+    for (int i = 0; i < g->n; i++) janitor_track(a->janitor_fd, g->w[i].pid, 0);
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a);
     agent_speed_group_stopped(a);

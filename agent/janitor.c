@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,8 +12,16 @@
 #define MAX_PATHS 4
 
 int janitor_start(const char *const paths[]) {
-    char *argv[4 + MAX_PATHS + 1] = {"sh", "-c", "{ read _ <&3; exec rm -rf -- \"$@\"; } & exit 0",
-                                     "ddprun-janitor"};
+    /* Lines "+G" and "-G" track the workers' process groups (janitor_track);
+     * at the end of the pipe, those still tracked are killed, the paths
+     * removed. */
+    char *argv[4 + MAX_PATHS + 1] = {
+        "sh", "-c",
+        "{ g=' '; while read -r l <&3; do case $l in +*) g=\"$g${l#+} \";; "
+        "-*) x=${l#-}; case $g in *\" $x \"*) g=\"${g% $x *} ${g#* $x }\";; esac;; esac; done; "
+        "for x in $g; do kill -9 \"-$x\" 2>/dev/null; done; exec rm -rf -- \"$@\"; } & "
+        "exit 0",
+        "ddprun-janitor"};
     int n = 4;
     for (int i = 0; paths[i] && i < MAX_PATHS; i++)
         if (paths[i][0]) argv[n++] = (char *)paths[i];
@@ -50,6 +59,14 @@ int janitor_start(const char *const paths[]) {
         return -1;
     }
     return p[1];
+}
+
+void janitor_track(int fd, int pgid, int on) {
+    if (fd < 0 || pgid <= 0) return;
+    char line[32];
+    int n = snprintf(line, sizeof line, "%c%d\n", on ? '+' : '-', pgid);
+    if (write(fd, line, (size_t)n) != n) { /* (a janitor gone: nothing to tell) */
+    }
 }
 
 void janitor_dismiss(int fd) {

@@ -15,6 +15,13 @@
  * paths are then left to the agent's own clean-up). */
 int janitor_start(const char *const paths[]);
 
+/* The workers' process groups: on (1) once a worker runs, off (0) once
+ * its group is stopped and reaped. Groups still on when the agent ends
+ * are SIGKILLed by the janitor: a worker dies with its agent
+ * (PR_SET_PDEATHSIG), but whatever it started (a shell script's child, a
+ * data loader's processes) would outlive a SIGKILLed agent otherwise. */
+void janitor_track(int fd, int pgid, int on);
+
 /* The agent removed the paths itself: lets the janitor go (finding nothing). */
 void janitor_dismiss(int fd);
 

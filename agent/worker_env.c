@@ -1,6 +1,7 @@
 /* See worker_env.h. */
 #include "agent/worker_env.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,13 @@ const char *worker_env_gpu(const char *cvd, int local_rank, char *out, size_t le
         cvd += n + (cvd[n] == ',');
     }
     return out;
+}
+
+int worker_finished_file(const char *error_file, char *out, size_t len) {
+    const char *slash = strrchr(error_file, '/');
+    int dir = slash ? (int)(slash - error_file) : 1;
+    int n = snprintf(out, len, "%.*s/finished", dir, slash ? error_file : ".");
+    return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
 int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_file,
@@ -57,6 +65,9 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
      * worker hosts their store at MASTER_ADDR:MASTER_PORT (above) */
     VAR("TORCHELASTIC_USE_AGENT_STORE=%s", r->worker_hosted ? "False" : "True");
     VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
+    char finished[WORKER_ENV_LEN - 32]; /* (a longer path is not passed on: none is made) */
+    if (worker_finished_file(error_file, finished, sizeof finished) == 0)
+        VAR("DDPRUN_FINISHED_FILE=%s", finished);
     /* Defaults only, as torchrun: a user's own value reaches the workers. */
     if (!env->torch_nccl_async_set) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
     if (!env->nccl_async_set) VAR("NCCL_ASYNC_ERROR_HANDLING=1");

@@ -34,6 +34,15 @@ typedef struct {
  * sees, as device 0. */
 const char *worker_env_gpu(const char *cvd, int local_rank, char *out, size_t len);
 
+/* DDPRUN_FINISHED_FILE: beside the worker's error file, the file a worker
+ * creates once its work is done and kept (ddp-train: its final state is
+ * on some node's disk). A worker that fails after it made the file (it
+ * hangs on its way out and the watchdog kills it, it crashes while it
+ * exits) has still finished: the agent counts it as finished, with a
+ * warning, rather than restart a job that is complete. 0, or
+ * -ENAMETOOLONG. */
+int worker_finished_file(const char *error_file, char *out, size_t len);
+
 /* torchrun's variables for one local rank, "NAME=value" each, into vars;
  * returns how many. */
 int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_file,

@@ -806,23 +806,77 @@ int rdzv_poke(rdzv *r, int side) {
     return set_str(client_for(r, side), key(r, k, "r%d/poke/%s", round, r->agent_id), "1");
 }
 
+/* Whether the agent `id` said at round's exit barrier that its workers
+ * finished (r<round>/done/<id>). */
+static int said_done(rdzv *r, int round, const char *id) {
+    char k[KEY_MAX];
+    uint8_t *v = NULL;
+    size_t vn;
+    int yes = kv_try_get(r->c, key(r, k, "r%d/done/%s", round, id), &v, &vn) == 0;
+    free(v);
+    return yes;
+}
+
 int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     char k[KEY_MAX], kdone[KEY_MAX], kout[KEY_MAX];
-    int round = r->member_round;
-    int64_t n;
-    int rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &n);
+    int round = r->member_round, n = r->nnodes;
+    int64_t ndone;
+    int rc = set_str(r->c, key(r, k, "r%d/done/%s", round, r->agent_id), "1");
+    if (rc == 0) rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &ndone);
     key(r, kdone, "r%d/alldone", round);
     /* The last one closes the job (for nodes still arriving) before it
      * lets the others go. */
-    if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, key(r, k, "closed"), "1");
-    if (rc == 0 && n >= r->nnodes) rc = set_str(r->c, kdone, "1");
+    if (rc == 0 && ndone >= n) rc = set_str(r->c, key(r, k, "closed"), "1");
+    if (rc == 0 && ndone >= n) rc = set_str(r->c, kdone, "1");
     if (rc) return rc;
-    const char *keys[] = {kdone, key(r, kout, "r%d/outcome", round)};
-    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
-    size_t idx;
-    rc = wait_any_until(r, 2, conds, keys, clock_now_ms() + (int64_t)(timeout_s * 1000), 0,
-                        &idx);
-    return rc ? rc : (idx == 0 ? 0 : RDZV_ANOTHER_FAILED);
+    /* Also watched: every other member's liveness. One lost here, whose
+     * workers had not said they finished, cannot finish any more: it is
+     * counted as done (its workers were past their last collective, as
+     * this node's are: a data-parallel job's ranks finish together), and
+     * said, rather than waited for until the timeout. */
+    size_t cap = 2 + 2 * (size_t)n;
+    char(*buf)[KEY_MAX] = malloc(cap * KEY_MAX);
+    const char **keys = malloc(cap * sizeof *keys);
+    uint8_t *conds = malloc(cap), *gone = calloc((size_t)n + 1, 1);
+    int *member = malloc(cap * sizeof *member);
+    if (!buf || !keys || !conds || !gone || !member) rc = -ENOMEM;
+    int64_t deadline = clock_now_ms() + (int64_t)(timeout_s * 1000);
+    while (rc == 0) {
+        size_t nk = 0;
+        keys[nk] = kdone, conds[nk] = STORE_COND_EXISTS, member[nk++] = -1;
+        keys[nk] = key(r, kout, "r%d/outcome", round), conds[nk] = STORE_COND_EXISTS,
+        member[nk++] = -1;
+        int others = 0;
+        for (int i = 0; i < n; i++) {
+            if (gone[i] || strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
+            others++;
+            if (r->in_job_store)
+                keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id),
+                conds[nk] = STORE_COND_ABSENT, member[nk++] = i;
+            keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id),
+            conds[nk] = STORE_COND_ABSENT, member[nk++] = i;
+        }
+        if (others == 0) { /* every other member finished or is gone */
+            rc = set_str(r->c, key(r, k, "closed"), "1");
+            break;
+        }
+        size_t idx;
+        rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx);
+        if (rc) break;
+        if (idx < 2) {
+            rc = idx == 0 ? 0 : RDZV_ANOTHER_FAILED;
+            break;
+        }
+        int i = member[idx];
+        gone[i] = 1;
+        if (!said_done(r, round, r->nodes[i].agent_id))
+            log_warn("rendezvous '%s': node %s was lost at the exit barrier before it said its "
+                     "workers finished; this node's finished (past the last collective, as its "
+                     "must have been): the job is done",
+                     r->run_id, r->nodes[i].host);
+    }
+    free(buf), free(keys), free(conds), free(gone), free(member);
+    return rc;
 }
 
 void rdzv_lost_message(const rdzv *r, int rc, char *err, size_t errlen) {

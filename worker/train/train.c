@@ -262,6 +262,22 @@ static int save_final(trainer *t) {
     return snapshot_save(t);
 }
 
+/* The launcher's DDPRUN_FINISHED_FILE (ddprun's agent): the run's work is
+ * done and its final state on some node's disk, so a failure from here on
+ * (a hang on the way out, killed by the watchdog) does not make the agent
+ * restart a job that is complete. */
+static void say_finished(const trainer *t) {
+    const char *path = getenv("DDPRUN_FINISHED_FILE");
+    if (!path || !path[0]) return;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        log_warn("cannot write DDPRUN_FINISHED_FILE %s: %s", path, strerror(errno));
+        return;
+    }
+    fprintf(f, "step %lld\n", (long long)t->at.global_step);
+    fclose(f);
+}
+
 int train_run(const train_config *c) {
     trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.written = -1,
                  .disk.found = -1, .buffers_step = -1,
@@ -284,13 +300,18 @@ int train_run(const train_config *c) {
         rc = snapshot_keepers(&t, t.at.global_step);
     if (t.env.rank == 0) progress_bar_clear(&t.progress);
     if (rc == 0 && t.env.rank == 0) progress_done(&t);
+    if (rc == 0 && !t.stopped && !trainer_stop_requested) say_finished(&t);
     snapshot_keep_flush(&t);
     if (rc == 0) snapshot_keep_report(&t, clock_now_s() - t.progress.t_start);
     rank_metrics_flush(&t.rm, clock_now_ns()); /* the last step, whatever the second */
     /* The convention (trainer.h) says the failure was reported; if a path
      * forgot, the agent still gets a reason rather than a bare exit 1. */
     if (rc && !t.err[0]) trainer_fail(&t, rc, "training failed: %s", strerror(-rc));
-    watchdog_release(&t.wd, WATCHED);
+    /* The watch stays on through the clean-up, and the process's end drops
+     * it: a rank that hangs on its way out (stopped, or stuck closing a
+     * peer's connection) after its last step is killed like one that hangs
+     * in a step, and its job does not wait for it for ever. */
+    watchdog_arm(&t.wd, WATCHED);
     trainer_cleanup(&t);
     return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
 }

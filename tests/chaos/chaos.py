@@ -1,0 +1,461 @@
+"""make chaos: a seeded, randomized fault campaign against ddprun + ddp-train,
+judged by a run never interrupted.
+
+Each schedule runs one job: two nodes (two ddprun agents on this machine,
+c10d rendezvous on loopback, one worker each, each node its own --ckpt-dir
+and memory root), ResNet-20 on small synthetic images for two epochs with
+an evaluation after each, checkpoints every few steps and a snapshot in
+memory every step. A schedule draws one to three faults, each a class and a
+moment:
+
+  classes  kill-worker   SIGKILL of one node's worker
+           kill-node     SIGKILL of node 1's agent and worker, the node
+                         started again (a replaced machine; node 0 hosts
+                         the c10d store, whose loss no c10d job survives)
+           hang-worker   SIGSTOP of one node's worker (the file timer's
+                         --step-timeout must find it)
+           preempt       SIGTERM to both agents (a scheduler's preemption),
+                         then the job started again (its requeue)
+           disk-full     one node's --ckpt-dir a 1 MiB tmpfs, too small for
+                         one checkpoint, from the start (root only)
+           slow-disk     one node's checkpoint writes fsync'd slowly
+                         (bench/slow_fsync.c), from the start
+  moments  step=K        once global step K is done
+           eval          as an epoch's last step is done: its evaluation
+           save          as an epoch's evaluation is done: its checkpoint
+           final         as the last step is done: the last evaluation and
+                         the final checkpoint
+
+The oracle, for every schedule: every agent of the last job exits 0 (or,
+where no node has a usable --ckpt-dir, non-zero, saying so); the final
+checkpoint is on some node's disk with the weights, momentum and buffers of
+the uninterrupted run, bit for bit (its digest); no process of the job and
+nothing in its memory roots is left; each agent redid at most one step per
+fault. A failing schedule is shrunk to the fewest of its faults that still
+fail, and printed with the command that replays it.
+
+usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--keep] [--quiet]
+  SPEC: faults separated by ',', each CLASS[@NODE][:MOMENT], e.g.
+        'kill-worker@1:step=13,preempt:eval'
+Prints one line per schedule and, at the end, per fault class and moment,
+how many were drawn and how many broke the oracle. Exit 1 if any did."""
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(ROOT, "build", "bin")
+STEPS_PER_EPOCH = 32
+EPOCHS = 2
+TOTAL = STEPS_PER_EPOCH * EPOCHS
+TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
+         "--synthetic-size", str(STEPS_PER_EPOCH * 32), "--batch-size", "16",
+         "--epochs", str(EPOCHS), "--threads", "1", "--log-every", "1", "--seed", "7",
+         "--ckpt-every", "8", "--snapshot-every", "1", "--step-timeout", "4"]
+CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "disk-full", "slow-disk"]
+MOMENTS = ["step", "eval", "save", "final"]
+WHOLE_RUN = {"disk-full", "slow-disk"}  # conditions from the start, no moment
+JOB_TIMEOUT = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Fault:
+    def __init__(self, cls, node=0, moment="start", step=0):
+        self.cls, self.node, self.moment, self.step = cls, node, moment, step
+
+    def __str__(self):
+        where = f"@{self.node}" if self.cls not in ("preempt",) else ""
+        when = "" if self.cls in WHOLE_RUN else (
+            f":step={self.step}" if self.moment == "step" else f":{self.moment}")
+        return f"{self.cls}{where}{when}"
+
+    @staticmethod
+    def parse(text):
+        m = re.fullmatch(r"([a-z-]+)(?:@([01]))?(?::(step=(\d+)|eval|save|final))?", text.strip())
+        if not m or m.group(1) not in CLASSES:
+            raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
+        cls, node = m.group(1), int(m.group(2) or (1 if m.group(1) == "kill-node" else 0))
+        if cls in WHOLE_RUN:
+            return Fault(cls, node)
+        if m.group(4):
+            return Fault(cls, node, "step", int(m.group(4)))
+        return Fault(cls, node, m.group(3) or "step", 0 if m.group(3) else 1)
+
+
+def draw_one(rng, cls):
+    node = 1 if cls == "kill-node" else rng.randrange(2)
+    if cls in WHOLE_RUN:
+        return Fault(cls, node)
+    moment = rng.choice(MOMENTS)
+    return Fault(cls, node, moment, rng.randrange(1, TOTAL) if moment == "step" else 0)
+
+
+def draw(rng, root_ok):
+    faults = []
+    classes = [c for c in CLASSES if root_ok or c != "disk-full"]
+    for _ in range(rng.choice([1, 1, 2, 2, 3])):
+        f = draw_one(rng, rng.choice(classes))
+        if f.cls in WHOLE_RUN and any(g.cls == f.cls and g.node == f.node for g in faults):
+            continue
+        faults.append(f)
+    return faults
+
+
+def progress(logs):
+    """The last global step any log shows done, and whether an epoch's
+    evaluation result was printed after it."""
+    best, evals = 0, 0
+    for path in logs:
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for e, s in re.findall(r"epoch (\d+)/\d+ step (\d+)/\d+", text):
+            best = max(best, (int(e) - 1) * STEPS_PER_EPOCH + int(s))
+        evals = max(evals, len(re.findall(r"epoch \d+ test:", text)))
+    return best, evals
+
+
+def trigger_reached(f, step, evals):
+    if f.moment == "step":
+        return step >= f.step
+    if f.moment == "eval":  # the first epoch's last step: its evaluation runs now
+        return step >= STEPS_PER_EPOCH
+    if f.moment == "save":  # the first evaluation printed: its checkpoint is written now
+        return evals >= 1
+    if f.moment == "final":
+        return step >= TOTAL
+    return True
+
+
+class Job:
+    """One schedule's job: two agents, restarted as the faults say."""
+
+    def __init__(self, work, tag, faults, slow_so):
+        self.work, self.tag, self.faults, self.slow_so = work, tag, faults, slow_so
+        self.port = free_port()
+        self.agents = [None, None]
+        self.logs = []
+        self.ended = []  # (node, log, exit code) of every agent that ended
+        self.run_id = f"chaos-{tag}"
+
+    def dirs(self, node):
+        return os.path.join(self.work, f"ckpt{node}"), os.path.join(self.work, f"shm{node}")
+
+    def start(self, node):
+        ckpt, shm = self.dirs(node)
+        os.makedirs(shm, exist_ok=True)
+        log = os.path.join(self.work, f"agent{node}.{len(self.logs)}.log")
+        self.logs.append(log)
+        env = dict(os.environ, PATH=BIN + ":" + os.environ["PATH"], DDPRUN_SHM_DIR=shm,
+                   CHAOS_TAG=self.tag, TORCHELASTIC_ENABLE_FILE_TIMER="1", OMP_NUM_THREADS="1")
+        cmd = [os.path.join(BIN, "ddprun"), "--nnodes=2", "--nproc-per-node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
+               f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
+               "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}",
+               "--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + [
+               "--ckpt-dir", ckpt]
+        if any(f.cls == "slow-disk" and f.node == node for f in self.faults):
+            env.update(LD_PRELOAD=self.slow_so, SLOW_FSYNC_MS="300", SLOW_FSYNC_PATH=ckpt)
+        if any(f.cls == "disk-full" and f.node == node for f in self.faults):
+            os.makedirs(ckpt, exist_ok=True)
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   'mount -t tmpfs -o size=1m chaos "$0" && exec "$@"', ckpt] + cmd
+        out = open(log, "w")
+        self.agents[node] = (subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                              start_new_session=True), log)
+        out.close()
+        if node == 0:  # node 0 hosts the c10d store: up before node 1 looks for it
+            deadline = time.time() + 10
+            while time.time() < deadline and self.agents[0][0].poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+    def workers(self, node):
+        p = self.agents[node][0]
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+        return kids  # (under unshare: unshare and sh exec ddprun, the same pid)
+
+    def reap(self, node, timeout, struck=False):
+        """The agent's exit code (None: still running); struck: killed by a
+        fault, so its own exit code says nothing about the job."""
+        p, log = self.agents[node]
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.ended.append((node, log, None if struck else rc))
+        self.agents[node] = None
+        return rc
+
+    def inject(self, f):
+        if f.cls == "kill-worker" or f.cls == "hang-worker":
+            kids = self.workers(f.node)
+            if not kids:
+                return "no worker to strike"
+            os.kill(kids[-1], signal.SIGKILL if f.cls == "kill-worker" else signal.SIGSTOP)
+            return ""
+        if f.cls == "kill-node":
+            if not self.agents[f.node] or self.agents[f.node][0].poll() is not None:
+                return "the node's agent had ended"
+            os.killpg(self.agents[f.node][0].pid, signal.SIGKILL)
+            self.reap(f.node, 10, struck=True)
+            other = self.agents[1 - f.node]
+            if not other or other[0].poll() is not None:
+                return "the other node had ended: the job is over, no node to replace"
+            time.sleep(0.3)
+            self.start(f.node)
+            return ""
+        if f.cls == "preempt":
+            live = [n for n in (0, 1) if self.agents[n] and self.agents[n][0].poll() is None]
+            for n in live:
+                self.agents[n][0].send_signal(signal.SIGTERM)
+            for n in (0, 1):
+                if self.agents[n]:
+                    self.reap(n, 60)
+            if not live:
+                return "the job had ended"
+            # the requeue: the whole job again, resuming from its nodes' disks
+            self.port = free_port()
+            for n in (0, 1):
+                self.start(n)
+            return ""
+        return ""
+
+    def kill_all(self):
+        for a in self.agents:
+            if a:
+                try:
+                    os.killpg(a[0].pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                a[0].wait()
+
+
+def tagged(tag):
+    left = []
+    for env in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(env, "rb") as f:
+                if f"CHAOS_TAG={tag}".encode() in f.read().split(b"\0"):
+                    left.append(int(env.split("/")[2]))
+        except OSError:
+            pass
+    return left
+
+
+def redone(log):
+    with open(log, errors="replace") as f:
+        m = re.findall(r"redone [0-9.]+ s \((\d+) steps?\)", f.read())
+    return int(m[-1]) if m else 0
+
+
+def digest(path):
+    out = subprocess.run([os.path.join(BIN, "ddp-train"), "inspect", path], capture_output=True,
+                         text=True)
+    if out.returncode:
+        return None
+    return json.loads(out.stdout).get("weights_digest")
+
+
+def run_schedule(faults, tag, base, reference, slow_so):
+    """Runs one schedule; returns the list of the oracle's complaints."""
+    work = tempfile.mkdtemp(prefix=f"chaos-{tag}.", dir=base)
+    job = Job(work, tag, faults, slow_so)
+    bad, struck = [], []
+    try:
+        job.start(0)
+        job.start(1)
+        pending = sorted([f for f in faults if f.cls not in WHOLE_RUN],
+                         key=lambda f: (f.moment != "step", f.step))
+        deadline = time.time() + JOB_TIMEOUT
+        while time.time() < deadline:
+            step, evals = progress(job.logs)
+            for f in list(pending):
+                if trigger_reached(f, step, evals):
+                    pending.remove(f)
+                    why = job.inject(f)
+                    struck.append(f"{f.cls} at step {step}" + (f" ({why})" if why else ""))
+            if all(a is None or a[0].poll() is not None for a in job.agents) and not any(
+                    f.cls == "preempt" for f in pending):
+                break
+            time.sleep(0.02)
+        for n in (0, 1):
+            if job.agents[n] and job.reap(n, max(1, deadline - time.time())) is None:
+                bad.append(f"node {n}'s agent still running after {JOB_TIMEOUT} s")
+        job.kill_all()
+        # the oracle
+        full = {f.node for f in faults if f.cls == "disk-full"}
+        last = {}
+        for node, log, rc in job.ended:
+            if rc is not None:
+                last[node] = (log, rc)
+        if len(full) == 2:
+            if all(rc == 0 for _, rc in last.values()):
+                bad.append("no node could keep checkpoints, yet the job exited 0")
+        else:
+            for node, (log, rc) in sorted(last.items()):
+                if rc != 0:
+                    bad.append(f"node {node}'s agent exited {rc} ({os.path.basename(log)})")
+            finals = [p for n in (0, 1) if n not in full
+                      for p in glob.glob(os.path.join(job.dirs(n)[0], f"ckpt-{TOTAL:010d}.ddpt"))]
+            if not finals:
+                bad.append(f"no node holds the final checkpoint (step {TOTAL})")
+            for p in finals:
+                d = digest(p)
+                if d != reference:
+                    bad.append(f"{os.path.relpath(p, work)}: digest {d}, not the uninterrupted "
+                               f"run's {reference}")
+        nfaults = len([f for f in faults if f.cls not in WHOLE_RUN])
+        for node, log, rc in job.ended if len(full) < 2 else []:  # (a job that cannot go on
+            r = redone(log)                                    # redoes what it may)
+            if r > max(nfaults, 0):
+                bad.append(f"{os.path.basename(log)}: {r} steps redone for {nfaults} faults")
+        time.sleep(0.5)
+        left = tagged(tag)
+        if left:
+            bad.append(f"processes left: {left}")
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        for n in (0, 1):
+            shm = job.dirs(n)[1]
+            if os.path.isdir(shm) and os.listdir(shm):
+                bad.append(f"left in node {n}'s memory root: {os.listdir(shm)}")
+    finally:
+        job.kill_all()
+        if bad:
+            keep = os.path.join(base, f"failed-{tag}")
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.move(work, keep)
+            bad.append(f"logs in {keep}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return bad, struck
+
+
+def reference_digest(base):
+    work = tempfile.mkdtemp(prefix="chaos-ref.", dir=base)
+    try:
+        job = Job(work, "ref", [], "")
+        job.start(0)
+        job.start(1)
+        rcs = [job.reap(n, JOB_TIMEOUT) for n in (0, 1)]
+        if rcs != [0, 0]:
+            sys.exit(f"chaos: the uninterrupted run failed ({rcs}); logs: "
+                     + " ".join(open(l).read()[-2000:] for l in job.logs))
+        return digest(os.path.join(job.dirs(0)[0], f"ckpt-{TOTAL:010d}.ddpt"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def shrink(faults, tag, base, reference, slow_so):
+    """The fewest of faults that still break the oracle (one removed at a time)."""
+    cur = list(faults)
+    changed = True
+    while changed and len(cur) > 1:
+        changed = False
+        for i in range(len(cur)):
+            fewer = cur[:i] + cur[i + 1:]
+            if run_schedule(fewer, f"{tag}-s{len(fewer)}{i}", base, reference, slow_so)[0]:
+                cur, changed = fewer, True
+                break
+    return cur
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--replay")
+    ap.add_argument("--classes", help="only these classes, comma-separated")
+    ap.add_argument("--cover", action="store_true",
+                    help="the first schedules take each class in turn (then at random)")
+    a = ap.parse_args()
+    for b in ("ddprun", "ddp-train"):
+        if not os.access(os.path.join(BIN, b), os.X_OK):
+            sys.exit(f"chaos: build/bin/{b} is not built (make)")
+    root_ok = os.geteuid() == 0 and shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
+    base = tempfile.mkdtemp(prefix="ddprun-chaos.")
+    slow_so = os.path.join(base, "slow_fsync.so")
+    if subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", slow_so,
+                       os.path.join(ROOT, "bench", "slow_fsync.c"), "-ldl"]).returncode:
+        sys.exit("chaos: cannot build bench/slow_fsync.c")
+    if not root_ok:
+        print("chaos: not root, or no mount namespace here: no disk-full faults")
+    reference = reference_digest(base)
+    print(f"chaos: seed {a.seed}, {TOTAL} steps a job, the uninterrupted run's digest {reference}",
+          flush=True)
+    if a.replay:
+        schedules = [[Fault.parse(x) for x in a.replay.split(",")]]
+    else:
+        schedules = []
+        for i in range(a.runs):
+            rng = random.Random(f"{a.seed}:{i}")
+            fs = draw(rng, root_ok)
+            usable = [c for c in CLASSES if root_ok or c != "disk-full"]
+            if a.cover and i < len(usable):
+                fs = [draw_one(rng, usable[i])] + [f for f in fs[1:] if f.cls not in WHOLE_RUN]
+            if a.classes:
+                fs = [f for f in fs if f.cls in a.classes.split(",")] or fs
+            schedules.append(fs)
+    stats = {}
+    failed = 0
+    t0 = time.time()
+    for i, faults in enumerate(schedules):
+        spec = ",".join(str(f) for f in faults)
+        s0 = time.time()
+        bad, struck = run_schedule(faults, f"{a.seed}-{i}", base, reference, slow_so)
+        verdict = "ok  " if not bad else "FAIL"
+        print(f"{verdict} {i:4d} {spec} ({time.time() - s0:.1f} s; {'; '.join(struck) or 'from the start'})",
+              flush=True)
+        for f in faults:
+            key = (f.cls, "start" if f.cls in WHOLE_RUN else f.moment)
+            drawn, broke = stats.get(key, (0, 0))
+            stats[key] = (drawn + 1, broke + (1 if bad else 0))
+        if bad:
+            failed += 1
+            for b in bad:
+                print(f"       {b}")
+            least = shrink(faults, f"{a.seed}-{i}", base, reference, slow_so)
+            least_spec = ",".join(str(f) for f in least)
+            print(f"       shrunk to {least_spec}; replay: tests/chaos/chaos.py --replay "
+                  f"'{least_spec}'", flush=True)
+    print(f"chaos: {len(schedules)} schedules in {time.time() - t0:.0f} s, {failed} broke the "
+          f"oracle")
+    print(f"{'class':12s} {'moment':7s} {'drawn':>6s} {'broke':>6s}")
+    for (cls, moment), (drawn, broke) in sorted(stats.items()):
+        print(f"{cls:12s} {moment:7s} {drawn:6d} {broke:6d}")
+    if not failed:
+        shutil.rmtree(base, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
