@@ -16,6 +16,12 @@ moment:
                          --step-timeout must find it)
            preempt       SIGTERM to both agents (a scheduler's preemption),
                          then the job started again (its requeue)
+           preempt-usr1  the same with SIGUSR1, Slurm's warning before it
+                         preempts (--signal; ddprun given
+                         --signals-to-handle ...,SIGUSR1)
+           foreign-ckpt  another job's checkpoint (--seed 1, at a step past
+                         this job's last) in one node's --ckpt-dir from the
+                         start
            disk-full     one node's --ckpt-dir a 1 MiB tmpfs, too small for
                          one checkpoint, from the start (root only)
            slow-disk     one node's checkpoint writes fsync'd slowly
@@ -62,9 +68,12 @@ TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
          "--synthetic-size", str(STEPS_PER_EPOCH * 32), "--batch-size", "16",
          "--epochs", str(EPOCHS), "--threads", "1", "--log-every", "1", "--seed", "7",
          "--ckpt-every", "8", "--snapshot-every", "1", "--step-timeout", "4"]
-CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "disk-full", "slow-disk"]
+CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "preempt-usr1", "disk-full",
+           "slow-disk", "foreign-ckpt"]
 MOMENTS = ["step", "eval", "save", "final"]
-WHOLE_RUN = {"disk-full", "slow-disk"}  # conditions from the start, no moment
+WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
+PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
+FOREIGN = None  # another job's checkpoint, made once (foreign_checkpoint)
 JOB_TIMEOUT = 120
 
 
@@ -79,14 +88,14 @@ class Fault:
         self.cls, self.node, self.moment, self.step = cls, node, moment, step
 
     def __str__(self):
-        where = f"@{self.node}" if self.cls not in ("preempt",) else ""
+        where = f"@{self.node}" if self.cls not in PREEMPT else ""
         when = "" if self.cls in WHOLE_RUN else (
             f":step={self.step}" if self.moment == "step" else f":{self.moment}")
         return f"{self.cls}{where}{when}"
 
     @staticmethod
     def parse(text):
-        m = re.fullmatch(r"([a-z-]+)(?:@([01]))?(?::(step=(\d+)|eval|save|final))?", text.strip())
+        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::(step=(\d+)|eval|save|final))?", text.strip())
         if not m or m.group(1) not in CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
         cls, node = m.group(1), int(m.group(2) or (1 if m.group(1) == "kill-node" else 0))
@@ -168,11 +177,16 @@ class Job:
         cmd = [os.path.join(BIN, "ddprun"), "--nnodes=2", "--nproc-per-node=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
                f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
+               "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}",
                "--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + [
                "--ckpt-dir", ckpt]
         if any(f.cls == "slow-disk" and f.node == node for f in self.faults):
             env.update(LD_PRELOAD=self.slow_so, SLOW_FSYNC_MS="300", SLOW_FSYNC_PATH=ckpt)
+        if any(f.cls == "foreign-ckpt" and f.node == node for f in self.faults):
+            os.makedirs(ckpt, exist_ok=True)
+            if not os.path.exists(os.path.join(ckpt, os.path.basename(FOREIGN))):
+                shutil.copy(FOREIGN, ckpt)
         if any(f.cls == "disk-full" and f.node == node for f in self.faults):
             os.makedirs(ckpt, exist_ok=True)
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
@@ -229,10 +243,10 @@ class Job:
             time.sleep(0.3)
             self.start(f.node)
             return ""
-        if f.cls == "preempt":
+        if f.cls in PREEMPT:
             live = [n for n in (0, 1) if self.agents[n] and self.agents[n][0].poll() is None]
             for n in live:
-                self.agents[n][0].send_signal(signal.SIGTERM)
+                self.agents[n][0].send_signal(PREEMPT[f.cls])
             for n in (0, 1):
                 if self.agents[n]:
                     self.reap(n, 60)
@@ -300,7 +314,7 @@ def run_schedule(faults, tag, base, reference, slow_so):
                     why = job.inject(f)
                     struck.append(f"{f.cls} at step {step}" + (f" ({why})" if why else ""))
             if all(a is None or a[0].poll() is not None for a in job.agents) and not any(
-                    f.cls == "preempt" for f in pending):
+                    f.cls in PREEMPT for f in pending):
                 break
             time.sleep(0.02)
         for n in (0, 1):
@@ -359,6 +373,23 @@ def run_schedule(faults, tag, base, reference, slow_so):
     return bad, struck
 
 
+def foreign_checkpoint(base):
+    """Another job's checkpoint (--seed 1, 8 steps), renamed to a step past
+    this job's last: what a node's leftover directory may hold."""
+    work = os.path.join(base, "foreign")
+    args = list(TRAIN)
+    args[args.index("--seed") + 1] = "1"
+    out = subprocess.run([os.path.join(BIN, "ddp-train")] + args + [
+        "--max-steps", "8", "--ckpt-dir", work, "--no-eval"],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    src = os.path.join(work, "ckpt-0000000008.ddpt")
+    if out.returncode or not os.path.exists(src):
+        sys.exit(f"chaos: cannot make another job's checkpoint: {out.stdout[-2000:]}")
+    dst = os.path.join(base, f"ckpt-{TOTAL + 100:010d}.ddpt")
+    os.rename(src, dst)
+    return dst
+
+
 def reference_digest(base):
     work = tempfile.mkdtemp(prefix="chaos-ref.", dir=base)
     try:
@@ -409,6 +440,8 @@ def main():
         sys.exit("chaos: cannot build bench/slow_fsync.c")
     if not root_ok:
         print("chaos: not root, or no mount namespace here: no disk-full faults")
+    global FOREIGN
+    FOREIGN = foreign_checkpoint(base)
     reference = reference_digest(base)
     print(f"chaos: seed {a.seed}, {TOTAL} steps a job, the uninterrupted run's digest {reference}",
           flush=True)
