@@ -14,7 +14,7 @@ have_numpy || { echo "skipped: numpy (python3-numpy) is not installed"; exit 77;
 [ "$(id -u)" = 0 ] || { echo "skipped: root is needed to mount a tmpfs"; exit 77; }
 command -v unshare > /dev/null || { echo "skipped: unshare (util-linux) is not installed"; exit 77; }
 unshare -m --propagation private true 2> /dev/null || { echo "skipped: cannot make a mount namespace here"; exit 77; }
-train=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
+TRAIN=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
        --no-eval --log-every 100 --batch-size 16 --snapshot-every 0 --ckpt-every 4 --seed 9
        --max-steps 12)
 small() { # DIR command...: the command with a 1 MiB tmpfs at DIR
@@ -23,31 +23,17 @@ small() { # DIR command...: the command with a 1 MiB tmpfs at DIR
     mkdir -p "$dir"
     unshare -m --propagation private sh -c 'mount -t tmpfs -o size=1m ddprun-test "$0" && exec "$@"' "$dir" "$@"
 }
-job() { # name, dir of node 0, dir of node 1, "small" for a full node 1
-    local name=$1 d0=$2 d1=$3 p i
-    p=$(free_port)
-    PIDS=()
-    ddprun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="127.0.0.1:$p" \
-        --rdzv-id="$name" --node-rank=0 --no-python \
-        ddp-train "${train[@]}" --ckpt-dir "$d0" > "$SCRATCH/$name.0.log" 2>&1 &
-    PIDS+=($!)
-    ${4:+small "$d1"} ddprun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="127.0.0.1:$p" \
-        --rdzv-id="$name" --node-rank=1 --no-python \
-        ddp-train "${train[@]}" --ckpt-dir "$d1" > "$SCRATCH/$name.1.log" 2>&1 &
-    PIDS+=($!)
-    local rc=0
-    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
-    [ $rc = 0 ] || { echo "FAIL: job $name failed"; tail -n 20 "$SCRATCH/$name".*.log; exit 1; }
-}
-job fresh "$SCRATCH/f.0" "$SCRATCH/f.1"
-job full "$SCRATCH/a.0" "$SCRATCH/a.1" small
+NODE1_WRAP=()
+two_nodes fresh 1 "$SCRATCH/f.0" "$SCRATCH/f.1"
+NODE1_WRAP=(small "$SCRATCH/a.1")
+two_nodes full 1 "$SCRATCH/a.0" "$SCRATCH/a.1"
 grep -q "rank 1: --ckpt-dir $SCRATCH/a.1 cannot keep this job's checkpoints: .*No space left on device" "$SCRATCH/full.1.log" ||
     { echo "FAIL: node 1 did not say its disk is full"; cat "$SCRATCH/full.1.log"; exit 1; }
 [ -f "$SCRATCH/a.0/ckpt-0000000012.ddpt" ] || { echo "FAIL: node 0 has no final checkpoint"; ls -la "$SCRATCH/a.0"; exit 1; }
 compare "$SCRATCH/a.0" "$SCRATCH/f.0" --exact || { echo "FAIL: not the weights of a job whose disks never filled"; exit 1; }
 
 rc=0
-small "$SCRATCH/only" ddp-train "${train[@]}" --ckpt-dir "$SCRATCH/only" > "$SCRATCH/only.log" 2>&1 || rc=$?
+small "$SCRATCH/only" ddp-train "${TRAIN[@]}" --ckpt-dir "$SCRATCH/only" > "$SCRATCH/only.log" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "no node can keep this job's checkpoints" "$SCRATCH/only.log" &&
     grep -q "No space left on device" "$SCRATCH/only.log" ||
     { echo "FAIL: exit $rc, without saying no node can keep the checkpoints, and why:"; cat "$SCRATCH/only.log"; exit 1; }

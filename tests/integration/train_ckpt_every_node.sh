@@ -11,28 +11,12 @@
 # other says it leaves its checkpoints to that process, and nothing fails.
 source "$(dirname "$0")/../lib/train.bash"
 have_numpy || { echo "skipped: numpy (python3-numpy) is not installed"; exit 77; }
-train=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
+TRAIN=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
        --no-eval --log-every 100 --batch-size 16 --seed 9 --snapshot-every 0 --ckpt-every 4
        --keep 2)
-job() { # name, dir of node 0, dir of node 1, extra ddp-train args...
-    local name=$1 d0=$2 d1=$3 p i dir
-    p=$(free_port)
-    shift 3
-    PIDS=()
-    for i in 0 1; do
-        dir=$d0; [ $i = 1 ] && dir=$d1
-        ddprun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="127.0.0.1:$p" \
-            --rdzv-id="$name" --node-rank="$i" --no-python \
-            ddp-train "${train[@]}" --ckpt-dir "$dir" "$@" > "$SCRATCH/$name.$i.log" 2>&1 &
-        PIDS+=($!)
-    done
-    local rc=0
-    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
-    [ $rc = 0 ] || { echo "FAIL: job $name failed"; tail -n 20 "$SCRATCH/$name".*.log; exit 1; }
-}
 files() { (cd "$1" && ls ckpt-*.ddpt 2> /dev/null | tr '\n' ' '); }
 
-job a "$SCRATCH/a.0" "$SCRATCH/a.1" --max-steps 10
+two_nodes a 2 "$SCRATCH/a.0" "$SCRATCH/a.1" --max-steps 10
 [ "$(files "$SCRATCH/a.1")" = "ckpt-0000000008.ddpt ckpt-0000000010.ddpt " ] ||
     { echo "FAIL: node 1's directory holds '$(files "$SCRATCH/a.1")', not the checkpoints of steps 8 and 10"; cat "$SCRATCH/a.1.log"; exit 1; }
 grep -q "rank 2: checkpoint $SCRATCH/a.1/ckpt-0000000010.ddpt (epoch 1, step 10)" "$SCRATCH/a.1.log" ||
@@ -41,17 +25,17 @@ compare "$SCRATCH/a.1" "$SCRATCH/a.0" --exact || { echo "FAIL: the two nodes' ch
 
 # Every node lost: node 0 comes back empty, node 1 with its old disk.
 cp -r "$SCRATCH/a.1" "$SCRATCH/b.1"
-job b "$SCRATCH/b.0" "$SCRATCH/b.1" --max-steps 16
+two_nodes b 2 "$SCRATCH/b.0" "$SCRATCH/b.1" --max-steps 16
 line=$(grep -h "resuming from" "$SCRATCH"/b.*.log | head -n 1)
 echo "$line"
 grep -q "resuming from $SCRATCH/b.1/ckpt-0000000010.ddpt: epoch 1, step 10 (disk of node " <<< "$line" ||
     { echo "FAIL: the new job did not resume from node 1's checkpoint of step 10"; cat "$SCRATCH"/b.*.log; exit 1; }
-job c "$SCRATCH/c.0" "$SCRATCH/c.1" --max-steps 16
+two_nodes c 2 "$SCRATCH/c.0" "$SCRATCH/c.1" --max-steps 16
 compare "$SCRATCH/b.0" "$SCRATCH/c.0" --exact ||
     { echo "FAIL: the resumed job's weights differ from an uninterrupted job's"; exit 1; }
 
 # One directory for both nodes.
-job s "$SCRATCH/shared" "$SCRATCH/shared" --max-steps 8
+two_nodes s 2 "$SCRATCH/shared" "$SCRATCH/shared" --max-steps 8
 grep -q "rank 2: --ckpt-dir $SCRATCH/shared is held by pid [0-9]*.*; this node leaves its checkpoints to that process" \
     "$SCRATCH/s.1.log" || { echo "FAIL: node 1 did not say it leaves the shared directory to rank 0"; cat "$SCRATCH/s.1.log"; exit 1; }
 [ "$(files "$SCRATCH/shared")" = "ckpt-0000000004.ddpt ckpt-0000000008.ddpt " ] ||

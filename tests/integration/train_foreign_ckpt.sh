@@ -17,34 +17,18 @@
 source "$(dirname "$0")/../lib/train.bash"
 have_numpy || { echo "skipped: numpy (python3-numpy) is not installed"; exit 77; }
 command -v flock > /dev/null || { echo "skipped: flock (util-linux) is not installed"; exit 77; }
-train=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
+TRAIN=(--model resnet20 --data synthetic --input-shape 3x8x8 --synthetic-size 4096 --threads 1
        --no-eval --log-every 100 --batch-size 16 --snapshot-every 0 --ckpt-every 4)
-job() { # name, dir of node 0, dir of node 1, extra ddp-train args...
-    local name=$1 d0=$2 d1=$3 p i dir
-    p=$(free_port)
-    shift 3
-    PIDS=()
-    for i in 0 1; do
-        dir=$d0; [ $i = 1 ] && dir=$d1
-        ddprun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="127.0.0.1:$p" \
-            --rdzv-id="$name" --node-rank="$i" --no-python \
-            ddp-train "${train[@]}" --ckpt-dir "$dir" "$@" > "$SCRATCH/$name.$i.log" 2>&1 &
-        PIDS+=($!)
-    done
-    local rc=0
-    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
-    [ $rc = 0 ] || { echo "FAIL: job $name failed"; tail -n 20 "$SCRATCH/$name".*.log; exit 1; }
-}
 sums() { (cd "$1" && sha256sum ckpt-*.ddpt); }
 
 # The other job: --seed 1, 12 steps, in what will be node 1's directory.
-ddp-train "${train[@]}" --seed 1 --max-steps 12 --ckpt-dir "$SCRATCH/other" > "$SCRATCH/other.log" 2>&1 ||
+ddp-train "${TRAIN[@]}" --seed 1 --max-steps 12 --ckpt-dir "$SCRATCH/other" > "$SCRATCH/other.log" 2>&1 ||
     { cat "$SCRATCH/other.log"; exit 1; }
 before=$(sums "$SCRATCH/other")
-job fresh "$SCRATCH/f.0" "$SCRATCH/f.1" --seed 9 --max-steps 8
+two_nodes fresh 1 "$SCRATCH/f.0" "$SCRATCH/f.1" --seed 9 --max-steps 8
 
 # 1. Leftovers of another job.
-job a "$SCRATCH/a.0" "$SCRATCH/other" --seed 9 --max-steps 8
+two_nodes a 1 "$SCRATCH/a.0" "$SCRATCH/other" --seed 9 --max-steps 8
 if grep -h "resuming from" "$SCRATCH"/a.*.log; then echo "FAIL: resumed from another job's checkpoint"; exit 1; fi
 grep -q "rank 1: --ckpt-dir $SCRATCH/other holds another job's checkpoints (ckpt-0000000012.ddpt: --seed 1, not 9): this node neither resumes from it nor writes there" "$SCRATCH/a.1.log" ||
     { echo "FAIL: node 1 did not say its directory is another job's"; cat "$SCRATCH/a.1.log"; exit 1; }
@@ -52,7 +36,7 @@ grep -q "rank 1: --ckpt-dir $SCRATCH/other holds another job's checkpoints (ckpt
 compare "$SCRATCH/a.0" "$SCRATCH/f.0" --exact || { echo "FAIL: not the weights of a job started fresh"; exit 1; }
 
 # 2. Our configuration's files, newer, but in a directory another job holds.
-job b "$SCRATCH/b.0" "$SCRATCH/b.1" --seed 9 --max-steps 12
+two_nodes b 1 "$SCRATCH/b.0" "$SCRATCH/b.1" --seed 9 --max-steps 12
 mkdir -p "$SCRATCH/live" && cp "$SCRATCH/b.1/ckpt-0000000012.ddpt" "$SCRATCH/live/"
 # the holder: a process of no run of ours with the directory's lock
 "$TEST_PY" -c 'import fcntl, sys, time
@@ -61,7 +45,7 @@ f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX); print("held", flush=T
 holder=$!
 trap 'kill -9 "$holder" 2> /dev/null || true; cleanup' EXIT
 for _ in $(seq 50); do grep -q held "$SCRATCH/holder.out" && break; sleep 0.1; done
-job c "$SCRATCH/c.0" "$SCRATCH/live" --seed 9 --max-steps 8
+two_nodes c 1 "$SCRATCH/c.0" "$SCRATCH/live" --seed 9 --max-steps 8
 kill "$holder"; wait "$holder" 2> /dev/null || true
 if grep -h "resuming from" "$SCRATCH"/c.*.log; then echo "FAIL: resumed from a directory another job holds"; exit 1; fi
 grep -q "rank 1: --ckpt-dir $SCRATCH/live is in use by another job (.*): this node neither resumes from it nor writes there" "$SCRATCH/c.1.log" ||
@@ -71,7 +55,7 @@ compare "$SCRATCH/c.0" "$SCRATCH/f.0" --exact || { echo "FAIL: not the weights o
 
 # 3. Nowhere to keep checkpoints: an error at the start, the files untouched.
 rc=0
-ddp-train "${train[@]}" --seed 9 --max-steps 8 --ckpt-dir "$SCRATCH/other" > "$SCRATCH/none.log" 2>&1 || rc=$?
+ddp-train "${TRAIN[@]}" --seed 9 --max-steps 8 --ckpt-dir "$SCRATCH/other" > "$SCRATCH/none.log" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "no node can keep this job's checkpoints" "$SCRATCH/none.log" ||
     { echo "FAIL: exit $rc without the error saying no node can keep checkpoints:"; cat "$SCRATCH/none.log"; exit 1; }
 [ "$before" = "$(sums "$SCRATCH/other")" ] || { echo "FAIL: the other job's directory changed"; exit 1; }

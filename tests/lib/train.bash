@@ -63,3 +63,27 @@ worker_of_rank() { # RANK AGENT...
 }
 # A variable of process PID's environment.
 env_of() { tr '\0' '\n' < "/proc/$1/environ" | sed -n "s/^$2=//p"; }
+
+# two_nodes NAME NPROC DIR0 DIR1 [ddp-train args...]: a job of two ddprun
+# agents on this host (c10d on loopback, run id NAME), NPROC workers each,
+# each node its own --ckpt-dir, with TRAIN's arguments (an array the
+# scenario sets) and the ones given; logs in $SCRATCH/NAME.<node>.log. With
+# NODE1_WRAP (an array) set, node 1's ddprun runs under it (a mount
+# namespace, say). Fails the scenario if either agent exits non-zero.
+two_nodes() {
+    local name=$1 nproc=$2 d0=$3 d1=$4 p i dir wrap
+    shift 4
+    p=$(free_port)
+    PIDS=()
+    for i in 0 1; do
+        dir=$d0 wrap=()
+        [ $i = 1 ] && dir=$d1 wrap=(${NODE1_WRAP[@]+"${NODE1_WRAP[@]}"})
+        "${wrap[@]}" ddprun --nnodes=2 --nproc-per-node="$nproc" --rdzv-backend=c10d \
+            --rdzv-endpoint="127.0.0.1:$p" --rdzv-id="$name" --node-rank="$i" --no-python \
+            ddp-train "${TRAIN[@]}" --ckpt-dir "$dir" "$@" > "$SCRATCH/$name.$i.log" 2>&1 &
+        PIDS+=($!)
+    done
+    local rc=0
+    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
+    [ $rc = 0 ] || { echo "FAIL: job $name failed"; tail -n 20 "$SCRATCH/$name".*.log; exit 1; }
+}

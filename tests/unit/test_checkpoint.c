@@ -149,6 +149,18 @@ static void walk(const unsigned char *b, size_t len, size_t *rec, size_t *data, 
     CHECK_EQ(off + 16, len);
 }
 
+/* Flips a bit of the sample checkpoint at path, `at` bytes into tensor
+ * `tensor`'s data: damage inside, the trailer intact. */
+static void damage_tensor(const char *path, int tensor, size_t at) {
+    size_t len, rec[8], data[8];
+    int n;
+    unsigned char *b = slurp(path, &len);
+    walk(b, len, rec, data, &n);
+    b[data[tensor] + at] ^= 0x10;
+    spill(path, b, len);
+    free(b);
+}
+
 /* ---- tests ---- */
 
 TEST(ckpt_crc32_matches_zlib) {
@@ -285,14 +297,7 @@ TEST(ckpt_keep_counts_only_whole_checkpoints) {
 TEST(ckpt_keep_counts_only_checkpoints_that_read_back) {
     const char *dir = path_in("c");
     write_sample(dir, 6, 0);
-    const char *seven = write_sample(dir, 7, 0);
-    size_t len, rec[8], data[8];
-    int n;
-    unsigned char *b = slurp(seven, &len);
-    walk(b, len, rec, data, &n);
-    b[data[0] + 3] ^= 0x10; /* inside 'params' */
-    spill(seven, b, len);
-    free(b);
+    damage_tensor(write_sample(dir, 7, 0), 0, 3); /* inside 'params' */
     write_sample(dir, 8, 2);
     CHECK_STR(listing(dir), "ckpt-0000000006.ddpt ckpt-0000000007.ddpt ckpt-0000000008.ddpt");
     write_sample(dir, 9, 2);
