@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """make chaos: a seeded, randomized fault campaign against ddprun + ddp-train,
 judged by a run never interrupted.
 
