@@ -38,7 +38,8 @@ where no node has a usable --ckpt-dir, non-zero, saying so); the final
 checkpoint is on some node's disk with the weights, momentum and buffers of
 the uninterrupted run, bit for bit (its digest); no process of the job and
 nothing in its memory roots is left; each agent redid at most one step per
-fault. A failing schedule is shrunk to the fewest of its faults that still
+fault; the logs name each fault struck alone (the worker's SIGKILL, the
+watchdog's kill, the node that left, the signal). A failing schedule is shrunk to the fewest of its faults that still
 fail, and printed with the command that replays it.
 
 usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--keep] [--quiet]
@@ -288,6 +289,38 @@ def redone(log):
     return int(m[-1]) if m else 0
 
 
+# What the logs must say of each fault struck alone (no other within
+# ALONE_S): the failure named where the job carried on after it.
+NAMED = {
+    "kill-worker": r"failed: Signal 9 \(SIGKILL\)|killed on its way out \(signal 9\)",
+    "hang-worker": r"stopped by the worker watchdog|killed on its way out \(signal 9\)",
+    "kill-node": r"a node left|lost at the exit barrier|node is waiting to join",
+    "preempt": r"SIGTERM received: forwarding it to the workers",
+    "preempt-usr1": r"SIGUSR1 received: forwarding it to the workers",
+}
+ALONE_S = 2.0
+
+
+def unnamed(logs, struck):
+    """The faults struck alone that no log names."""
+    text = ""
+    for path in logs:
+        try:
+            with open(path, errors="replace") as f:
+                text += f.read()
+        except OSError:
+            pass
+    out = []
+    for cls, at, excused in struck:
+        if excused or cls not in NAMED:
+            continue
+        if any(abs(at - t) < ALONE_S and (c, t) != (cls, at) for c, t, _ in struck):
+            continue
+        if not re.search(NAMED[cls], text):
+            out.append(cls)
+    return out
+
+
 def digest(path):
     out = subprocess.run([os.path.join(BIN, "ddp-train"), "inspect", path], capture_output=True,
                          text=True)
@@ -300,7 +333,7 @@ def run_schedule(faults, tag, base, reference, slow_so):
     """Runs one schedule; returns the list of the oracle's complaints."""
     work = tempfile.mkdtemp(prefix=f"chaos-{tag}.", dir=base)
     job = Job(work, tag, faults, slow_so)
-    bad, struck = [], []
+    bad, struck, strikes = [], [], []
     try:
         job.start(0)
         job.start(1)
@@ -312,8 +345,10 @@ def run_schedule(faults, tag, base, reference, slow_so):
             for f in list(pending):
                 if trigger_reached(f, step, evals):
                     pending.remove(f)
+                    at = time.time()
                     why = job.inject(f)
                     struck.append(f"{f.cls} at step {step}" + (f" ({why})" if why else ""))
+                    strikes.append((f.cls, at, bool(why)))
             if all(a is None or a[0].poll() is not None for a in job.agents) and not any(
                     f.cls in PREEMPT for f in pending):
                 break
@@ -344,6 +379,8 @@ def run_schedule(faults, tag, base, reference, slow_so):
                 if d != reference:
                     bad.append(f"{os.path.relpath(p, work)}: digest {d}, not the uninterrupted "
                                f"run's {reference}")
+        for cls in unnamed(job.logs, strikes) if len(full) < 2 else []:
+            bad.append(f"no log names the {cls}")
         nfaults = len([f for f in faults if f.cls not in WHOLE_RUN])
         for node, log, rc in job.ended if len(full) < 2 else []:  # (a job that cannot go on
             r = redone(log)                                    # redoes what it may)
