@@ -12,11 +12,14 @@ others. Without ddprun (no DDPRUN_SNAPSHOT_DIR) it simply starts from step 0.
         examples/snapshot_resume.py --steps 200
 
 Options: --steps N (100), --kill-at S (tests: on the first attempt, rank 1
-kills itself with SIGKILL during step S, after the step before was saved).
+kills itself with SIGKILL during step S, after the step before was saved),
+--step-ms M (tests: each step also waits M ms, as a real model's compute
+would take), --log-every N (rank 0 prints "step S/STEPS" every N steps).
 """
 import argparse
 import os
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -49,6 +52,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--kill-at", type=int, default=-1)
+    ap.add_argument("--step-ms", type=float, default=0)
+    ap.add_argument("--log-every", type=int, default=0)
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -78,14 +83,28 @@ def main():
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        if args.step_ms:
+            time.sleep(args.step_ms / 1000)
         if path and local_rank == 0:  # one copy per node, replaced whole
             tmp = path + ".tmp"
             torch.save({"step": step, "model": model.module.state_dict(),
                         "opt": opt.state_dict()}, tmp)
             os.replace(tmp, path)
+        if rank == 0 and args.log_every and (step + 1) % args.log_every == 0:
+            print(f"step {step + 1}/{args.steps}", flush=True)
     if rank == 0:
         w = torch.cat([p.detach().flatten() for p in model.parameters()])
         print(f"final step {args.steps - 1} weights {w.double().sum().item():.10f}", flush=True)
+    # The work is done: said to ddprun (DDPRUN_FINISHED_FILE), which then
+    # counts this worker as finished even if it fails on its way out.
+    done = os.environ.get("DDPRUN_FINISHED_FILE")
+    if done:
+        with open(done, "w") as f:
+            f.write(f"step {args.steps - 1}\n")
+    # Every rank past its last collective before the group goes: PyTorch
+    # 1.13's gloo group can deadlock in its destructor when a collective's
+    # tensors are still being released on its thread (found by make chaos).
+    dist.barrier()
     dist.destroy_process_group()
 
 

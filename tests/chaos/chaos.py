@@ -42,7 +42,14 @@ fault; the logs name each fault struck alone (the worker's SIGKILL, the
 watchdog's kill, the node that left, the signal). A failing schedule is shrunk to the fewest of its faults that still
 fail, and printed with the command that replays it.
 
-usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--keep] [--quiet]
+With --workload torch, the job is a PyTorch DDP script instead
+(examples/snapshot_resume.py: gloo, TORCH_PY's torch, its state in
+DDPRUN_SNAPSHOT_DIR after every step, no disk checkpoints): the classes
+kill-worker and kill-node, at a random step (the script's --log-every 1
+lines); the oracle: every agent exits 0, the final weights the script
+prints are the uninterrupted run's, nothing left behind.
+
+usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--workload ddp-train|torch]
   SPEC: faults separated by ',', each CLASS[@NODE][:MOMENT], e.g.
         'kill-worker@1:step=13,preempt:eval'
 Prints one line per schedule and, at the end, per fault class and moment,
@@ -76,7 +83,12 @@ MOMENTS = ["step", "eval", "save", "final"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
 PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
 FOREIGN = None  # another job's checkpoint, made once (foreign_checkpoint)
-JOB_TIMEOUT = 120
+JOB_TIMEOUT = int(os.environ.get("CHAOS_JOB_TIMEOUT", "120"))
+WORKLOAD = "ddp-train"
+TORCH_PY = os.environ.get("TORCH_PY", "/usr/bin/python3")
+TORCH_STEPS = 100
+TORCH_CLASSES = ["kill-worker", "kill-node"]
+TORCH_TIME = 5.0  # the uninterrupted torch run's seconds (measured: reference_digest)
 
 
 def free_port():
@@ -92,19 +104,21 @@ class Fault:
     def __str__(self):
         where = f"@{self.node}" if self.cls not in PREEMPT else ""
         when = "" if self.cls in WHOLE_RUN else (
-            f":step={self.step}" if self.moment == "step" else f":{self.moment}")
+            f":step={self.step}" if self.moment == "step" else
+            f":ms={self.step}" if self.moment == "time" else f":{self.moment}")
         return f"{self.cls}{where}{when}"
 
     @staticmethod
     def parse(text):
-        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::(step=(\d+)|eval|save|final))?", text.strip())
+        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::((step|ms)=(\d+)|eval|save|final))?",
+                         text.strip())
         if not m or m.group(1) not in CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
         cls, node = m.group(1), int(m.group(2) or (1 if m.group(1) == "kill-node" else 0))
         if cls in WHOLE_RUN:
             return Fault(cls, node)
         if m.group(4):
-            return Fault(cls, node, "step", int(m.group(4)))
+            return Fault(cls, node, "step" if m.group(4) == "step" else "time", int(m.group(5)))
         return Fault(cls, node, m.group(3) or "step", 0 if m.group(3) else 1)
 
 
@@ -114,6 +128,15 @@ def draw_one(rng, cls):
         return Fault(cls, node)
     moment = rng.choice(MOMENTS)
     return Fault(cls, node, moment, rng.randrange(1, TOTAL) if moment == "step" else 0)
+
+
+def draw_torch(rng):
+    """The PyTorch workload's faults: a worker or node 1 killed after a
+    random time within the uninterrupted run's (milliseconds in step)."""
+    latest = float(os.environ.get("CHAOS_TORCH_LATEST", "1.0"))
+    return [Fault(c, 1 if c == "kill-node" else rng.randrange(2), "step",
+                  rng.randrange(1, max(2, int(latest * TORCH_STEPS))))
+            for c in (rng.choice(TORCH_CLASSES) for _ in range(rng.choice([1, 1, 2])))]
 
 
 def draw(rng, root_ok):
@@ -139,11 +162,15 @@ def progress(logs):
             continue
         for e, s in re.findall(r"epoch (\d+)/\d+ step (\d+)/\d+", text):
             best = max(best, (int(e) - 1) * STEPS_PER_EPOCH + int(s))
+        for s in re.findall(r"^step (\d+)/\d+$", text, re.M):  # the PyTorch script's
+            best = max(best, int(s))
         evals = max(evals, len(re.findall(r"epoch \d+ test:", text)))
     return best, evals
 
 
-def trigger_reached(f, step, evals):
+def trigger_reached(f, step, evals, elapsed=0.0):
+    if f.moment == "time":
+        return elapsed >= f.step / 1000
     if f.moment == "step":
         return step >= f.step
     if f.moment == "eval":  # the first epoch's last step: its evaluation runs now
@@ -176,13 +203,17 @@ class Job:
         self.logs.append(log)
         env = dict(os.environ, PATH=BIN + ":" + os.environ["PATH"], DDPRUN_SHM_DIR=shm,
                    CHAOS_TAG=self.tag, TORCHELASTIC_ENABLE_FILE_TIMER="1", OMP_NUM_THREADS="1")
+        if WORKLOAD == "torch":
+            program = ["--no-python", TORCH_PY, os.path.join(ROOT, "examples", "snapshot_resume.py"),
+                       "--steps", str(TORCH_STEPS), "--step-ms", "10", "--log-every", "1"]
+        else:
+            program = ["--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + ["--ckpt-dir", ckpt]
         cmd = [os.path.join(BIN, "ddprun"), "--nnodes=2", "--nproc-per-node=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
                f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
                "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
-               "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}",
-               "--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + [
-               "--ckpt-dir", ckpt]
+               "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}"
+               ] + program
         if any(f.cls == "slow-disk" and f.node == node for f in self.faults):
             env.update(LD_PRELOAD=self.slow_so, SLOW_FSYNC_MS="300", SLOW_FSYNC_PATH=ckpt)
         if any(f.cls == "foreign-ckpt" and f.node == node for f in self.faults):
@@ -271,6 +302,14 @@ class Job:
                 a[0].wait()
 
 
+def proc_text(pid, name):
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
 def tagged(tag):
     left = []
     for env in glob.glob("/proc/[0-9]*/environ"):
@@ -333,22 +372,25 @@ def run_schedule(faults, tag, base, reference, slow_so):
     """Runs one schedule; returns the list of the oracle's complaints."""
     work = tempfile.mkdtemp(prefix=f"chaos-{tag}.", dir=base)
     job = Job(work, tag, faults, slow_so)
-    bad, struck, strikes = [], [], []
+    bad, struck, strikes, torch_strikes = [], [], [], []
     try:
         job.start(0)
         job.start(1)
         pending = sorted([f for f in faults if f.cls not in WHOLE_RUN],
                          key=lambda f: (f.moment != "step", f.step))
-        deadline = time.time() + JOB_TIMEOUT
+        t0 = time.time()
+        deadline = t0 + JOB_TIMEOUT
         while time.time() < deadline:
             step, evals = progress(job.logs)
             for f in list(pending):
-                if trigger_reached(f, step, evals):
+                if trigger_reached(f, step, evals, time.time() - t0):
                     pending.remove(f)
                     at = time.time()
                     why = job.inject(f)
-                    struck.append(f"{f.cls} at step {step}" + (f" ({why})" if why else ""))
+                    when = f"{time.time() - t0:.2f} s" if f.moment == "time" else f"step {step}"
+                    struck.append(f"{f.cls} at {when}" + (f" ({why})" if why else ""))
                     strikes.append((f.cls, at, bool(why)))
+                    torch_strikes.append((f.cls, step, bool(why)))
             if all(a is None or a[0].poll() is not None for a in job.agents) and not any(
                     f.cls in PREEMPT for f in pending):
                 break
@@ -356,6 +398,13 @@ def run_schedule(faults, tag, base, reference, slow_so):
         for n in (0, 1):
             if job.agents[n] and job.reap(n, max(1, deadline - time.time())) is None:
                 bad.append(f"node {n}'s agent still running after {JOB_TIMEOUT} s")
+        if any(job.agents):  # what each of the job's processes waits in, for the look
+            with open(os.path.join(work, "hung.txt"), "w") as out:
+                for pid in tagged(tag):
+                    out.write(f"pid {pid}: {proc_text(pid, 'cmdline')}\n")
+                    for task in sorted(os.listdir(f"/proc/{pid}/task")):
+                        out.write(f"  thread {task} ({proc_text(pid, f'task/{task}/comm')}): "
+                                  f"{proc_text(pid, f'task/{task}/wchan')}\n")
         job.kill_all()
         # the oracle
         full = {f.node for f in faults if f.cls == "disk-full"}
@@ -363,7 +412,29 @@ def run_schedule(faults, tag, base, reference, slow_so):
         for node, log, rc in job.ended:
             if rc is not None:
                 last[node] = (log, rc)
-        if len(full) == 2:
+        if WORKLOAD == "torch":
+            for node, (log, rc) in sorted(last.items()):
+                if rc != 0:
+                    bad.append(f"node {node}'s agent exited {rc} ({os.path.basename(log)})")
+            resumed = []
+            for path in job.logs:
+                with open(path, errors="replace") as fh:
+                    resumed += re.findall(r"resuming from step (\d+)", fh.read())
+            struck.append("resumed from step " + ", ".join(resumed) if resumed else
+                          "no resume (struck before the first snapshot)")
+            # at most the step under way lost: a fault seen after step k (its
+            # "step k/N" line, the state of step index k-1 kept) resumes from
+            # index k-1 or later (paired in order, where each made a restart)
+            hits = sorted(k for _, k, excused in torch_strikes if not excused)
+            if len(hits) == len(resumed):
+                for k, r in zip(hits, sorted(int(x) for x in resumed)):
+                    if r < k - 1:
+                        bad.append(f"struck after step {k}, resumed from step index {r}: "
+                                   f"{k - 1 - r} steps lost")
+            got = torch_final(job.logs)
+            if got != reference:
+                bad.append(f"final weights {got}, not the uninterrupted run's {reference}")
+        elif len(full) == 2:
             if all(rc == 0 for _, rc in last.values()):
                 bad.append("no node could keep checkpoints, yet the job exited 0")
         else:
@@ -379,10 +450,10 @@ def run_schedule(faults, tag, base, reference, slow_so):
                 if d != reference:
                     bad.append(f"{os.path.relpath(p, work)}: digest {d}, not the uninterrupted "
                                f"run's {reference}")
-        for cls in unnamed(job.logs, strikes) if len(full) < 2 else []:
+        for cls in unnamed(job.logs, strikes) if len(full) < 2 and WORKLOAD != "torch" else []:
             bad.append(f"no log names the {cls}")
         nfaults = len([f for f in faults if f.cls not in WHOLE_RUN])
-        for node, log, rc in job.ended if len(full) < 2 else []:  # (a job that cannot go on
+        for node, log, rc in job.ended if len(full) < 2 and WORKLOAD != "torch" else []:  # (a job that cannot go on
             r = redone(log)                                    # redoes what it may)
             if r > max(nfaults, 0):
                 bad.append(f"{os.path.basename(log)}: {r} steps redone for {nfaults} faults")
@@ -428,16 +499,31 @@ def foreign_checkpoint(base):
     return dst
 
 
+def torch_final(logs):
+    """The final weights the PyTorch script's rank 0 printed (its last run's)."""
+    found = None
+    for path in logs:
+        with open(path, errors="replace") as f:
+            for m in re.finditer(r"final step \d+ weights (\S+)", f.read()):
+                found = m.group(1)
+    return found
+
+
 def reference_digest(base):
+    global TORCH_TIME
     work = tempfile.mkdtemp(prefix="chaos-ref.", dir=base)
     try:
         job = Job(work, "ref", [], "")
+        t0 = time.time()
         job.start(0)
         job.start(1)
         rcs = [job.reap(n, JOB_TIMEOUT) for n in (0, 1)]
         if rcs != [0, 0]:
             sys.exit(f"chaos: the uninterrupted run failed ({rcs}); logs: "
                      + " ".join(open(l).read()[-2000:] for l in job.logs))
+        if WORKLOAD == "torch":
+            TORCH_TIME = time.time() - t0
+            return torch_final(job.logs)
         return digest(os.path.join(job.dirs(0)[0], f"ckpt-{TOTAL:010d}.ddpt"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -463,9 +549,16 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--replay")
     ap.add_argument("--classes", help="only these classes, comma-separated")
+    ap.add_argument("--workload", choices=["ddp-train", "torch"], default="ddp-train")
     ap.add_argument("--cover", action="store_true",
                     help="the first schedules take each class in turn (then at random)")
     a = ap.parse_args()
+    global WORKLOAD
+    WORKLOAD = a.workload
+    if WORKLOAD == "torch" and subprocess.run([TORCH_PY, "-c", "import torch"],
+                                              capture_output=True).returncode:
+        print(f"chaos: skipped: {TORCH_PY} has no torch (TORCH_PY names another python)")
+        return 77
     for b in ("ddprun", "ddp-train"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             sys.exit(f"chaos: build/bin/{b} is not built (make)")
@@ -489,10 +582,14 @@ def main():
         schedules = []
         for i in range(a.runs):
             rng = random.Random(f"{a.seed}:{i}")
-            fs = draw(rng, root_ok)
+            fs = draw(rng, root_ok) if WORKLOAD != "torch" else draw_torch(rng)
             usable = [c for c in CLASSES if root_ok or c != "disk-full"]
-            if a.cover and i < len(usable):
+            if WORKLOAD == "torch":
+                usable = TORCH_CLASSES
+            if a.cover and i < len(usable) and WORKLOAD != "torch":
                 fs = [draw_one(rng, usable[i])] + [f for f in fs[1:] if f.cls not in WHOLE_RUN]
+            elif a.cover and i < len(usable):
+                fs = [Fault(usable[i], 1, "step", fs[0].step)] + fs[1:]
             if a.classes:
                 fs = [f for f in fs if f.cls in a.classes.split(",")] or fs
             schedules.append(fs)
@@ -516,8 +613,8 @@ def main():
                 print(f"       {b}")
             least = shrink(faults, f"{a.seed}-{i}", base, reference, slow_so)
             least_spec = ",".join(str(f) for f in least)
-            print(f"       shrunk to {least_spec}; replay: tests/chaos/chaos.py --replay "
-                  f"'{least_spec}'", flush=True)
+            print(f"       shrunk to {least_spec}; replay: tests/chaos/chaos.py "
+                  f"--workload {WORKLOAD} --replay '{least_spec}'", flush=True)
     print(f"chaos: {len(schedules)} schedules in {time.time() - t0:.0f} s, {failed} broke the "
           f"oracle")
     print(f"{'class':12s} {'moment':7s} {'drawn':>6s} {'broke':>6s}")
