@@ -206,6 +206,13 @@ static int begin(store_client *c, store_op op) {
     return store_enc_op(&c->out, c->gen, op) == 0 ? 0 : -ENOTSUP;
 }
 
+int store_client_can_cancel(store_client *c) {
+    buf_clear(&c->out);
+    int ok = !c->dead && store_enc_op(&c->out, c->gen, STORE_OP_CANCEL_WAIT) == 0;
+    buf_clear(&c->out);
+    return ok;
+}
+
 static void put_str(store_client *c, const char *s) { store_enc_bytes(&c->out, s, strlen(s)); }
 
 static void put_keys(store_client *c, size_t n, const char *const *keys) {

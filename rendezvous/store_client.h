@@ -48,6 +48,10 @@ int store_compare_set(store_client *c, const char *key, const void *expected, si
                       const void *desired, size_t dlen, uint8_t **out, size_t *olen);
 /* *ready = 1 if all keys exist. */
 int store_check(store_client *c, size_t n, const char *const *keys, int *ready);
+/* Whether a wait that times out can be cancelled with the connection kept
+ * (ddprun-store, torch 2.x's TCPStore; not torch 1.13's): then a long wait
+ * may be cut into short ones, to look at something else in between. */
+int store_client_can_cancel(store_client *c);
 /* Waits for all keys; timeout_ms < 0 means the client's default. On a
  * timeout sends CANCEL_WAIT, drains the reply and returns -ETIMEDOUT with
  * the connection still usable. */

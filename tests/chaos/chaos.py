@@ -32,6 +32,9 @@ moment:
            save          as an epoch's evaluation is done: its checkpoint
            final         as the last step is done: the last evaluation and
                          the final checkpoint
+           recovery      as the group restarts after another fault: during
+                         the rendezvous, the workers' start, the resume's
+                         broadcast (never, without another fault)
 
 The oracle, for every schedule: every agent of the last job exits 0 (or,
 where no node has a usable --ckpt-dir, non-zero, saying so); the final
@@ -79,12 +82,13 @@ TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
          "--ckpt-every", "8", "--snapshot-every", "1", "--step-timeout", "4"]
 CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "preempt-usr1", "disk-full",
            "slow-disk", "foreign-ckpt"]
-MOMENTS = ["step", "eval", "save", "final"]
+MOMENTS = ["step", "eval", "save", "final", "recovery"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
 PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
 FOREIGN = None  # another job's checkpoint, made once (foreign_checkpoint)
 JOB_TIMEOUT = int(os.environ.get("CHAOS_JOB_TIMEOUT", "120"))
 WORKLOAD = "ddp-train"
+KEEP = False  # --keep: every schedule's logs kept
 TORCH_PY = os.environ.get("TORCH_PY", "/usr/bin/python3")
 TORCH_STEPS = 100
 TORCH_CLASSES = ["kill-worker", "kill-node"]
@@ -110,7 +114,7 @@ class Fault:
 
     @staticmethod
     def parse(text):
-        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::((step|ms)=(\d+)|eval|save|final))?",
+        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
                          text.strip())
         if not m or m.group(1) not in CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
@@ -151,9 +155,9 @@ def draw(rng, root_ok):
 
 
 def progress(logs):
-    """The last global step any log shows done, and whether an epoch's
-    evaluation result was printed after it."""
-    best, evals = 0, 0
+    """The last global step any log shows done, how many evaluation results
+    were printed, and how many restarts began."""
+    best, evals, restarts = 0, 0, 0
     for path in logs:
         try:
             with open(path, errors="replace") as f:
@@ -165,10 +169,13 @@ def progress(logs):
         for s in re.findall(r"^step (\d+)/\d+$", text, re.M):  # the PyTorch script's
             best = max(best, int(s))
         evals = max(evals, len(re.findall(r"epoch \d+ test:", text)))
-    return best, evals
+        restarts += len(re.findall(r"stopping the group|re-forming the group", text))
+    return best, evals, restarts
 
 
-def trigger_reached(f, step, evals, elapsed=0.0):
+def trigger_reached(f, step, evals, elapsed=0.0, restarts=0):
+    if f.moment == "recovery":
+        return restarts > 0
     if f.moment == "time":
         return elapsed >= f.step / 1000
     if f.moment == "step":
@@ -381,9 +388,9 @@ def run_schedule(faults, tag, base, reference, slow_so):
         t0 = time.time()
         deadline = t0 + JOB_TIMEOUT
         while time.time() < deadline:
-            step, evals = progress(job.logs)
+            step, evals, restarts = progress(job.logs)
             for f in list(pending):
-                if trigger_reached(f, step, evals, time.time() - t0):
+                if trigger_reached(f, step, evals, time.time() - t0, restarts):
                     pending.remove(f)
                     at = time.time()
                     why = job.inject(f)
@@ -472,11 +479,11 @@ def run_schedule(faults, tag, base, reference, slow_so):
                 bad.append(f"left in node {n}'s memory root: {os.listdir(shm)}")
     finally:
         job.kill_all()
-        if bad:
-            keep = os.path.join(base, f"failed-{tag}")
+        if bad or KEEP:
+            keep = os.path.join(base, f"{'failed' if bad else 'kept'}-{tag}")
             shutil.rmtree(keep, ignore_errors=True)
             shutil.move(work, keep)
-            bad.append(f"logs in {keep}")
+            print(f"       logs in {keep}") if not bad else bad.append(f"logs in {keep}")
         else:
             shutil.rmtree(work, ignore_errors=True)
     return bad, struck
@@ -550,11 +557,12 @@ def main():
     ap.add_argument("--replay")
     ap.add_argument("--classes", help="only these classes, comma-separated")
     ap.add_argument("--workload", choices=["ddp-train", "torch"], default="ddp-train")
+    ap.add_argument("--keep", action="store_true", help="keep every schedule's logs")
     ap.add_argument("--cover", action="store_true",
                     help="the first schedules take each class in turn (then at random)")
     a = ap.parse_args()
-    global WORKLOAD
-    WORKLOAD = a.workload
+    global WORKLOAD, KEEP
+    WORKLOAD, KEEP = a.workload, a.keep
     if WORKLOAD == "torch" and subprocess.run([TORCH_PY, "-c", "import torch"],
                                               capture_output=True).returncode:
         print(f"chaos: skipped: {TORCH_PY} has no torch (TORCH_PY names another python)")
@@ -620,7 +628,7 @@ def main():
     print(f"{'class':12s} {'moment':7s} {'drawn':>6s} {'broke':>6s}")
     for (cls, moment), (drawn, broke) in sorted(stats.items()):
         print(f"{cls:12s} {moment:7s} {drawn:6d} {broke:6d}")
-    if not failed:
+    if not failed and not KEEP:
         shutil.rmtree(base, ignore_errors=True)
     return 1 if failed else 0
 

@@ -102,6 +102,9 @@ static int parse_entry(comm_peers *p, int i, const uint8_t *v, size_t len) {
     return rc;
 }
 
+/* The slice of the wait for the ranks' addresses (see below). */
+#define WAIT_SLICE_MS 200
+
 int comm_bootstrap_exchange(store_client *st, const char *prefix, int rank, int world,
                             const char *addr, const char *hostid, comm_peers *out,
                             comm_call *k) {
@@ -133,8 +136,21 @@ int comm_bootstrap_exchange(store_client *st, const char *prefix, int rank, int 
                             keys[rank], strerror(-rc));
         goto out;
     }
-    store_client_set_timeout(st, ms_left(k));
-    rc = store_wait(st, (size_t)world, (const char *const *)keys, ms_left(k));
+    /* In slices where the store can cancel a wait, so that a rank told to
+     * stop (abort_at_ns) while a peer it waits for is gone stops within a
+     * slice rather than at the timeout. */
+    int slice = store_client_can_cancel(st) ? WAIT_SLICE_MS : 0;
+    for (;;) {
+        int left = ms_left(k), wait = slice && slice < left ? slice : left;
+        store_client_set_timeout(st, left);
+        rc = store_wait(st, (size_t)world, (const char *const *)keys, wait);
+        if (rc != -ETIMEDOUT || wait == left) break;
+        int stop = comm_call_stopped(k);
+        if (stop == -ECANCELED) {
+            rc = comm_call_check(k);
+            goto out;
+        }
+    }
     if (rc == -ETIMEDOUT) {
         /* Name the missing ranks: that is what someone debugging a hang needs. */
         char missing[256] = "";
