@@ -151,6 +151,15 @@ def draw(rng, root_ok):
         if f.cls in WHOLE_RUN and any(g.cls == f.cls and g.node == f.node for g in faults):
             continue
         faults.append(f)
+    return with_a_first(rng, faults)
+
+
+def with_a_first(rng, faults):
+    """A schedule whose struck faults all wait for a recovery has none to
+    start one: the first becomes a step's."""
+    timed = [f for f in faults if f.cls not in WHOLE_RUN]
+    if timed and all(f.moment == "recovery" for f in timed):
+        timed[0].moment, timed[0].step = "step", rng.randrange(1, TOTAL)
     return faults
 
 
@@ -270,7 +279,14 @@ class Job:
             kids = self.workers(f.node)
             if not kids:
                 return "no worker to strike"
+            before = proc_state(kids[-1])
             os.kill(kids[-1], signal.SIGKILL if f.cls == "kill-worker" else signal.SIGSTOP)
+            if before in ("Z", "X", "?"):
+                return "the worker had already exited"
+            if f.cls == "hang-worker":
+                time.sleep(0.01)
+                if proc_state(kids[-1]) not in ("T", "t"):
+                    return "the worker was exiting: not stopped"
             return ""
         if f.cls == "kill-node":
             if not self.agents[f.node] or self.agents[f.node][0].poll() is not None:
@@ -307,6 +323,12 @@ class Job:
                 except ProcessLookupError:
                     pass
                 a[0].wait()
+
+
+def proc_state(pid):
+    """A process's state letter (R, S, T, Z, ...), '?' when it is gone."""
+    text = proc_text(pid, "stat")
+    return text[text.rfind(")") + 2] if ")" in text else "?"
 
 
 def proc_text(pid, name):
@@ -595,7 +617,8 @@ def main():
             if WORKLOAD == "torch":
                 usable = TORCH_CLASSES
             if a.cover and i < len(usable) and WORKLOAD != "torch":
-                fs = [draw_one(rng, usable[i])] + [f for f in fs[1:] if f.cls not in WHOLE_RUN]
+                fs = with_a_first(rng, [draw_one(rng, usable[i])] +
+                                  [f for f in fs[1:] if f.cls not in WHOLE_RUN])
             elif a.cover and i < len(usable):
                 fs = [Fault(usable[i], 1, "step", fs[0].step)] + fs[1:]
             if a.classes:
@@ -609,7 +632,9 @@ def main():
         s0 = time.time()
         bad, struck = run_schedule(faults, f"{a.seed}-{i}", base, reference, slow_so)
         verdict = "ok  " if not bad else "FAIL"
-        print(f"{verdict} {i:4d} {spec} ({time.time() - s0:.1f} s; {'; '.join(struck) or 'from the start'})",
+        timed = any(f.cls not in WHOLE_RUN for f in faults)
+        print(f"{verdict} {i:4d} {spec} ({time.time() - s0:.1f} s; "
+              f"{'; '.join(struck) or ('nothing struck' if timed else 'from the start')})",
               flush=True)
         for f in faults:
             key = (f.cls, "start" if f.cls in WHOLE_RUN else f.moment)
