@@ -293,10 +293,10 @@ class Job:
                 return "the node's agent had ended"
             os.killpg(self.agents[f.node][0].pid, signal.SIGKILL)
             self.reap(f.node, 10, struck=True)
+            time.sleep(0.3)
             other = self.agents[1 - f.node]
             if not other or other[0].poll() is not None:
                 return "the other node had ended: the job is over, no node to replace"
-            time.sleep(0.3)
             self.start(f.node)
             return ""
         if f.cls in PREEMPT:
@@ -420,9 +420,8 @@ def run_schedule(faults, tag, base, reference, slow_so):
                     struck.append(f"{f.cls} at {when}" + (f" ({why})" if why else ""))
                     strikes.append((f.cls, at, bool(why)))
                     torch_strikes.append((f.cls, step, bool(why)))
-            if all(a is None or a[0].poll() is not None for a in job.agents) and not any(
-                    f.cls in PREEMPT for f in pending):
-                break
+            if all(a is None or a[0].poll() is not None for a in job.agents):
+                break  # (a preemption restarts the job inside inject: none is pending then)
             time.sleep(0.02)
         for n in (0, 1):
             if job.agents[n] and job.reap(n, max(1, deadline - time.time())) is None:
@@ -435,8 +434,9 @@ def run_schedule(faults, tag, base, reference, slow_so):
                         out.write(f"  thread {task} ({proc_text(pid, f'task/{task}/comm')}): "
                                   f"{proc_text(pid, f'task/{task}/wchan')}\n")
         job.kill_all()
-        # the oracle
-        full = {f.node for f in faults if f.cls == "disk-full"}
+        # the oracle; a node whose --ckpt-dir is full or another job's keeps
+        # no checkpoints: with both so, the job must stop, saying so
+        full = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
         last = {}
         for node, log, rc in job.ended:
             if rc is not None:
@@ -466,6 +466,9 @@ def run_schedule(faults, tag, base, reference, slow_so):
         elif len(full) == 2:
             if all(rc == 0 for _, rc in last.values()):
                 bad.append("no node could keep checkpoints, yet the job exited 0")
+            elif not any("no node can keep this job's checkpoints" in open(l, errors="replace").read()
+                         for l in job.logs):
+                bad.append("no node could keep checkpoints, and no log says so")
         else:
             for node, (log, rc) in sorted(last.items()):
                 if rc != 0:
