@@ -595,6 +595,7 @@ def main():
     for b in ("ddprun", "ddp-train"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             sys.exit(f"chaos: build/bin/{b} is not built (make)")
+    replayed = [Fault.parse(x) for x in a.replay.split(",")] if a.replay else None
     root_ok = os.geteuid() == 0 and shutil.which("unshare") is not None and subprocess.run(
         ["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
     base = tempfile.mkdtemp(prefix="ddprun-chaos.")
@@ -609,8 +610,8 @@ def main():
     reference = reference_digest(base)
     print(f"chaos: seed {a.seed}, {TOTAL} steps a job, the uninterrupted run's digest {reference}",
           flush=True)
-    if a.replay:
-        schedules = [[Fault.parse(x) for x in a.replay.split(",")]]
+    if replayed:
+        schedules = [replayed]
     else:
         schedules = []
         for i in range(a.runs):
