@@ -530,9 +530,8 @@ static void on_settle(uv_check_t *c) { settle_failures(c->data); }
 
 /* Whether w said it had finished its work before it failed
  * (DDPRUN_FINISHED_FILE): then its failure is on its way out, and said. */
-static int finished_first(agent *a, const worker *w) {
+static int finished_first(const worker *w) {
     char path[PATH_MAX];
-    (void)a;
     if (worker_finished_file(w->error_file, path, sizeof path) != 0 || access(path, F_OK) != 0)
         return 0;
     if (w->term_signal)
@@ -548,7 +547,7 @@ static int finished_first(agent *a, const worker *w) {
 
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
-    int failed = (w->term_signal != 0 || w->exit_status != 0) && !finished_first(a, w);
+    int failed = (w->term_signal != 0 || w->exit_status != 0) && !finished_first(w);
     char scope[256]; /* (asked at every exit: a kill the group's stop overtook is cleared) */
     int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
     /* A failure while running, or one reaped in the same turn as that one. */

@@ -31,11 +31,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jpeglib.h>
-#include <jerror.h>
 #include <png.h>
 
 #include "common/fs.h"
+#include "common/jpeg_fail.h"
 #include "common/rng.h"
 #include "worker/data/ds_format.h"
 
@@ -526,24 +525,6 @@ static int too_large(const char *path, int w, int h, char *err, size_t errlen) {
                    path, w, h, MAX_PIXELS);
 }
 
-struct jpeg_fail {
-    struct jpeg_error_mgr mgr;
-    jmp_buf jump;
-    char msg[JMSG_LENGTH_MAX];
-};
-
-static void jpeg_fail_exit(j_common_ptr c) {
-    struct jpeg_fail *e = (struct jpeg_fail *)c->err;
-    c->err->format_message(c, e->msg);
-    longjmp(e->jump, 1);
-}
-
-/* Warnings: a truncated file is an error (PIL's "image file is truncated");
- * the rest (extraneous bytes and the like) are let pass, as PIL does. */
-static void jpeg_note(j_common_ptr c, int level) {
-    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_fail_exit(c);
-}
-
 /* CMYK (inverted: Adobe's) to RGB as PIL's convert("RGB") from CMYK:
  * R = (255 - C)(255 - K) / 255, rounded. In place, 4 bytes a pixel. */
 static void cmyk_to_rgb(unsigned char *row, int n, int inverted) {
@@ -564,9 +545,7 @@ static int decode_jpeg(const folder *f, const ds_draw *dr, int64_t index, const 
     struct jpeg_decompress_struct ci;
     struct jpeg_fail e;
     unsigned char *volatile pix = NULL;
-    ci.err = jpeg_std_error(&e.mgr);
-    e.mgr.error_exit = jpeg_fail_exit;
-    e.mgr.emit_message = jpeg_note;
+    jpeg_fail_init(&ci, &e);
     if (setjmp(e.jump)) {
         jpeg_destroy_decompress(&ci);
         free(pix);
@@ -750,9 +729,7 @@ static int folder_jpeg(const void *state, int64_t index, const ds_draw *dr, data
     }
     struct jpeg_decompress_struct ci;
     struct jpeg_fail e;
-    ci.err = jpeg_std_error(&e.mgr);
-    e.mgr.error_exit = jpeg_fail_exit;
-    e.mgr.emit_message = jpeg_note;
+    jpeg_fail_init(&ci, &e);
     if (setjmp(e.jump)) {
         jpeg_destroy_decompress(&ci);
         free(data);

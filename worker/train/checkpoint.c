@@ -305,7 +305,7 @@ typedef struct {
     uint64_t dev, ino, size, ctime_ns;
 } known_file;
 static known_file known_files[KNOWN_MAX];
-static int known_n, known_next;
+static int known_n, known_next; /* entries, and the next place (a ring: the oldest goes) */
 static pthread_mutex_t known_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* The file at path as known_file; 0, or -1 when it cannot be looked at. */
@@ -324,21 +324,13 @@ static int is_known(const known_file *f) {
     return 0;
 }
 
+/* (Only files not known yet come here: one this process just wrote, or
+ * one reads_back read whole.) */
 static void know(const char *path) {
     pthread_mutex_lock(&known_mu);
-    /* into the next free place (or the oldest), kept only if new */
-    int i = known_n < KNOWN_MAX ? known_n : known_next % KNOWN_MAX;
-    known_file before = known_files[i];
-    if (file_id(path, &known_files[i]) == 0) {
-        known_file *f = &known_files[i];
-        int dup = 0;
-        for (int k = 0; k < known_n && !dup; k++)
-            dup = k != i && memcmp(&known_files[k], f, sizeof *f) == 0;
-        if (dup) known_files[i] = before;
-        else if (known_n < KNOWN_MAX) known_n++;
-        else known_next++;
-    } else {
-        known_files[i] = before;
+    if (file_id(path, &known_files[known_next]) == 0) { /* (file_id writes only on success) */
+        known_next = (known_next + 1) % KNOWN_MAX;
+        if (known_n < KNOWN_MAX) known_n++;
     }
     pthread_mutex_unlock(&known_mu);
 }

@@ -36,6 +36,20 @@ void snapshot_dir_foreign(trainer *t, const char *why) {
              why);
 }
 
+/* dir_lock_take refused --ckpt-dir with rc (another job's holder h, or
+ * err): the directory is not this job's (snapshot_dir_foreign). */
+static void refused(trainer *t, int rc, const dir_lock_holder *h, const char *err) {
+    char who[1024], why[2400];
+    if (rc == -EWOULDBLOCK) {
+        dir_lock_holder_text(h, who, sizeof who);
+        snprintf(why, sizeof why, "--ckpt-dir %s is in use by another job (%s)",
+                 t->cfg->ckpt_dir, who);
+    } else {
+        snprintf(why, sizeof why, "--ckpt-dir cannot be used: %s", err);
+    }
+    snapshot_dir_foreign(t, why);
+}
+
 int snapshot_lock(trainer *t) {
     const char *dir = t->cfg->ckpt_dir, *run_id = getenv("TORCHELASTIC_RUN_ID");
     if (!dir[0] || t->env.rank != 0) return 0;
@@ -43,24 +57,17 @@ int snapshot_lock(trainer *t) {
     int waited = 0;
     for (;;) {
         dir_lock_holder h;
-        char err[1200], who[1024], why[2400];
+        char err[1200], who[1024];
         int rc = dir_lock_take(&t->ckpt_lock, dir, run_id, &h, err, sizeof err);
         if (rc == 0) {
             if (waited) log_info("took --ckpt-dir %s", dir);
             return 0;
         }
-        if (rc != -EWOULDBLOCK) {
-            snprintf(why, sizeof why, "--ckpt-dir cannot be used: %s", err);
-            snapshot_dir_foreign(t, why);
+        if (rc != -EWOULDBLOCK || !same_run(run_id, &h)) {
+            refused(t, rc, &h, err);
             return 0;
         }
         dir_lock_holder_text(&h, who, sizeof who);
-        int same = same_run(run_id, &h);
-        if (!same) {
-            snprintf(why, sizeof why, "--ckpt-dir %s is in use by another job (%s)", dir, who);
-            snapshot_dir_foreign(t, why);
-            return 0;
-        }
         if (clock_now_ns() >= give_up || trainer_stop_requested)
             return trainer_fail(t, -EBUSY,
                                 "--ckpt-dir %s is in use by another process of this run (%s), "
@@ -300,18 +307,11 @@ void snapshot_claim(trainer *t) {
     if (!c->ckpt_dir[0] || t->env.local_rank != 0 || t->env.rank == 0 || t->ckpt_lock.held)
         return;
     dir_lock_holder h;
-    char err[1200], who[1024], why[2400];
+    char err[1200];
     const char *run_id = getenv("TORCHELASTIC_RUN_ID");
     int rc = dir_lock_take(&t->ckpt_lock, c->ckpt_dir, run_id, &h, err, sizeof err);
     if (rc == 0 || (rc == -EWOULDBLOCK && same_run(run_id, &h))) return;
-    if (rc == -EWOULDBLOCK) {
-        dir_lock_holder_text(&h, who, sizeof who);
-        snprintf(why, sizeof why, "--ckpt-dir %s is in use by another job (%s)", c->ckpt_dir,
-                 who);
-    } else {
-        snprintf(why, sizeof why, "--ckpt-dir cannot be used: %s", err);
-    }
-    snapshot_dir_foreign(t, why);
+    refused(t, rc, &h, err);
 }
 
 /* Whether this rank writes its node's --ckpt-dir, starting its writer the

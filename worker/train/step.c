@@ -144,12 +144,16 @@ static int decode_inputs(trainer *t, const jpeg_image *im, const void *x) {
     int ch, h, w;
     dataset_shape(t->train, &ch, &h, &w);
     size_t per = (size_t)ch * h * w * backend_act_size(be);
-    for (int i = 0, j; i < t->batch; i = j) {
-        for (j = i; j < t->batch && !im[j].data; j++) continue;
-        if (j > i)
-            be->ops->upload_async(be, (char *)b->x + i * per, (const char *)x + i * per,
-                                  (size_t)(j - i) * per);
-        if (j == i) j++;
+    for (int i = 0; i < t->batch;) {
+        if (im[i].data) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < t->batch && !im[j].data) j++;
+        be->ops->upload_async(be, (char *)b->x + i * per, (const char *)x + i * per,
+                              (size_t)(j - i) * per);
+        i = j;
     }
     char err[512];
     long long step = (long long)t->at.global_step;

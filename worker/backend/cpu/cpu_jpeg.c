@@ -10,35 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jpeglib.h>
-#include <jerror.h>
 
+#include "common/jpeg_fail.h"
 #include "worker/backend/bf16.h"
 #include "worker/backend/crop_resize.h"
 #include "worker/backend/jpeg_decoder.h"
-
-struct fail {
-    struct jpeg_error_mgr mgr;
-    jmp_buf jump;
-};
-
-static void fail_exit(j_common_ptr c) { longjmp(((struct fail *)c->err)->jump, 1); }
-
-/* A truncated stream is a failure (the host pipeline's judgement); other
- * warnings pass. */
-static void note(j_common_ptr c, int level) {
-    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) fail_exit(c);
-}
 
 /* The whole image as RGBX (4 bytes a pixel, rows of w * 4) into *pix
  * (malloc'd); 0, or -1 where libjpeg-turbo cannot decode it. */
 static int decode_whole(const jpeg_image *im, unsigned char **pix) {
     struct jpeg_decompress_struct ci;
-    struct fail e;
+    struct jpeg_fail e;
     unsigned char *volatile p = NULL;
-    ci.err = jpeg_std_error(&e.mgr);
-    e.mgr.error_exit = fail_exit;
-    e.mgr.emit_message = note;
+    jpeg_fail_init(&ci, &e);
     if (setjmp(e.jump)) {
         jpeg_destroy_decompress(&ci);
         free(p);
@@ -48,13 +32,13 @@ static int decode_whole(const jpeg_image *im, unsigned char **pix) {
     jpeg_mem_src(&ci, im->data, (unsigned long)im->len);
     jpeg_read_header(&ci, TRUE);
     if ((int)ci.image_width != im->width || (int)ci.image_height != im->height)
-        fail_exit((j_common_ptr)&ci); /* not the file the box was drawn for */
+        jpeg_fail_exit((j_common_ptr)&ci); /* not the file the box was drawn for */
     ci.out_color_space = JCS_EXT_RGBX;
     ci.dct_method = JDCT_ISLOW;
     jpeg_start_decompress(&ci);
     size_t stride = (size_t)im->width * 4;
     p = malloc(stride * (size_t)im->height);
-    if (!p) fail_exit((j_common_ptr)&ci);
+    if (!p) jpeg_fail_exit((j_common_ptr)&ci);
     while (ci.output_scanline < ci.output_height) {
         JSAMPROW row = p + stride * ci.output_scanline;
         jpeg_read_scanlines(&ci, &row, 1);
