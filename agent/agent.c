@@ -84,7 +84,10 @@ static void *rdzv_thread(void *arg) {
             int barrier = a->cmd_barrier;
             pthread_mutex_unlock(&a->mu);
             if (barrier) {
-                rc = rdzv_exit_barrier(a->rd, a->cfg->rdzv.join_timeout);
+                pthread_mutex_lock(&a->mu);
+                int kept = a->cmd_barrier_kept;
+                pthread_mutex_unlock(&a->mu);
+                rc = rdzv_exit_barrier(a->rd, a->cfg->rdzv.join_timeout, kept);
                 post(a, EV_BARRIER, rc, RDZV_EV_NONE, NULL, NULL);
                 return NULL;
             }
@@ -336,6 +339,16 @@ static void on_round(agent *a, agent_event *e) {
         if (!a->wg || a->wg->idle) finish(a, 1);
         return;
     }
+    if (e->rc == RDZV_JOB_KEPT) { /* this node failed after the job's end elsewhere */
+        log_warn("%s", e->err);
+        agent_record_event(a, "ddprun.agent.after_end", "SUCCEEDED",
+                           json_pack("{s:s}", "why", e->err));
+        set_state(a, ST_SHUTDOWN);
+        a->shutdown_signal = 0;
+        a->exit_code = 0;
+        if (!a->wg || a->wg->idle) finish(a, 0);
+        return;
+    }
     if (e->rc == RDZV_NOT_NEEDED) { /* a spare whose job is done: nothing failed */
         log_info("%s", e->err);
         set_state(a, ST_SHUTDOWN);
@@ -528,12 +541,16 @@ static void settle_failures(agent *a) {
 
 static void on_settle(uv_check_t *c) { settle_failures(c->data); }
 
-/* Whether w said it had finished its work before it failed
- * (DDPRUN_FINISHED_FILE): then its failure is on its way out, and said. */
-static int finished_first(const worker *w) {
+/* Whether w said that its work is done and kept (DDPRUN_FINISHED_FILE). */
+static int said_finished(const worker *w) {
     char path[PATH_MAX];
-    if (worker_finished_file(w->error_file, path, sizeof path) != 0 || access(path, F_OK) != 0)
-        return 0;
+    return worker_finished_file(w->error_file, path, sizeof path) == 0 && access(path, F_OK) == 0;
+}
+
+/* Whether w said it had finished its work before it failed: then its
+ * failure is on its way out, and said. */
+static int finished_first(const worker *w) {
+    if (!said_finished(w)) return 0;
     if (w->term_signal)
         log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
                  "DDPRUN_FINISHED_FILE), then was killed on its way out (signal %d): counted "
@@ -608,10 +625,15 @@ static void on_group_idle(worker_group *g) {
     if (a->state == ST_RUNNING) { /* every worker exited 0 */
         if (a->cur.group_world_size > 1)
             log_info("all %d local workers finished; waiting for the other nodes", g->n);
+        /* One rank's word that the result is kept covers the job: its
+         * ranks hold one state (rdzv_exit_barrier). */
+        int kept = 0;
+        for (int i = 0; i < g->n; i++) kept |= said_finished(&g->w[i]);
         set_state(a, ST_BARRIER);
         agent_tell(a, "finishing");
         pthread_mutex_lock(&a->mu);
         a->cmd_barrier = 1;
+        a->cmd_barrier_kept = kept;
         pthread_mutex_unlock(&a->mu);
         rdzv_poke(a->rd, 0);
         return;

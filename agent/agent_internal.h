@@ -68,6 +68,7 @@ typedef struct {
     agent_event evq[MAX_EVENTS];
     int nev;
     int cmd_barrier;
+    int cmd_barrier_kept; /* the workers said the job's result is kept (DDPRUN_FINISHED_FILE) */
     int cmd_leave; /* leaving the job: the rendezvous thread joins no next round */
     rdzv *rd;
     agent_store store; /* where the job's store is; its host when this agent serves it */

@@ -209,6 +209,69 @@ void rdzv_close(rdzv *r) {
 
 const char *rdzv_agent_id(const rdzv *r) { return r->agent_id; }
 
+/* ---- the end of the job -------------------------------------------------- */
+
+/* Closes the job: no round follows. The first word stays (1: every node
+ * finished; RDZV_CLOSED_KEPT: one node's workers said the result is kept). */
+static int close_job(rdzv *r, int how) {
+    char k[KEY_MAX], v[16];
+    uint8_t *out = NULL;
+    size_t on;
+    snprintf(v, sizeof v, "%d", how);
+    int rc = kv_compare_set(r->c, key(r, k, "closed"), "", 0, v, strlen(v), &out, &on);
+    free(out);
+    return rc;
+}
+
+/* This agent's word at round's exit barrier that its workers finished:
+ * r<round>/done/<id>, counted; the last one closes the job (for nodes
+ * still arriving) before it lets the others go (alldone). */
+static int say_done(rdzv *r, int round) {
+    char k[KEY_MAX];
+    int64_t ndone;
+    int rc = set_str(r->c, key(r, k, "r%d/done/%s", round, r->agent_id), "1");
+    if (rc == 0) rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &ndone);
+    if (rc == 0 && ndone >= r->nnodes) rc = close_job(r, 1);
+    if (rc == 0 && ndone >= r->nnodes) rc = set_str(r->c, key(r, k, "r%d/alldone", round), "1");
+    return rc;
+}
+
+/* This node was a member of the round in which another node's workers
+ * finished the job and said its result is kept (RDZV_CLOSED_KEPT); its own
+ * failure, whatever it was, came after the end. It says at that round's
+ * barrier that it finished too, so that the node that kept the result can
+ * go. */
+static int job_kept(rdzv *r, char *err, size_t errlen) {
+    char k[KEY_MAX], by[300] = "another node";
+    uint8_t *v = NULL;
+    size_t vn;
+    if (kv_try_get(r->c, key(r, k, "kept_by"), &v, &vn) == 0)
+        snprintf(by, sizeof by, "node %.*s", (int)vn, (char *)v);
+    free(v);
+    int rc = say_done(r, r->member_round);
+    if (rc) {
+        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
+        return rc;
+    }
+    snprintf(err, errlen,
+             "rendezvous '%s': %s had finished the job and kept its result (a data-parallel "
+             "job's ranks hold one state): this node's failure came after the end and nothing "
+             "is lost; this node finishes too",
+             r->run_id, by);
+    return RDZV_JOB_KEPT;
+}
+
+/* The job is closed (-EPIPE from a wait): for a member of its last round
+ * whose result was kept elsewhere, RDZV_JOB_KEPT; else -EPIPE, said. */
+static int job_closed(rdzv *r, char *err, size_t errlen) {
+    char k[KEY_MAX];
+    kv_long q = {key(r, k, "closed"), 0, 0, 0};
+    if (r->member_round >= 0 && kv_get_longs(r->c, 1, &q) == 0 && q.val == RDZV_CLOSED_KEPT)
+        return job_kept(r, err, errlen);
+    snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
+    return -EPIPE;
+}
+
 /* ---- joining a round ---------------------------------------------------- */
 
 static void describe_self(const rdzv *r, char *out, size_t n) {
@@ -245,10 +308,10 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
 
 /* Waits until round `round` is closed and returns its node count. The
  * caller has just joined as the n-th node and read `expect`; the round was
- * open when it looked. */
+ * open when it looked. -EPIPE if the job closes meanwhile. */
 static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_deadline,
                        long *closed, char *err, size_t errlen) {
-    char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX];
+    char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX], kclosed[KEY_MAX];
     key(r, kstate, "r%d/state", round);
     key(r, kjoin, "r%d/njoined", round);
     long st = -1;
@@ -282,10 +345,14 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
         long target = n < r->o.min_nodes ? r->o.min_nodes : expect;
         if (target > r->o.max_nodes) target = r->o.max_nodes;
         if (target <= n) target = n + 1;
-        const char *keys[] = {kstate, key(r, knext, "r%d/node/%ld", round, target)};
-        const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
+        /* and the job's end: a member of the last round, whose result was
+         * kept by another member, waits for no round */
+        const char *keys[] = {kstate, key(r, knext, "r%d/node/%ld", round, target),
+                              key(r, kclosed, "closed")};
+        const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS, STORE_COND_EXISTS};
         size_t idx;
-        rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
+        rc = wait_any_until(r, 3, conds, keys, deadline, 0, &idx);
+        if (rc == 0 && idx == 2) return -EPIPE;
         if (rc == -ETIMEDOUT && last_call) {
             expect = n; /* last call is over: close with whoever is here */
             rc = 0;
@@ -493,7 +560,7 @@ static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long
 
 /* One attempt at the current round; 1 means "go round again". */
 /* try_round's "the round moved on: try the next one". */
-#define ROUND_AGAIN (RDZV_ANOTHER_FAILED + 1)
+#define ROUND_AGAIN (RDZV_JOB_KEPT + 1)
 
 static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, size_t errlen) {
     char k[KEY_MAX];
@@ -508,14 +575,12 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     r->round = round;
     r->restart_count = (int)restarts;
     pthread_mutex_unlock(&r->mu);
-    if (closed_job) {
-        snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
-        return -EPIPE;
-    }
+    if (closed_job) return job_closed(r, err, errlen);
     if (restarts > r->o.max_restarts) return RDZV_RESTARTS_SPENT;
     if (st >= 0) { /* closed: ours that just ended, or one we arrived too late for */
         if (r->member_round == round) rc = wait_next_round(r, round, deadline, err, errlen);
         else rc = wait_as_late_node(r, round, st, deadline, err, errlen);
+        if (rc == -EPIPE) rc = job_closed(r, err, errlen);
         return rc ? rc : ROUND_AGAIN;
     }
     int64_t idx;
@@ -525,6 +590,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
     long n = 0;
     if (rc == 0) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
+    if (rc == -EPIPE) rc = job_closed(r, err, errlen);
     if (rc) return rc;
     if (idx > n) { /* the round closed just before our index was counted */
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
@@ -817,17 +883,14 @@ static int said_done(rdzv *r, int round, const char *id) {
     return yes;
 }
 
-int rdzv_exit_barrier(rdzv *r, double timeout_s) {
+int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept) {
     char k[KEY_MAX], kdone[KEY_MAX], kout[KEY_MAX];
     int round = r->member_round, n = r->nnodes;
-    int64_t ndone;
-    int rc = set_str(r->c, key(r, k, "r%d/done/%s", round, r->agent_id), "1");
-    if (rc == 0) rc = kv_add(r->c, key(r, k, "r%d/ndone", round), 1, &ndone);
+    int rc = say_done(r, round);
+    /* Kept: the job is over, whatever befalls the others from now on. */
+    if (rc == 0 && kept) rc = set_str(r->c, key(r, k, "kept_by"), r->hostname);
+    if (rc == 0 && kept) rc = close_job(r, RDZV_CLOSED_KEPT);
     key(r, kdone, "r%d/alldone", round);
-    /* The last one closes the job (for nodes still arriving) before it
-     * lets the others go. */
-    if (rc == 0 && ndone >= n) rc = set_str(r->c, key(r, k, "closed"), "1");
-    if (rc == 0 && ndone >= n) rc = set_str(r->c, kdone, "1");
     if (rc) return rc;
     /* Also watched: every other member's liveness. One lost here, whose
      * workers had not said they finished, cannot finish any more: it is
@@ -844,8 +907,9 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
     while (rc == 0) {
         size_t nk = 0;
         keys[nk] = kdone, conds[nk] = STORE_COND_EXISTS, member[nk++] = -1;
-        keys[nk] = key(r, kout, "r%d/outcome", round), conds[nk] = STORE_COND_EXISTS,
-        member[nk++] = -1;
+        if (!kept) /* (kept, a failure elsewhere comes after the end: rdzv_next says so) */
+            keys[nk] = key(r, kout, "r%d/outcome", round), conds[nk] = STORE_COND_EXISTS,
+            member[nk++] = -1;
         int others = 0;
         for (int i = 0; i < n; i++) {
             if (gone[i] || strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
@@ -857,13 +921,13 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s) {
             conds[nk] = STORE_COND_ABSENT, member[nk++] = i;
         }
         if (others == 0) { /* every other member finished or is gone */
-            rc = set_str(r->c, key(r, k, "closed"), "1");
+            rc = close_job(r, 1);
             break;
         }
         size_t idx;
         rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx);
         if (rc) break;
-        if (idx < 2) {
+        if (member[idx] < 0) {
             rc = idx == 0 ? 0 : RDZV_ANOTHER_FAILED;
             break;
         }

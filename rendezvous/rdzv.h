@@ -18,8 +18,11 @@
  *   spare/<i>      nodes that arrived after it closed full (spares)
  *   poke/<agent>   wakes that agent's watch (used for the exit barrier)
  *   ndone, alldone exit barrier
+ *   done/<agent>   that agent's workers finished (said at the exit barrier)
  * plus, for the whole job, "round" (the current round), "closed" (the job
- * finished), "failures" (one JSON line per worker failure) and for each
+ * finished: 1 when every node said so, 2 once one node's workers said
+ * that its result is kept (RDZV_CLOSED_KEPT), "kept_by" naming that node),
+ * "failures" (one JSON line per worker failure) and for each
  * agent "alive/<agent>" (store backends: owned by its connection, gone the
  * moment the agent dies), "hb/<agent>" (owned by a lease the agent renews:
  * gone within one heartbeat interval if the agent hangs or is cut off),
@@ -122,14 +125,24 @@ typedef enum {
     RDZV_RESTARTS_SPENT = 100, /* the job failed more than --max-restarts times */
     RDZV_NOT_NEEDED,           /* a spare whose job finished without it */
     RDZV_ANOTHER_FAILED,       /* the exit barrier: another node's workers failed */
+    RDZV_JOB_KEPT,             /* rdzv_next: a member of the last round learns that another */
+                               /* node's workers finished the job and kept its result */
 } rdzv_outcome;
+
+/* "closed" once a node's workers finished the job and said that its
+ * result is kept (DDPRUN_FINISHED_FILE): no round can follow. */
+#define RDZV_CLOSED_KEPT 2
 
 /* Joins the next round and returns once it is closed and ready. -ETIMEDOUT
  * (message names who came) if too few nodes joined within join_timeout;
  * RDZV_RESTARTS_SPENT (res->restart_count tells how many were spent);
  * RDZV_NOT_NEEDED if this node stood by (a spare, or waiting to be
  * admitted) and the job finished without it (torch's graceful exit of a
- * redundant node: not a failure); -EPIPE if the job had finished before. */
+ * redundant node: not a failure); RDZV_JOB_KEPT if this node was a member
+ * of the round whose workers finished the job and kept its result
+ * elsewhere (its own failure came after the end: the message in err names
+ * the node; this node's word at that round's barrier is given); -EPIPE if
+ * the job had finished before. */
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen);
 
 /* Blocks up to timeout_ms watching the running round; renews the
@@ -168,8 +181,14 @@ int rdzv_poke(rdzv *r, int side);
 
 /* Exit barrier: waits until every node of the round has finished, or the
  * round ends otherwise, or timeout. 0 when all finished;
- * RDZV_ANOTHER_FAILED when the round ended with a failure elsewhere. */
-int rdzv_exit_barrier(rdzv *r, double timeout_s);
+ * RDZV_ANOTHER_FAILED when the round ended with a failure elsewhere.
+ * `kept`: this node's workers said that the job's result is kept (a
+ * data-parallel job's ranks hold one state, so one node's word covers the
+ * job): the job is closed (RDZV_CLOSED_KEPT), a failure elsewhere from now
+ * on comes after the end and ends nothing, and the barrier waits for every
+ * other member to say it finished too (rdzv_next tells a failed one) or to
+ * be gone. */
+int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept);
 
 /* After rdzv_watch failed with rc: that the rendezvous is lost, where and
  * why, in words for the log ("lost the rendezvous: the store at h:p does

@@ -230,9 +230,9 @@ TEST(rdzv_exit_barrier_waits_for_every_node) {
     agent_init(&a[0], &f, "n0", 2, 2);
     agent_init(&a[1], &f, "n1", 2, 2);
     join_all(a, 2);
-    CHECK_EQ(rdzv_exit_barrier(a[0].r, 0.2), -ETIMEDOUT);
-    CHECK_EQ(rdzv_exit_barrier(a[1].r, 2), 0);
-    CHECK_EQ(rdzv_exit_barrier(a[0].r, 2), 0);
+    CHECK_EQ(rdzv_exit_barrier(a[0].r, 0.2, 0), -ETIMEDOUT);
+    CHECK_EQ(rdzv_exit_barrier(a[1].r, 2, 0), 0);
+    CHECK_EQ(rdzv_exit_barrier(a[0].r, 2, 0), 0);
     /* The job is over: a newcomer is told so. */
     agent_t late;
     agent_init(&late, &f, "n9", 2, 2);
