@@ -221,6 +221,10 @@ static int parse(int argc, char **argv, train_config *c) {
          .metavar = "N", .help = "also every N steps (default: epoch ends only)"},
         {"keep", 0, OPTS_INT, .target = &c->keep, .lo = 1, .hi = 1e6, .metavar = "N",
          .help = "checkpoints kept (default 3)"},
+        {"sample-log", 0, OPTS_BUF, .target = c->sample_log, .size = sizeof c->sample_log,
+         .metavar = "DIR", .help = "each rank appends the samples of each step it\n"
+                                   "trains to DIR/samples.<rank>.<pid>.log (to count\n"
+                                   "that every sample is trained once)"},
         {"snapshot-dir", 0, OPTS_BUF, .target = c->snapshot_dir, .size = sizeof c->snapshot_dir,
          .metavar = "DIR", .help = "this node's snapshots, in memory (default\n"
                                    "$DDPRUN_SNAPSHOT_DIR, which ddprun sets)"},

@@ -27,6 +27,13 @@ moment:
                          one checkpoint, from the start (root only)
            slow-disk     one node's checkpoint writes fsync'd slowly
                          (bench/slow_fsync.c), from the start
+           join          a third node's agent starts (a scale-up): the
+                         group restarts on 3 nodes, sharing the global
+                         batch 11 + 11 + 10
+           leave         node 1's or node 2's agent is told to stop
+                         (SIGTERM: a drained node) and not replaced: the
+                         others go on without it
+           (a schedule with a join or a leave runs --nnodes 1:3)
   moments  step=K        once global step K is done
            eval          as an epoch's last step is done: its evaluation
            save          as an epoch's evaluation is done: its checkpoint
@@ -44,6 +51,16 @@ nothing in its memory roots is left; each agent redid at most one step per
 fault; the logs name each fault struck alone (the worker's SIGKILL, the
 watchdog's kill, the node that left, the signal). A failing schedule is shrunk to the fewest of its faults that still
 fail, and printed with the command that replays it.
+
+Every rank logs the samples of each step it trains (ddp-train
+--sample-log); the oracle takes each step's newest attempt and checks that
+every step is there and every sample of every epoch was trained exactly
+once, whatever the node counts. Where every kept step ran on 2 nodes the
+final weights must be the uninterrupted run's bit for bit; where the job
+was resized (other sums, per-rank batch norm) the final test loss must be
+within LOSS_TOL of the uninterrupted run's. A joiner that comes after the
+job's end is told the rendezvous is closed and exits 1, as torchrun's
+does: not judged.
 
 With --workload torch, the job is a PyTorch DDP script instead
 (examples/snapshot_resume.py: gloo, TORCH_PY's torch, its state in
@@ -81,7 +98,9 @@ TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
          "--epochs", str(EPOCHS), "--threads", "1", "--log-every", "1", "--seed", "7",
          "--ckpt-every", "8", "--snapshot-every", "1", "--step-timeout", "4"]
 CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "preempt-usr1", "disk-full",
-           "slow-disk", "foreign-ckpt"]
+           "slow-disk", "foreign-ckpt", "join", "leave"]
+RESIZE = {"join", "leave"}  # the job's node count changes: --nnodes 1:3
+JOINER = 2  # the node a join starts
 MOMENTS = ["step", "eval", "save", "final", "recovery"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
 PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
@@ -93,6 +112,8 @@ TORCH_PY = os.environ.get("TORCH_PY", "/usr/bin/python3")
 TORCH_STEPS = 100
 TORCH_CLASSES = ["kill-worker", "kill-node"]
 TORCH_TIME = 5.0  # the uninterrupted torch run's seconds (measured: reference_digest)
+REF_LOSS = None  # the uninterrupted run's last test loss (reference_digest)
+LOSS_TOL = 0.25  # a resized run's, relative to it: see docs/results.md
 
 
 def free_port():
@@ -114,11 +135,15 @@ class Fault:
 
     @staticmethod
     def parse(text):
-        m = re.fullmatch(r"([a-z0-9-]+)(?:@([01]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
+        m = re.fullmatch(r"([a-z0-9-]+)(?:@([012]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
                          text.strip())
         if not m or m.group(1) not in CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
-        cls, node = m.group(1), int(m.group(2) or (1 if m.group(1) == "kill-node" else 0))
+        default = {"kill-node": 1, "leave": 1, "join": JOINER}.get(m.group(1), 0)
+        cls, node = m.group(1), int(m.group(2) or default)
+        if node == JOINER and cls not in ("join", "leave", "kill-worker", "hang-worker"):
+            raise SystemExit(f"chaos: '{text}': node {JOINER} is the joiner: only join, leave "
+                             f"and a worker's faults strike it")
         if cls in WHOLE_RUN:
             return Fault(cls, node)
         if m.group(4):
@@ -127,7 +152,8 @@ class Fault:
 
 
 def draw_one(rng, cls):
-    node = 1 if cls == "kill-node" else rng.randrange(2)
+    node = (1 if cls == "kill-node" else JOINER if cls == "join" else
+            rng.choice([1, JOINER]) if cls == "leave" else rng.randrange(2))
     if cls in WHOLE_RUN:
         return Fault(cls, node)
     moment = rng.choice(MOMENTS)
@@ -151,12 +177,21 @@ def draw(rng, root_ok):
         if f.cls in WHOLE_RUN and any(g.cls == f.cls and g.node == f.node for g in faults):
             continue
         faults.append(f)
+    # with both nodes' --ckpt-dir unusable the job must stop, joiner or not
+    unusable = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
+    if len(unusable) == 2:
+        faults = [f for f in faults if f.cls not in RESIZE] or faults[:1]
     return with_a_first(rng, faults)
 
 
 def with_a_first(rng, faults):
     """A schedule whose struck faults all wait for a recovery has none to
-    start one: the first becomes a step's."""
+    start one: the first becomes a step's. (And a leave without a join
+    strikes node 1: there is no node 2 to leave.)"""
+    if not any(f.cls == "join" for f in faults):
+        for f in faults:
+            if f.cls == "leave":
+                f.node = 1
     timed = [f for f in faults if f.cls not in WHOLE_RUN]
     if timed and all(f.moment == "recovery" for f in timed):
         timed[0].moment, timed[0].step = "step", rng.randrange(1, TOTAL)
@@ -204,7 +239,9 @@ class Job:
     def __init__(self, work, tag, faults, slow_so):
         self.work, self.tag, self.faults, self.slow_so = work, tag, faults, slow_so
         self.port = free_port()
-        self.agents = [None, None]
+        self.agents = [None, None, None]  # nodes 0 and 1, and JOINER once it joins
+        # a resize: nodes may join and leave (a node lost is not waited for)
+        self.nnodes = "1:3" if any(f.cls in RESIZE for f in faults) else "2"
         self.logs = []
         self.ended = []  # (node, log, exit code) of every agent that ended
         self.run_id = f"chaos-{tag}"
@@ -223,8 +260,10 @@ class Job:
             program = ["--no-python", TORCH_PY, os.path.join(ROOT, "examples", "snapshot_resume.py"),
                        "--steps", str(TORCH_STEPS), "--step-ms", "10", "--log-every", "1"]
         else:
-            program = ["--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + ["--ckpt-dir", ckpt]
-        cmd = [os.path.join(BIN, "ddprun"), "--nnodes=2", "--nproc-per-node=1",
+            program = ["--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + [
+                "--ckpt-dir", ckpt, "--sample-log", os.path.join(self.work, "samples")]
+        cmd = [os.path.join(BIN, "ddprun"), f"--nnodes={self.nnodes}", "--nproc-per-node=1",
+               "--rdzv-conf=last_call_timeout=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
                f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
                "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
@@ -254,6 +293,8 @@ class Job:
                     time.sleep(0.02)
 
     def workers(self, node):
+        if not self.agents[node]:  # (left, or preempted and not requeued)
+            return []
         p = self.agents[node][0]
         try:
             with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
@@ -299,13 +340,26 @@ class Job:
                 return "the other node had ended: the job is over, no node to replace"
             self.start(f.node)
             return ""
-        if f.cls in PREEMPT:
-            live = [n for n in (0, 1) if self.agents[n] and self.agents[n][0].poll() is None]
+        if f.cls == "join":
+            if self.agents[f.node]:
+                return f"node {f.node} is in the job already"
+            if not self.agents[0] or self.agents[0][0].poll() is not None:
+                return "the job had ended"
+            self.start(f.node)
+            return ""
+        if f.cls == "leave":  # the node drained: its agent told to stop, not replaced
+            if not self.agents[f.node] or self.agents[f.node][0].poll() is not None:
+                return f"node {f.node} is not in the job"
+            self.agents[f.node][0].send_signal(signal.SIGTERM)
+            self.reap(f.node, 60, struck=True)
+            return ""
+        if f.cls in PREEMPT:  # every node; the requeue is the job as submitted
+            live = [n for n in range(3) if self.agents[n] and self.agents[n][0].poll() is None]
             for n in live:
                 self.agents[n][0].send_signal(PREEMPT[f.cls])
-            for n in (0, 1):
+            for n in range(3):  # (the joiner, not requeued, ends with the signal's code)
                 if self.agents[n]:
-                    self.reap(n, 60)
+                    self.reap(n, 60, struck=n == JOINER)
             if not live:
                 return "the job had ended"
             # the requeue: the whole job again, resuming from its nodes' disks
@@ -389,6 +443,64 @@ def unnamed(logs, struck):
     return out
 
 
+def samples_kept(dirpath):
+    """From the ranks' --sample-log lines: the node counts the kept steps
+    trained with, and what is wrong. A step's kept lines are its newest
+    attempt's: the newest line's world, and each of its ranks' newest line
+    of that world (every rank writes its line before the step's all-reduce,
+    so a kept step has them all). Every step must be there, and every
+    sample of every epoch trained exactly once."""
+    lines = {}
+    for path in glob.glob(os.path.join(dirpath, "samples.*.log")):
+        with open(path) as f:
+            for line in f:
+                t, e, pos, step, world, rank, idx = line.split()
+                lines.setdefault(int(step), []).append(
+                    (int(t), int(e), int(world), int(rank), [int(i) for i in idx.split(",")]))
+    worlds, wrong, seen = set(), [], {}
+    for step in range(1, TOTAL + 1):
+        if step not in lines:
+            wrong.append(f"samples: no rank logged step {step}")
+            continue
+        newest = max(lines[step])
+        world, ranks = newest[2], {}
+        for rec in sorted(lines[step]):
+            if rec[2] == world:
+                ranks[rec[3]] = rec
+        if sorted(ranks) != list(range(world)):
+            wrong.append(f"samples: step {step} ({world} ranks) has lines of ranks {sorted(ranks)}")
+        worlds.add(world)
+        for rec in ranks.values():
+            for i in rec[4]:
+                seen.setdefault(rec[1], []).append(i)
+    n = STEPS_PER_EPOCH * 32
+    for e in range(EPOCHS):
+        got = sorted(seen.get(e, []))
+        if got != list(range(n)):
+            twice = len(got) - len(set(got))
+            wrong.append(f"samples: epoch {e + 1} trained {len(set(got))} of its {n} samples, "
+                         f"{twice} more than once")
+    return worlds, wrong[:5]
+
+
+def too_late(log):
+    """Whether a joiner came after the job's end: its rendezvous said so
+    and it started no worker."""
+    with open(log, errors="replace") as f:
+        text = f.read()
+    return "is closed: the job has finished" in text and "started 1 worker" not in text
+
+
+def final_loss(logs):
+    """The last evaluation's test loss any log printed."""
+    found = None
+    for path in logs:
+        with open(path, errors="replace") as f:
+            for m in re.finditer(rf"epoch {EPOCHS} test: loss ([0-9.]+)", f.read()):
+                found = float(m.group(1))
+    return found
+
+
 def digest(path):
     out = subprocess.run([os.path.join(BIN, "ddp-train"), "inspect", path], capture_output=True,
                          text=True)
@@ -423,7 +535,7 @@ def run_schedule(faults, tag, base, reference, slow_so):
             if all(a is None or a[0].poll() is not None for a in job.agents):
                 break  # (a preemption restarts the job inside inject: none is pending then)
             time.sleep(0.02)
-        for n in (0, 1):
+        for n in range(3):
             if job.agents[n] and job.reap(n, max(1, deadline - time.time())) is None:
                 bad.append(f"node {n}'s agent still running after {JOB_TIMEOUT} s")
         if any(job.agents):  # what each of the job's processes waits in, for the look
@@ -471,13 +583,27 @@ def run_schedule(faults, tag, base, reference, slow_so):
                 bad.append("no node could keep checkpoints, and no log says so")
         else:
             for node, (log, rc) in sorted(last.items()):
-                if rc != 0:
+                if rc != 0 and node == JOINER and too_late(log):
+                    struck.append("node 2 came after the job's end (torchrun's closed rendezvous: "
+                                  "exit 1, said)")
+                elif rc != 0:
                     bad.append(f"node {node}'s agent exited {rc} ({os.path.basename(log)})")
-            finals = [p for n in (0, 1) if n not in full
+            finals = [p for n in range(3) if n not in full
                       for p in glob.glob(os.path.join(job.dirs(n)[0], f"ckpt-{TOTAL:010d}.ddpt"))]
             if not finals:
                 bad.append(f"no node holds the final checkpoint (step {TOTAL})")
-            for p in finals:
+            worlds, wrong = samples_kept(os.path.join(work, "samples"))
+            bad += wrong
+            if worlds and worlds != {2}:  # resized: other sums, per-rank batch norm
+                struck.append("trained on " + "/".join(f"{w} nodes" for w in sorted(worlds)))
+                loss = final_loss(job.logs)
+                struck.append(f"final test loss {loss} (uninterrupted {REF_LOSS})")
+                if loss is None:
+                    bad.append("no log shows the last evaluation's loss")
+                elif abs(loss - REF_LOSS) > LOSS_TOL * REF_LOSS:
+                    bad.append(f"resized: final test loss {loss}, more than {LOSS_TOL:.0%} off "
+                               f"the uninterrupted run's {REF_LOSS}")
+            for p in finals if worlds == {2} else []:
                 d = digest(p)
                 if d != reference:
                     bad.append(f"{os.path.relpath(p, work)}: digest {d}, not the uninterrupted "
@@ -498,7 +624,7 @@ def run_schedule(faults, tag, base, reference, slow_so):
                     os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
-        for n in (0, 1):
+        for n in range(3):
             shm = job.dirs(n)[1]
             if os.path.isdir(shm) and os.listdir(shm):
                 bad.append(f"left in node {n}'s memory root: {os.listdir(shm)}")
@@ -556,6 +682,12 @@ def reference_digest(base):
         if WORKLOAD == "torch":
             TORCH_TIME = time.time() - t0
             return torch_final(job.logs)
+        global REF_LOSS  # and the oracle's samples, checked on the run it knows is right
+        worlds, wrong = samples_kept(os.path.join(work, "samples"))
+        REF_LOSS = final_loss(job.logs)
+        if worlds != {2} or wrong or REF_LOSS is None:
+            sys.exit(f"chaos: the uninterrupted run fails the oracle: trained on {worlds} nodes, "
+                     f"{wrong}, final loss {REF_LOSS}")
         return digest(os.path.join(job.dirs(0)[0], f"ckpt-{TOTAL:010d}.ddpt"))
     finally:
         shutil.rmtree(work, ignore_errors=True)

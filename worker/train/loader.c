@@ -298,6 +298,8 @@ int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t 
     return rc;
 }
 
+const int64_t *loader_indices(const loader *l) { return l->served ? l->served->idx : NULL; }
+
 const jpeg_image *loader_jpegs(const loader *l) {
     return l->o.jpegs && l->served ? l->served->jpeg : NULL;
 }

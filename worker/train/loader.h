@@ -62,6 +62,9 @@ int loader_get(loader *l, int epoch, int64_t pos, const void **x, const int32_t 
  * decode into its place; entry i with data NULL was drawn on the host
  * into *x as usual. Valid until the next loader_get. NULL without jpegs. */
 const jpeg_image *loader_jpegs(const loader *l);
+/* The indices (in the data set) of that batch's samples, in its order.
+ * Valid until the next loader_get. */
+const int64_t *loader_indices(const loader *l);
 /* Sample i of that batch drawn on the host after all (the device's decoder
  * could not decode it), into x: one sample, in the activation type, in
  * host memory. The caller's thread, between loader_gets. 0, or -errno

@@ -188,6 +188,12 @@ static int queue_inputs(trainer *t) {
         if (rc)
             return trainer_fail(t, rc, "training step %lld failed: %s",
                                 (long long)t->at.global_step, err);
+        /* (before the step's all-reduce: a step kept has every rank's line) */
+        if ((rc = sample_log_step(&t->samples, t->at.epoch, t->at.pos, t->at.global_step + 1,
+                                  t->env.world, t->env.rank, loader_indices(b->loader),
+                                  t->batch)))
+            return trainer_fail(t, rc, "--sample-log: cannot write step %lld: %s",
+                                (long long)t->at.global_step + 1, strerror(-rc));
         const jpeg_image *im = loader_jpegs(b->loader);
         if (im && (rc = decode_inputs(t, im, x))) return rc;
         if (!im)

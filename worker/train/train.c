@@ -224,6 +224,10 @@ static int start(trainer *t) {
     if (rc == 0) rc = trainer_setup_batch(t);
     if (rc == 0) rc = progress_start(t);
     if (rc == 0) rank_metrics_init(&t->rm, t->env.rank, t->env.local_rank);
+    char err[1300];
+    if (rc == 0 && (rc = sample_log_open(&t->samples, t->cfg->sample_log, t->env.rank, err,
+                                         sizeof err)))
+        rc = trainer_fail(t, rc, "%s", err);
     t->startup.ready = clock_now_ns();
     if (rc == 0 && t->env.rank == 0) {
         const train_config *c = t->cfg;
@@ -280,7 +284,7 @@ static void say_finished(const trainer *t) {
 
 int train_run(const train_config *c) {
     trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.written = -1,
-                 .disk.found = -1, .buffers_step = -1,
+                 .disk.found = -1, .buffers_step = -1, .samples.fd = -1,
                  .startup.begin = clock_now_ns()};
     watchdog_init(&t.wd, getenv("TORCHELASTIC_TIMER_FILE"), c->step_timeout_s);
     watchdog_arm(&t.wd, WATCHED); /* the set-up too */
@@ -312,6 +316,7 @@ int train_run(const train_config *c) {
      * peer's connection) after its last step is killed like one that hangs
      * in a step, and its job does not wait for it for ever. */
     watchdog_arm(&t.wd, WATCHED);
+    sample_log_close(&t.samples);
     trainer_cleanup(&t);
     return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
 }

@@ -46,6 +46,7 @@ typedef struct {
     int64_t snapshot_every; /* --snapshot-every steps (0: none; -1: as often as costs at */
                            /* most 1% of the step time) */
     char metrics[1024];    /* --metrics FILE */
+    char sample_log[1024]; /* --sample-log DIR ("" = none): sample_log.h */
     int sync_bn;           /* --sync-bn */
     int log_every;         /* --log-every steps */
     int threads;           /* --threads (0: OMP_NUM_THREADS or all cores) */

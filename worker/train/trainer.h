@@ -30,6 +30,7 @@
 #include "worker/train/snapshot_writer.h"
 #include "worker/train/loader.h"
 #include "worker/train/rank_metrics.h"
+#include "worker/train/sample_log.h"
 #include "worker/train/watchdog.h"
 #include "worker/train/train.h"
 
@@ -109,6 +110,7 @@ typedef struct {
     train_startup startup;
     train_progress progress;
     rank_metrics rm;     /* DDPRUN_METRICS_DIR: this rank's series for the agent */
+    sample_log samples;  /* --sample-log: which samples each step trained */
     dir_lock ckpt_lock;  /* this node's hold on --ckpt-dir (snapshot_lock, snapshot_save) */
     struct {
         snapshot_writer *w; /* this rank keeps the node's snapshots (local rank 0) */
