@@ -69,7 +69,18 @@ kill-worker and kill-node, at a random step (the script's --log-every 1
 lines); the oracle: every agent exits 0, the final weights the script
 prints are the uninterrupted run's, nothing left behind.
 
-usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--workload ddp-train|torch]
+With --net (root), each node runs on a host of a network test bed (network
+namespaces joined by a bridge, as tests/lib/netbed.bash makes), the store
+on node 0's, and two more classes are drawn:
+
+           link-flap     one node's link down for 0.8 s, then up (inside
+                         the 2 s heartbeat: TCP retransmits)
+           host-lost     node 1's link down for good and its processes
+                         killed (a machine that dies without a word); a
+                         spare host with an empty disk and memory
+                         replaces it
+
+usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--workload ddp-train|torch] [--net]
   SPEC: faults separated by ',', each CLASS[@NODE][:MOMENT], e.g.
         'kill-worker@1:step=13,preempt:eval'
 Prints one line per schedule and, at the end, per fault class and moment,
@@ -100,6 +111,9 @@ TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
 CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "preempt-usr1", "disk-full",
            "slow-disk", "foreign-ckpt", "join", "leave"]
 RESIZE = {"join", "leave"}  # the job's node count changes: --nnodes 1:3
+NET_CLASSES = ["link-flap", "host-lost"]  # --net only: the nodes on the test bed's hosts
+BED = None  # --net: the network test bed (Bed)
+SPARE_HOST = 4  # the bed's host that replaces a lost one
 JOINER = 2  # the node a join starts
 MOMENTS = ["step", "eval", "save", "final", "recovery"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
@@ -114,6 +128,80 @@ TORCH_CLASSES = ["kill-worker", "kill-node"]
 TORCH_TIME = 5.0  # the uninterrupted torch run's seconds (measured: reference_digest)
 REF_LOSS = None  # the uninterrupted run's last test loss (reference_digest)
 LOSS_TOL = 0.25  # a resized run's, relative to it: see docs/results.md
+
+
+class Bed:
+    """The network test bed of tests/lib/netbed.bash, for the campaign:
+    hosts 1..n, each a network namespace with its own address (10.78.0.i),
+    joined by veth pairs to a bridge that has no address, so that a link
+    can go down silently (no FIN, no RST: a pulled cable, a dead machine).
+    Node 0 runs on host 1, node 1 on host 2, the joiner on host 3, a lost
+    host's replacement on host 4."""
+
+    SUBNET = "10.78.0"
+
+    def __init__(self, n):
+        self.pid, self.n = os.getpid(), 0
+        self.sweep()
+        try:
+            self.make(n)
+        except OSError:
+            self.down()
+            raise
+
+    def make(self, n):
+        self.ip("link", "add", self.bridge(), "type", "bridge")
+        self.ip("link", "set", self.bridge(), "up")
+        for i in range(1, n + 1):
+            ns = self.ns(i)
+            self.ip("netns", "add", ns)
+            self.n = i
+            self.ip("link", "add", self.veth(i), "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.ip("link", "set", self.veth(i), "master", self.bridge(), "up")
+            self.ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
+            self.ip("-n", ns, "link", "set", "eth0", "up")
+            self.ip("-n", ns, "link", "set", "lo", "up")
+
+    def bridge(self):
+        return f"nbc{self.pid}"
+
+    def ns(self, i):
+        return f"ddpnc{self.pid}h{i}"
+
+    def veth(self, i):
+        return f"nbc{self.pid}h{i}"
+
+    def addr(self, i):
+        return f"{self.SUBNET}.{i}"
+
+    @staticmethod
+    def ip(*args):
+        out = subprocess.run(["ip", *args], capture_output=True, text=True)
+        if out.returncode:
+            raise OSError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+
+    def wrap(self, i, cmd):
+        """cmd run on host i (its network, host name hI)."""
+        return ["ip", "netns", "exec", self.ns(i), "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', f"h{i}"] + cmd
+
+    def link(self, i, state):
+        self.ip("link", "set", self.veth(i), state)
+
+    def down(self):
+        for i in range(1, self.n + 1):
+            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge()], capture_output=True)
+
+    @staticmethod
+    def sweep():
+        """The beds of campaigns that are gone (killed before their teardown)."""
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for name in re.findall(r"^ddpnc(\d+)h\d+", out, re.M):
+            if not os.path.exists(f"/proc/{name}"):
+                for ns in re.findall(rf"^(ddpnc{name}h\d+)", out, re.M):
+                    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+                subprocess.run(["ip", "link", "del", f"nbc{name}"], capture_output=True)
 
 
 def free_port():
@@ -137,10 +225,15 @@ class Fault:
     def parse(text):
         m = re.fullmatch(r"([a-z0-9-]+)(?:@([012]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
                          text.strip())
-        if not m or m.group(1) not in CLASSES:
+        if not m or m.group(1) not in CLASSES + NET_CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
-        default = {"kill-node": 1, "leave": 1, "join": JOINER}.get(m.group(1), 0)
+        default = {"kill-node": 1, "leave": 1, "join": JOINER, "host-lost": 1}.get(m.group(1), 0)
         cls, node = m.group(1), int(m.group(2) or default)
+        if cls in NET_CLASSES and not BED:
+            raise SystemExit(f"chaos: '{text}' needs the network test bed: --net")
+        if cls == "host-lost" and node != 1:
+            raise SystemExit(f"chaos: '{text}': only node 1's host can be lost (node 0's hosts "
+                             f"the c10d store, whose loss no c10d job survives)")
         if node == JOINER and cls not in ("join", "leave", "kill-worker", "hang-worker"):
             raise SystemExit(f"chaos: '{text}': node {JOINER} is the joiner: only join, leave "
                              f"and a worker's faults strike it")
@@ -151,8 +244,12 @@ class Fault:
         return Fault(cls, node, m.group(3) or "step", 0 if m.group(3) else 1)
 
 
+def usable_classes(root_ok):
+    return [c for c in CLASSES if root_ok or c != "disk-full"] + (NET_CLASSES if BED else [])
+
+
 def draw_one(rng, cls):
-    node = (1 if cls == "kill-node" else JOINER if cls == "join" else
+    node = (1 if cls in ("kill-node", "host-lost") else JOINER if cls == "join" else
             rng.choice([1, JOINER]) if cls == "leave" else rng.randrange(2))
     if cls in WHOLE_RUN:
         return Fault(cls, node)
@@ -171,7 +268,7 @@ def draw_torch(rng):
 
 def draw(rng, root_ok):
     faults = []
-    classes = [c for c in CLASSES if root_ok or c != "disk-full"]
+    classes = usable_classes(root_ok)
     for _ in range(rng.choice([1, 1, 2, 2, 3])):
         f = draw_one(rng, rng.choice(classes))
         if f.cls in WHOLE_RUN and any(g.cls == f.cls and g.node == f.node for g in faults):
@@ -240,6 +337,10 @@ class Job:
         self.work, self.tag, self.faults, self.slow_so = work, tag, faults, slow_so
         self.port = free_port()
         self.agents = [None, None, None]  # nodes 0 and 1, and JOINER once it joins
+        self.host = {0: 1, 1: 2, JOINER: 3}  # --net: each node's host on the bed
+        self.joined, self.gone = False, set()  # a join struck; the nodes a leave took
+        for i in range(1, BED.n + 1) if BED else []:  # (a host lost before is back: a new one)
+            BED.link(i, "up")
         # a resize: nodes may join and leave (a node lost is not waited for)
         self.nnodes = "1:3" if any(f.cls in RESIZE for f in faults) else "2"
         self.logs = []
@@ -262,9 +363,11 @@ class Job:
         else:
             program = ["--no-python", os.path.join(BIN, "ddp-train")] + TRAIN + [
                 "--ckpt-dir", ckpt, "--sample-log", os.path.join(self.work, "samples")]
+        store = BED.addr(self.host[0]) if BED else "127.0.0.1"
         cmd = [os.path.join(BIN, "ddprun"), f"--nnodes={self.nnodes}", "--nproc-per-node=1",
-               "--rdzv-conf=last_call_timeout=1",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
+               # on the bed: a node cut off is lost after 2 s (a 0.8 s flap is not)
+               "--rdzv-conf=last_call_timeout=1" + (",heartbeat=2" if BED else ""),
+               "--rdzv-backend=c10d", f"--rdzv-endpoint={store}:{self.port}",
                f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
                "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}"
@@ -279,11 +382,13 @@ class Job:
             os.makedirs(ckpt, exist_ok=True)
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    'mount -t tmpfs -o size=1m chaos "$0" && exec "$@"', ckpt] + cmd
+        if BED:
+            cmd = BED.wrap(self.host[node], cmd)
         out = open(log, "w")
         self.agents[node] = (subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                               start_new_session=True), log)
         out.close()
-        if node == 0:  # node 0 hosts the c10d store: up before node 1 looks for it
+        if node == 0 and not BED:  # node 0 hosts the c10d store: up before node 1 looks for it
             deadline = time.time() + 10
             while time.time() < deadline and self.agents[0][0].poll() is None:
                 try:
@@ -340,18 +445,45 @@ class Job:
                 return "the other node had ended: the job is over, no node to replace"
             self.start(f.node)
             return ""
+        if f.cls == "link-flap":  # packets lost for 0.8 s, then all is as before
+            BED.link(self.host[f.node], "down")
+            time.sleep(0.8)
+            BED.link(self.host[f.node], "up")
+            return ""
+        if f.cls == "host-lost":  # the machine dies without a word; a spare replaces it
+            if not self.agents[f.node] or self.agents[f.node][0].poll() is not None:
+                return "the node's agent had ended"
+            if self.host[f.node] == SPARE_HOST:
+                return "no spare host left"
+            BED.link(self.host[f.node], "down")
+            os.killpg(self.agents[f.node][0].pid, signal.SIGKILL)
+            self.reap(f.node, 10, struck=True)
+            ckpt, shm = self.dirs(f.node)  # its disk and memory went with it
+            for d in (ckpt, shm):
+                if os.path.isdir(d):
+                    os.rename(d, d + "-lost")
+            time.sleep(0.3)
+            other = self.agents[1 - f.node]
+            if not other or other[0].poll() is not None:
+                return "the other node had ended: the job is over, no node to replace"
+            self.host[f.node] = SPARE_HOST
+            self.start(f.node)
+            return ""
         if f.cls == "join":
             if self.agents[f.node]:
                 return f"node {f.node} is in the job already"
             if not self.agents[0] or self.agents[0][0].poll() is not None:
                 return "the job had ended"
             self.start(f.node)
+            self.joined = True
+            self.gone.discard(f.node)
             return ""
         if f.cls == "leave":  # the node drained: its agent told to stop, not replaced
             if not self.agents[f.node] or self.agents[f.node][0].poll() is not None:
                 return f"node {f.node} is not in the job"
             self.agents[f.node][0].send_signal(signal.SIGTERM)
             self.reap(f.node, 60, struck=True)
+            self.gone.add(f.node)
             return ""
         if f.cls in PREEMPT:  # every node; the requeue is the job as submitted
             live = [n for n in range(3) if self.agents[n] and self.agents[n][0].poll() is None]
@@ -366,6 +498,7 @@ class Job:
             self.port = free_port()
             for n in (0, 1):
                 self.start(n)
+            self.gone = {JOINER} if self.joined else set()
             return ""
         return ""
 
@@ -417,6 +550,7 @@ NAMED = {
     "kill-worker": r"failed: Signal 9 \(SIGKILL\)|killed on its way out \(signal 9\)",
     "hang-worker": r"stopped by the worker watchdog|killed on its way out \(signal 9\)",
     "kill-node": r"a node left|lost at the exit barrier|node is waiting to join",
+    "host-lost": r"a node left|lost at the exit barrier|node is waiting to join",
     "preempt": r"SIGTERM received: forwarding it to the workers",
     "preempt-usr1": r"SIGUSR1 received: forwarding it to the workers",
 }
@@ -481,6 +615,11 @@ def samples_kept(dirpath):
             wrong.append(f"samples: epoch {e + 1} trained {len(set(got))} of its {n} samples, "
                          f"{twice} more than once")
     return worlds, wrong[:5]
+
+
+def said_no_keeper(logs):
+    return any("no node can keep this job's checkpoints" in open(l, errors="replace").read()
+               for l in logs)
 
 
 def too_late(log):
@@ -549,10 +688,10 @@ def run_schedule(faults, tag, base, reference, slow_so):
         # the oracle; a node whose --ckpt-dir is full or another job's keeps
         # no checkpoints: with both so, the job must stop, saying so
         full = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
-        last = {}
+        last = {}  # each node's newest agent, unless a fault ended it (then none is judged)
         for node, log, rc in job.ended:
-            if rc is not None:
-                last[node] = (log, rc)
+            last[node] = (log, rc)
+        last = {node: lr for node, lr in last.items() if lr[1] is not None}
         if WORKLOAD == "torch":
             for node, (log, rc) in sorted(last.items()):
                 if rc != 0:
@@ -575,12 +714,19 @@ def run_schedule(faults, tag, base, reference, slow_so):
             got = torch_final(job.logs)
             if got != reference:
                 bad.append(f"final weights {got}, not the uninterrupted run's {reference}")
-        elif len(full) == 2:
+        elif len(full) == 2 and not job.joined:
             if all(rc == 0 for _, rc in last.values()):
                 bad.append("no node could keep checkpoints, yet the job exited 0")
-            elif not any("no node can keep this job's checkpoints" in open(l, errors="replace").read()
-                         for l in job.logs):
+            elif not said_no_keeper(job.logs):
                 bad.append("no node could keep checkpoints, and no log says so")
+        elif not ({0, 1, JOINER} if job.joined else {0, 1}) - job.gone - full and any(
+                rc != 0 for _, rc in last.values()):
+            # the nodes that could keep checkpoints left: the job may stop, saying so
+            # (or it had finished, and then ends 0 as any job)
+            struck.append("the nodes that could keep checkpoints left")
+            if not said_no_keeper(job.logs):
+                bad.append("no node left could keep checkpoints, and no log says why the job "
+                           "stopped")
         else:
             for node, (log, rc) in sorted(last.items()):
                 if rc != 0 and node == JOINER and too_late(log):
@@ -717,7 +863,25 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep every schedule's logs")
     ap.add_argument("--cover", action="store_true",
                     help="the first schedules take each class in turn (then at random)")
+    ap.add_argument("--net", action="store_true",
+                    help="the nodes on a network test bed (root): link flaps and lost hosts too")
     a = ap.parse_args()
+    global BED
+    if a.net and a.workload != "torch":
+        try:
+            BED = Bed(SPARE_HOST)
+        except OSError as e:
+            print(f"chaos: no network faults (link-flap, host-lost): cannot make the network "
+                  f"test bed: {e}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (the bed comes down)
+    try:
+        return campaign(a)
+    finally:
+        if BED:
+            BED.down()
+
+
+def campaign(a):
     global WORKLOAD, KEEP
     WORKLOAD, KEEP = a.workload, a.keep
     if WORKLOAD == "torch" and subprocess.run([TORCH_PY, "-c", "import torch"],
@@ -749,7 +913,7 @@ def main():
         for i in range(a.runs):
             rng = random.Random(f"{a.seed}:{i}")
             fs = draw(rng, root_ok) if WORKLOAD != "torch" else draw_torch(rng)
-            usable = [c for c in CLASSES if root_ok or c != "disk-full"]
+            usable = usable_classes(root_ok)
             if WORKLOAD == "torch":
                 usable = TORCH_CLASSES
             if a.cover and i < len(usable) and WORKLOAD != "torch":
