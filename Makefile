@@ -262,11 +262,11 @@ bench-gpu-jpeg: all
 CHAOS_SEED ?= 1
 CHAOS_RUNS ?= 30
 chaos: all
-	@python3 tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover
+	@python3 tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover --net
 
 # A long campaign, for docs/results.md (CHAOS_RUNS=1000).
 bench-chaos-campaign: all
-	@python3 tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover
+	@python3 tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover --net
 
 clean:
 	rm -rf $(B)
