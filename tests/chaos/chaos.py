@@ -80,7 +80,16 @@ on node 0's, and two more classes are drawn:
                          spare host with an empty disk and memory
                          replaces it
 
+With --store etcd the rendezvous meets on a cluster of three etcd members
+(on the bed, one on each of the first three hosts: a lost host takes its
+member with it) instead of node 0's c10d store, and one more class is
+drawn:
+
+           store-lost    etcd member m<N+1> killed (its machine lost): the
+                         other two keep the quorum
+
 usage: chaos.py [--seed S] [--runs N] [--replay SPEC] [--workload ddp-train|torch] [--net]
+                [--store c10d|etcd]
   SPEC: faults separated by ',', each CLASS[@NODE][:MOMENT], e.g.
         'kill-worker@1:step=13,preempt:eval'
 Prints one line per schedule and, at the end, per fault class and moment,
@@ -114,6 +123,8 @@ RESIZE = {"join", "leave"}  # the job's node count changes: --nnodes 1:3
 NET_CLASSES = ["link-flap", "host-lost"]  # --net only: the nodes on the test bed's hosts
 BED = None  # --net: the network test bed (Bed)
 SPARE_HOST = 4  # the bed's host that replaces a lost one
+ETCD = None  # --store etcd: the rendezvous on a 3-member etcd cluster (Etcd)
+ETCD_CLASSES = ["store-lost"]  # --store etcd only
 JOINER = 2  # the node a join starts
 MOMENTS = ["step", "eval", "save", "final", "recovery"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
@@ -161,6 +172,14 @@ class Bed:
             self.ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
             self.ip("-n", ns, "link", "set", "eth0", "up")
             self.ip("-n", ns, "link", "set", "lo", "up")
+        # every host resolves every other's name, as a cluster's DNS would (ip netns
+        # exec mounts /etc/netns/NS/hosts over /etc/hosts): a job on etcd finds its
+        # workers' store at node 0's host name
+        names = "".join(f"{self.addr(j)}\th{j}\n" for j in range(1, n + 1))
+        for i in range(1, n + 1):
+            os.makedirs(f"/etc/netns/{self.ns(i)}", exist_ok=True)
+            with open(f"/etc/netns/{self.ns(i)}/hosts", "w") as f:
+                f.write("127.0.0.1\tlocalhost\n::1\tlocalhost\n" + names)
 
     def bridge(self):
         return f"nbc{self.pid}"
@@ -191,6 +210,7 @@ class Bed:
     def down(self):
         for i in range(1, self.n + 1):
             subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{self.ns(i)}", ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.bridge()], capture_output=True)
 
     @staticmethod
@@ -201,7 +221,75 @@ class Bed:
             if not os.path.exists(f"/proc/{name}"):
                 for ns in re.findall(rf"^(ddpnc{name}h\d+)", out, re.M):
                     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+                    shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
                 subprocess.run(["ip", "link", "del", f"nbc{name}"], capture_output=True)
+
+
+class Etcd:
+    """--store etcd: a cluster of three etcd members (Debian's etcd-server)
+    for the whole campaign, each schedule's keys under its own run id. On
+    the bed member mI runs on host I (node 0's, node 1's, the joiner's: a
+    cluster spread over the job's machines, so a lost host takes its member
+    with it), else on loopback ports. A member a fault killed is started
+    again (its data kept: it rejoins) before the next schedule."""
+
+    def __init__(self, base):
+        self.dir = os.path.join(base, "etcd")
+        self.ports = {i: (2379, 2380) if BED else (free_port(), free_port()) for i in (1, 2, 3)}
+        self.procs = {}
+        for i in (1, 2, 3):
+            self.start(i)
+        self.ensure()
+
+    def addr(self, i):
+        return BED.addr(i) if BED else "127.0.0.1"
+
+    def endpoints(self):
+        return ",".join(f"{self.addr(i)}:{self.ports[i][0]}" for i in (1, 2, 3))
+
+    def start(self, i):
+        c, p = self.ports[i]
+        initial = ",".join(f"m{j}=http://{self.addr(j)}:{self.ports[j][1]}" for j in (1, 2, 3))
+        cmd = ["etcd", "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+               "--listen-client-urls", f"http://{self.addr(i)}:{c}",
+               "--advertise-client-urls", f"http://{self.addr(i)}:{c}",
+               "--listen-peer-urls", f"http://{self.addr(i)}:{p}",
+               "--initial-advertise-peer-urls", f"http://{self.addr(i)}:{p}",
+               "--initial-cluster", initial, "--initial-cluster-state", "new",
+               "--initial-cluster-token", f"ddprun-chaos-{os.getpid()}"]
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, f"m{i}.log"), "a") as out:
+            self.procs[i] = subprocess.Popen(BED.wrap(i, cmd) if BED else cmd, stdout=out,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+
+    def healthy(self, i):
+        cmd = ["env", "ETCDCTL_API=3", "etcdctl", "--dial-timeout", "1s", "--command-timeout",
+               "2s", "--endpoints", f"{self.addr(i)}:{self.ports[i][0]}", "endpoint", "health"]
+        return subprocess.run(BED.wrap(i, cmd) if BED else cmd, capture_output=True).returncode == 0
+
+    def kill(self, i):
+        p = self.procs.get(i)
+        if not p or p.poll() is not None:
+            return False
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return True
+
+    def ensure(self):
+        """Every member serving, a leader elected (20 s at most)."""
+        for i in (1, 2, 3):
+            if self.procs[i].poll() is not None:
+                self.start(i)
+        deadline = time.time() + 20
+        for i in (1, 2, 3):
+            while not self.healthy(i):
+                if time.time() > deadline:
+                    raise OSError(f"etcd member m{i} does not serve (log: {self.dir}/m{i}.log)")
+                time.sleep(0.2)
+
+    def stop(self):
+        for i in (1, 2, 3):
+            self.kill(i)
 
 
 def free_port():
@@ -225,12 +313,14 @@ class Fault:
     def parse(text):
         m = re.fullmatch(r"([a-z0-9-]+)(?:@([012]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
                          text.strip())
-        if not m or m.group(1) not in CLASSES + NET_CLASSES:
+        if not m or m.group(1) not in CLASSES + NET_CLASSES + ETCD_CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
         default = {"kill-node": 1, "leave": 1, "join": JOINER, "host-lost": 1}.get(m.group(1), 0)
         cls, node = m.group(1), int(m.group(2) or default)
         if cls in NET_CLASSES and not BED:
             raise SystemExit(f"chaos: '{text}' needs the network test bed: --net")
+        if cls in ETCD_CLASSES and not ETCD:
+            raise SystemExit(f"chaos: '{text}' needs the etcd rendezvous: --store etcd")
         if cls == "host-lost" and node != 1:
             raise SystemExit(f"chaos: '{text}': only node 1's host can be lost (node 0's hosts "
                              f"the c10d store, whose loss no c10d job survives)")
@@ -245,11 +335,13 @@ class Fault:
 
 
 def usable_classes(root_ok):
-    return [c for c in CLASSES if root_ok or c != "disk-full"] + (NET_CLASSES if BED else [])
+    return ([c for c in CLASSES if root_ok or c != "disk-full"] + (NET_CLASSES if BED else []) +
+            (ETCD_CLASSES if ETCD else []))
 
 
 def draw_one(rng, cls):
     node = (1 if cls in ("kill-node", "host-lost") else JOINER if cls == "join" else
+            rng.randrange(3) if cls == "store-lost" else
             rng.choice([1, JOINER]) if cls == "leave" else rng.randrange(2))
     if cls in WHOLE_RUN:
         return Fault(cls, node)
@@ -273,7 +365,15 @@ def draw(rng, root_ok):
         f = draw_one(rng, rng.choice(classes))
         if f.cls in WHOLE_RUN and any(g.cls == f.cls and g.node == f.node for g in faults):
             continue
+        if f.cls == "store-lost" and any(g.cls == f.cls for g in faults):
+            continue  # (a second member lost ends the quorum: no rendezvous survives that)
         faults.append(f)
+    # a lost host takes its etcd member with it: a member lost besides is that one (two
+    # of three members lost end the quorum, and no rendezvous survives that)
+    if any(f.cls == "host-lost" for f in faults):
+        for f in faults:
+            if f.cls == "store-lost":
+                f.node = 1
     # with both nodes' --ckpt-dir unusable the job must stop, joiner or not
     unusable = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
     if len(unusable) == 2:
@@ -341,6 +441,8 @@ class Job:
         self.joined, self.gone = False, set()  # a join struck; the nodes a leave took
         for i in range(1, BED.n + 1) if BED else []:  # (a host lost before is back: a new one)
             BED.link(i, "up")
+        if ETCD:  # (and a member lost before)
+            ETCD.ensure()
         # a resize: nodes may join and leave (a node lost is not waited for)
         self.nnodes = "1:3" if any(f.cls in RESIZE for f in faults) else "2"
         self.logs = []
@@ -367,7 +469,8 @@ class Job:
         cmd = [os.path.join(BIN, "ddprun"), f"--nnodes={self.nnodes}", "--nproc-per-node=1",
                # on the bed: a node cut off is lost after 2 s (a 0.8 s flap is not)
                "--rdzv-conf=last_call_timeout=1" + (",heartbeat=2" if BED else ""),
-               "--rdzv-backend=c10d", f"--rdzv-endpoint={store}:{self.port}",
+               ] + (["--rdzv-backend=etcd-v3", f"--rdzv-endpoint={ETCD.endpoints()}"] if ETCD else
+                    ["--rdzv-backend=c10d", f"--rdzv-endpoint={store}:{self.port}"]) + [
                f"--rdzv-id={self.run_id}", f"--node-rank={node}", "--max-restarts=20",
                "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                "--monitor-interval=0.1", f"--log-dir={os.path.join(self.work, f'logs{node}')}"
@@ -388,7 +491,7 @@ class Job:
         self.agents[node] = (subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                               start_new_session=True), log)
         out.close()
-        if node == 0 and not BED:  # node 0 hosts the c10d store: up before node 1 looks for it
+        if node == 0 and not BED and not ETCD:  # node 0 hosts the c10d store: up before node 1 looks
             deadline = time.time() + 10
             while time.time() < deadline and self.agents[0][0].poll() is None:
                 try:
@@ -445,6 +548,8 @@ class Job:
                 return "the other node had ended: the job is over, no node to replace"
             self.start(f.node)
             return ""
+        if f.cls == "store-lost":  # etcd member m<node+1>'s machine: 2 of 3 keep the quorum
+            return "" if ETCD.kill(f.node + 1) else "the member had stopped"
         if f.cls == "link-flap":  # packets lost for 0.8 s, then all is as before
             BED.link(self.host[f.node], "down")
             time.sleep(0.8)
@@ -489,17 +594,19 @@ class Job:
             live = [n for n in range(3) if self.agents[n] and self.agents[n][0].poll() is None]
             for n in live:
                 self.agents[n][0].send_signal(PREEMPT[f.cls])
+            rcs = []
             for n in range(3):  # (the joiner, not requeued, ends with the signal's code)
                 if self.agents[n]:
-                    self.reap(n, 60, struck=n == JOINER)
+                    rcs.append(self.reap(n, 60, struck=n == JOINER))
             if not live:
                 return "the job had ended"
+            ended = "" if any(rc != 0 for rc in rcs) else "the job ended as it struck"
             # the requeue: the whole job again, resuming from its nodes' disks
             self.port = free_port()
             for n in (0, 1):
                 self.start(n)
             self.gone = {JOINER} if self.joined else set()
-            return ""
+            return ended
         return ""
 
     def kill_all(self):
@@ -729,9 +836,9 @@ def run_schedule(faults, tag, base, reference, slow_so):
                            "stopped")
         else:
             for node, (log, rc) in sorted(last.items()):
-                if rc != 0 and node == JOINER and too_late(log):
-                    struck.append("node 2 came after the job's end (torchrun's closed rendezvous: "
-                                  "exit 1, said)")
+                if rc != 0 and too_late(log):  # (a joiner, or a replacement, late)
+                    struck.append(f"node {node} came after the job's end (torchrun's closed "
+                                  f"rendezvous: exit 1, said)")
                 elif rc != 0:
                     bad.append(f"node {node}'s agent exited {rc} ({os.path.basename(log)})")
             finals = [p for n in range(3) if n not in full
@@ -865,8 +972,11 @@ def main():
                     help="the first schedules take each class in turn (then at random)")
     ap.add_argument("--net", action="store_true",
                     help="the nodes on a network test bed (root): link flaps and lost hosts too")
+    ap.add_argument("--store", choices=["c10d", "etcd"], default="c10d",
+                    help="the rendezvous: c10d (node 0 hosts it) or a 3-member etcd cluster "
+                         "(store-lost too)")
     a = ap.parse_args()
-    global BED
+    global BED, ETCD
     if a.net and a.workload != "torch":
         try:
             BED = Bed(SPARE_HOST)
@@ -875,8 +985,17 @@ def main():
                   f"test bed: {e}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (the bed comes down)
     try:
+        if a.store == "etcd":
+            if not shutil.which("etcd") or not shutil.which("etcdctl"):
+                print("chaos: skipped: --store etcd needs etcd and etcdctl (Debian's etcd-server, "
+                      "etcd-client)")
+                return 77
+            ETCD = Etcd(tempfile.mkdtemp(prefix="ddprun-chaos-etcd."))
         return campaign(a)
     finally:
+        if ETCD:
+            ETCD.stop()
+            shutil.rmtree(os.path.dirname(ETCD.dir), ignore_errors=True)
         if BED:
             BED.down()
 
@@ -946,8 +1065,9 @@ def campaign(a):
                 print(f"       {b}")
             least = shrink(faults, f"{a.seed}-{i}", base, reference, slow_so)
             least_spec = ",".join(str(f) for f in least)
+            flags = (" --net" if BED else "") + (" --store etcd" if ETCD else "")
             print(f"       shrunk to {least_spec}; replay: tests/chaos/chaos.py "
-                  f"--workload {WORKLOAD} --replay '{least_spec}'", flush=True)
+                  f"--workload {WORKLOAD}{flags} --replay '{least_spec}'", flush=True)
     print(f"chaos: {len(schedules)} schedules in {time.time() - t0:.0f} s, {failed} broke the "
           f"oracle")
     print(f"{'class':12s} {'moment':7s} {'drawn':>6s} {'broke':>6s}")
