@@ -292,6 +292,16 @@ class Etcd:
             self.kill(i)
 
 
+BED_PORTS = iter(range(20000, 30000))  # below the kernel's ephemeral ports (32768-60999)
+
+
+def store_port():
+    """The c10d store's port for a job. On the bed a port free here says
+    nothing of node 0's host, where one of the job's own connections may
+    hold it as its ephemeral port: a port from below that range instead."""
+    return next(BED_PORTS) if BED else free_port()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -435,7 +445,7 @@ class Job:
 
     def __init__(self, work, tag, faults, slow_so):
         self.work, self.tag, self.faults, self.slow_so = work, tag, faults, slow_so
-        self.port = free_port()
+        self.port = store_port()
         self.agents = [None, None, None]  # nodes 0 and 1, and JOINER once it joins
         self.host = {0: 1, 1: 2, JOINER: 3}  # --net: each node's host on the bed
         self.joined, self.gone = False, set()  # a join struck; the nodes a leave took
@@ -602,7 +612,7 @@ class Job:
                 return "the job had ended"
             ended = "" if any(rc != 0 for rc in rcs) else "the job ended as it struck"
             # the requeue: the whole job again, resuming from its nodes' disks
-            self.port = free_port()
+            self.port = store_port()
             for n in (0, 1):
                 self.start(n)
             self.gone = {JOINER} if self.joined else set()
