@@ -138,7 +138,12 @@ TORCH_STEPS = 100
 TORCH_CLASSES = ["kill-worker", "kill-node"]
 TORCH_TIME = 5.0  # the uninterrupted torch run's seconds (measured: reference_digest)
 REF_LOSS = None  # the uninterrupted run's last test loss (reference_digest)
-LOSS_TOL = 0.25  # a resized run's, relative to it: see docs/results.md
+# A resized run's, relative to it: 1.4% at most in 51 resized schedules of
+# the campaign of 1000 (docs/results.md). The labels of --data synthetic are
+# random, so every run's loss stays near ln 10: this catches a run gone
+# wrong (a NaN, a blow-up), not one that learned less; the samples counted
+# (samples_kept) are the resize's exact check.
+LOSS_TOL = 0.05
 
 
 class Bed:
