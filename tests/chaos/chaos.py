@@ -35,6 +35,10 @@ moment:
                          others go on without it
            (a schedule with a join or a leave runs --nnodes 1:3)
   moments  step=K        once global step K is done
+           coll=K        after step K, once the struck node's worker is
+                         inside a collective (its collective record,
+                         DDPRUN_COLL_RECORD, shows one entered and not
+                         finished): a gradient all-reduce, mostly
            eval          as an epoch's last step is done: its evaluation
            save          as an epoch's evaluation is done: its checkpoint
            final         as the last step is done: the last evaluation and
@@ -110,6 +114,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "build", "bin")
+COLL_PEEK = os.path.join(ROOT, "build", "tests", "coll-peek")
 STEPS_PER_EPOCH = 32
 EPOCHS = 2
 TOTAL = STEPS_PER_EPOCH * EPOCHS
@@ -126,7 +131,7 @@ SPARE_HOST = 4  # the bed's host that replaces a lost one
 ETCD = None  # --store etcd: the rendezvous on a 3-member etcd cluster (Etcd)
 ETCD_CLASSES = ["store-lost"]  # --store etcd only
 JOINER = 2  # the node a join starts
-MOMENTS = ["step", "eval", "save", "final", "recovery"]
+MOMENTS = ["step", "coll", "eval", "save", "final", "recovery"]
 WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
 PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
 FOREIGN = None  # another job's checkpoint, made once (foreign_checkpoint)
@@ -321,12 +326,13 @@ class Fault:
         where = f"@{self.node}" if self.cls not in PREEMPT else ""
         when = "" if self.cls in WHOLE_RUN else (
             f":step={self.step}" if self.moment == "step" else
+            f":coll={self.step}" if self.moment == "coll" else
             f":ms={self.step}" if self.moment == "time" else f":{self.moment}")
         return f"{self.cls}{where}{when}"
 
     @staticmethod
     def parse(text):
-        m = re.fullmatch(r"([a-z0-9-]+)(?:@([012]))?(?::((step|ms)=(\d+)|eval|save|final|recovery))?",
+        m = re.fullmatch(r"([a-z0-9-]+)(?:@([012]))?(?::((step|ms|coll)=(\d+)|eval|save|final|recovery))?",
                          text.strip())
         if not m or m.group(1) not in CLASSES + NET_CLASSES + ETCD_CLASSES:
             raise SystemExit(f"chaos: cannot read fault '{text}' (CLASS[@NODE][:MOMENT])")
@@ -345,7 +351,7 @@ class Fault:
         if cls in WHOLE_RUN:
             return Fault(cls, node)
         if m.group(4):
-            return Fault(cls, node, "step" if m.group(4) == "step" else "time", int(m.group(5)))
+            return Fault(cls, node, {"ms": "time"}.get(m.group(4), m.group(4)), int(m.group(5)))
         return Fault(cls, node, m.group(3) or "step", 0 if m.group(3) else 1)
 
 
@@ -361,7 +367,7 @@ def draw_one(rng, cls):
     if cls in WHOLE_RUN:
         return Fault(cls, node)
     moment = rng.choice(MOMENTS)
-    return Fault(cls, node, moment, rng.randrange(1, TOTAL) if moment == "step" else 0)
+    return Fault(cls, node, moment, rng.randrange(1, TOTAL) if moment in ("step", "coll") else 0)
 
 
 def draw_torch(rng):
@@ -434,7 +440,7 @@ def trigger_reached(f, step, evals, elapsed=0.0, restarts=0):
         return restarts > 0
     if f.moment == "time":
         return elapsed >= f.step / 1000
-    if f.moment == "step":
+    if f.moment in ("step", "coll"):  # (coll: then inside one, Job.inside_collective)
         return step >= f.step
     if f.moment == "eval":  # the first epoch's last step: its evaluation runs now
         return step >= STEPS_PER_EPOCH
@@ -514,6 +520,22 @@ class Job:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+    def inside_collective(self, node, tries=200):
+        """Whether node's worker (node 0's where that node has none) is
+        inside a collective now: its collective record (DDPRUN_COLL_RECORD,
+        read with coll-peek) shows one entered and not finished. Looks a
+        few times in a row, so that a strike lands there."""
+        kids = self.workers(node) or self.workers(0)
+        record = None
+        for pid in kids:
+            m = re.search(r"(?:^| )DDPRUN_COLL_RECORD=(\S+)", proc_text(pid, "environ"))
+            record = m.group(1) if m else record
+        for _ in range(tries if record else 0):
+            out = subprocess.run([COLL_PEEK, record], capture_output=True, text=True).stdout.split()
+            if len(out) >= 2 and int(out[0]) > int(out[1]):
+                return True
+        return False
 
     def workers(self, node):
         if not self.agents[node]:  # (left, or preempted and not requeued)
@@ -785,7 +807,8 @@ def run_schedule(faults, tag, base, reference, slow_so):
         while time.time() < deadline:
             step, evals, restarts = progress(job.logs)
             for f in list(pending):
-                if trigger_reached(f, step, evals, time.time() - t0, restarts):
+                if trigger_reached(f, step, evals, time.time() - t0, restarts) and (
+                        f.moment != "coll" or job.inside_collective(f.node)):
                     pending.remove(f)
                     at = time.time()
                     why = job.inject(f)
