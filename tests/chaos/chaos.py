@@ -617,6 +617,11 @@ class Job:
             if not self.agents[0] or self.agents[0][0].poll() is not None:
                 return "the job had ended"
             self.start(f.node)
+            time.sleep(0.3)
+            if self.agents[0][0].poll() is not None:  # the job ended as it came: the store is
+                os.killpg(self.agents[f.node][0].pid, signal.SIGKILL)  # gone, nobody to join
+                self.reap(f.node, 10, struck=True)
+                return "the job ended as node 2 came"
             self.joined = True
             self.gone.discard(f.node)
             return ""
