@@ -521,6 +521,20 @@ class Job:
                 except OSError:
                     time.sleep(0.02)
 
+    def start_unless_over(self, node, why):
+        """Starts node's agent; "" if the job still runs 0.3 s later, else
+        why (then the agent is stopped: with node 0's agent its store is
+        gone, and the newcomer would wait the join timeout for it)."""
+        self.start(node)
+        time.sleep(0.3)
+        if node != 0 and self.agents[0] and self.agents[0][0].poll() is None:
+            return ""
+        if node != 0:
+            os.killpg(self.agents[node][0].pid, signal.SIGKILL)
+            self.reap(node, 10, struck=True)
+            return why
+        return ""
+
     def inside_collective(self, node, tries=200):
         """Whether node's worker (node 0's where that node has none) is
         inside a collective now: its collective record (DDPRUN_COLL_RECORD,
@@ -583,8 +597,7 @@ class Job:
             other = self.agents[1 - f.node]
             if not other or other[0].poll() is not None:
                 return "the other node had ended: the job is over, no node to replace"
-            self.start(f.node)
-            return ""
+            return self.start_unless_over(f.node, "the job ended as its replacement came")
         if f.cls == "store-lost":  # etcd member m<node+1>'s machine: 2 of 3 keep the quorum
             return "" if ETCD.kill(f.node + 1) else "the member had stopped"
         if f.cls == "link-flap":  # packets lost for 0.8 s, then all is as before
@@ -609,19 +622,15 @@ class Job:
             if not other or other[0].poll() is not None:
                 return "the other node had ended: the job is over, no node to replace"
             self.host[f.node] = SPARE_HOST
-            self.start(f.node)
-            return ""
+            return self.start_unless_over(f.node, "the job ended as its replacement came")
         if f.cls == "join":
             if self.agents[f.node]:
                 return f"node {f.node} is in the job already"
             if not self.agents[0] or self.agents[0][0].poll() is not None:
                 return "the job had ended"
-            self.start(f.node)
-            time.sleep(0.3)
-            if self.agents[0][0].poll() is not None:  # the job ended as it came: the store is
-                os.killpg(self.agents[f.node][0].pid, signal.SIGKILL)  # gone, nobody to join
-                self.reap(f.node, 10, struck=True)
-                return "the job ended as node 2 came"
+            why = self.start_unless_over(f.node, "the job ended as node 2 came")
+            if why:
+                return why
             self.joined = True
             self.gone.discard(f.node)
             return ""
