@@ -7,7 +7,9 @@
  * survivors of the previous round plus those waiting) are all there, else
  * last_call_timeout after min nodes were there. A node that finds the round
  * already closed registers under waiting/ (the running members see it and
- * restart to admit it) and waits for the next round to open.
+ * restart to admit it) and waits for the next round to open, watching the
+ * running round's members: one gone, and it ends the round itself (nobody
+ * else may be left to: a requeued job's dead predecessor).
  *
  * Every blocking wait is sliced into pieces of a third of the heartbeat
  * interval so the agent's heartbeat lease is renewed while it waits. */
@@ -27,6 +29,8 @@
 
 #define KEY_MAX RDZV_KEY_MAX
 #define NSIDE 2
+/* r<round>/node/<i> of a joiner that never filled its place (read_members) */
+#define DEAD_SLOT "-"
 
 struct rdzv {
     /* Guards the round state below, which the rendezvous thread writes
@@ -401,16 +405,36 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         else key(r, keys[i], "r%d/node/%ld", round, i + 1);
     }
     if (rc == 0) rc = kv_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
-    for (long i = 0; rc == 0 && i < n; i++) { /* a description not yet written after its index */
+    /* A description not yet written after its index: its joiner writes it
+     * next, unless it died between the two. Past a heartbeat the slot is
+     * closed for good with a tombstone, COMPARE_SET against the joiner's
+     * own, so every member reads the same winner (a joiner that loses
+     * waits for the next round). */
+    int64_t give_up = clock_now_ms() + (int64_t)((r->o.heartbeat > 1 ? r->o.heartbeat : 1) * 1000);
+    for (long i = 0; rc == 0 && i < n; i++) {
         if (lens[i]) continue;
         const uint8_t cond = STORE_COND_EXISTS;
         size_t idx;
         free(vals[i]);
         vals[i] = NULL;
-        rc = kv_wait_any(r->c, 1, &cond, (const char *const *)&keys[i], 30000, &idx);
-        if (rc == 0) rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
+        rc = wait_any_until(r, 1, &cond, (const char *const *)&keys[i], give_up, 0, &idx);
+        if (rc == -ETIMEDOUT)
+            rc = kv_compare_set(r->c, keys[i], "", 0, DEAD_SLOT, strlen(DEAD_SLOT), &vals[i],
+                                &lens[i]);
+        else if (rc == 0)
+            rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
     }
-    for (long i = 0; rc == 0 && i < n; i++) rc = rdzv_parse_node((char *)vals[i], &r->nodes[i]);
+    long live = 0;
+    for (long i = 0; rc == 0 && i < n; i++) {
+        if (lens[i] == strlen(DEAD_SLOT) && memcmp(vals[i], DEAD_SLOT, lens[i]) == 0) continue;
+        char *desc = strndup((char *)vals[i], lens[i]);
+        rc = desc ? rdzv_parse_node(desc, &r->nodes[live++]) : -ENOMEM;
+        free(desc);
+    }
+    if (rc == 0 && live < n)
+        log_warn("rendezvous '%s': round %d: %ld of its %ld joiners never said who they are (died "
+                 "between taking a place and filling it): the round goes on without them",
+                 r->run_id, round, n - live, n);
     for (long i = 0; i < n && keys; i++) {
         free(keys[i]);
         if (vals) free(vals[i]);
@@ -423,6 +447,7 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
                  r->run_id, round, strerror(-rc));
         return rc;
     }
+    n = live;
     r->nnodes = (int)n;
     qsort(r->nodes, (size_t)n, sizeof r->nodes[0], node_cmp);
     for (long i = 0; r->o.strict_ranks && i < n; i++) {
@@ -477,14 +502,51 @@ static int fill_result(rdzv *r, int round, rdzv_result *res) {
     return res->group_rank >= 0 ? 0 : -EPROTO;
 }
 
+static int end_round(rdzv *r, rdzv_kv *c, int round, int restarts, rdzv_event why);
+
+/* The node count round `round` closed with (0: not closed). */
+static long round_size(rdzv *r, int round) {
+    char k[KEY_MAX];
+    kv_long q = {key(r, k, "r%d/state", round), 0, 0, 0};
+    return kv_get_longs(r->c, 1, &q) == 0 ? q.val : 0;
+}
+
 /* Waits for round round+1 to open (after this round ended or closed
- * without us). */
-static int wait_next_round(rdzv *r, int round, int64_t deadline, char *err, size_t errlen) {
+ * without us). `watch`: the round's members (r->nodes, read by the
+ * caller) are watched too, and one gone ends the round, as a member's own
+ * watch would: without it a job requeued under the same id (Slurm's
+ * requeue keeps the job id) on a store that outlived it (etcd) would wait
+ * for ever as spares of the dead job's round. */
+static int wait_next_round(rdzv *r, int round, int watch, int64_t deadline, char *err,
+                           size_t errlen) {
     char k[KEY_MAX], kclosed[KEY_MAX];
-    const char *keys[] = {key(r, k, "r%d/open", round + 1), key(r, kclosed, "closed")};
-    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
-    size_t idx;
-    int rc = wait_any_until(r, 2, conds, keys, deadline, 0, &idx);
+    int n = watch ? r->nnodes : 0, rc = 0;
+    size_t cap = 2 + 2 * (size_t)n, nk = 0, idx = 0;
+    char(*buf)[KEY_MAX] = malloc(cap * KEY_MAX);
+    const char **keys = malloc(cap * sizeof *keys);
+    uint8_t *conds = malloc(cap);
+    if (!buf || !keys || !conds) rc = -ENOMEM;
+    if (rc == 0) {
+        keys[nk] = key(r, k, "r%d/open", round + 1), conds[nk++] = STORE_COND_EXISTS;
+        keys[nk] = key(r, kclosed, "closed"), conds[nk++] = STORE_COND_EXISTS;
+        for (int i = 0; i < n; i++) {
+            if (r->in_job_store)
+                keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id),
+                conds[nk++] = STORE_COND_ABSENT;
+            keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id),
+            conds[nk++] = STORE_COND_ABSENT;
+        }
+    }
+    int ended = 0;
+    while (rc == 0 && (rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx)) == 0 &&
+           idx >= 2 && !ended) {
+        log_info("rendezvous '%s': round %d, which this node waits to end, lost a node; "
+                 "ending it",
+                 r->run_id, round);
+        rc = end_round(r, r->c, round, r->restart_count, RDZV_EV_MEMBERSHIP);
+        ended = 1, nk = 2; /* now for the next round only */
+    }
+    free(buf), free(keys), free(conds);
     if (rc == 0 && idx == 1) rc = -EPIPE;
     if (rc == 0) { /* the next attempt guesses this round first */
         pthread_mutex_lock(&r->mu);
@@ -524,7 +586,11 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
         log_info("rendezvous '%s': round %d is full (%ld nodes); standing by as a spare",
                  r->run_id, round, n);
     }
-    int rc = wait_next_round(r, round, deadline, err, errlen);
+    char why[256];
+    pthread_mutex_lock(&r->mu); /* (the round's members, to watch) */
+    int watch = read_members(r, round, n, why, sizeof why) == 0;
+    pthread_mutex_unlock(&r->mu);
+    int rc = wait_next_round(r, round, watch, deadline, err, errlen);
     if (rc == -EPIPE) {
         snprintf(err, errlen, "rendezvous '%s': the job finished without this node (it stood by)",
                  r->run_id);
@@ -578,7 +644,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     if (closed_job) return job_closed(r, err, errlen);
     if (restarts > r->o.max_restarts) return RDZV_RESTARTS_SPENT;
     if (st >= 0) { /* closed: ours that just ended, or one we arrived too late for */
-        if (r->member_round == round) rc = wait_next_round(r, round, deadline, err, errlen);
+        if (r->member_round == round) rc = wait_next_round(r, round, 0, deadline, err, errlen);
         else rc = wait_as_late_node(r, round, st, deadline, err, errlen);
         if (rc == -EPIPE) rc = job_closed(r, err, errlen);
         return rc ? rc : ROUND_AGAIN;
@@ -587,12 +653,20 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     char desc[1600];
     describe_self(r, desc, sizeof desc);
     rc = kv_add(r->c, key(r, k, "r%d/njoined", round), 1, &idx);
-    if (rc == 0) rc = set_str(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), desc);
+    /* Our place, unless the members gave up on it already (read_members) */
+    uint8_t *won = NULL;
+    size_t wn = 0;
+    if (rc == 0)
+        rc = kv_compare_set(r->c, key(r, k, "r%d/node/%lld", round, (long long)idx), "", 0, desc,
+                            strlen(desc), &won, &wn);
+    int lost_place = rc == 0 && (wn != strlen(desc) || memcmp(won, desc, wn) != 0);
+    free(won);
     long n = 0;
-    if (rc == 0) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
+    if (rc == 0 && !lost_place) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
     if (rc == -EPIPE) rc = job_closed(r, err, errlen);
     if (rc) return rc;
-    if (idx > n) { /* the round closed just before our index was counted */
+    if (lost_place || idx > n) { /* the round closed just before our index was counted */
+        if (lost_place) n = round_size(r, round);
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
         return rc ? rc : ROUND_AGAIN;
     }
@@ -600,6 +674,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     rc = read_members(r, round, n, err, errlen);
     pthread_mutex_unlock(&r->mu);
     if (rc) return rc;
+    if (r->nnodes < r->o.min_nodes) { /* joiners died: too few; every member ends it alike */
+        rc = end_round(r, r->c, round, (int)restarts, RDZV_EV_MEMBERSHIP);
+        return rc ? rc : ROUND_AGAIN;
+    }
     if ((rc = fill_result(r, round, res))) return rc;
     const char *ready = key(r, k, "r%d/ready", round);
     char kw[KEY_MAX]; /* (k holds ready's key) */
@@ -760,13 +838,10 @@ static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
     return rc;
 }
 
-int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
-    rdzv_kv *c = client_for(r, side);
+/* Ends round `round` for `why` and opens the next one (the first reason
+ * wins); r->nodes are the round's members. */
+static int end_round(rdzv *r, rdzv_kv *c, int round, int restarts, rdzv_event why) {
     char k[KEY_MAX], mine[160];
-    pthread_mutex_lock(&r->mu);
-    int round = r->member_round, restarts = r->restart_count;
-    pthread_mutex_unlock(&r->mu);
-    if (round < 0) return -EINVAL;
     snprintf(mine, sizeof mine, "%s %s", why == RDZV_EV_FAILURE ? "failure" : "membership",
              r->agent_id);
     uint8_t *out = NULL;
@@ -777,6 +852,14 @@ int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
     free(out);
     if (rc || !won) return rc;
     return open_next_round(r, c, round, restarts, why);
+}
+
+int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
+    pthread_mutex_lock(&r->mu);
+    int round = r->member_round, restarts = r->restart_count;
+    pthread_mutex_unlock(&r->mu);
+    if (round < 0) return -EINVAL;
+    return end_round(r, client_for(r, side), round, restarts, why);
 }
 
 int rdzv_record_failure(rdzv *r, int side, const char *json_line) {

@@ -7,7 +7,9 @@
  * A job's keys live under /ddprun/<run_id>/. Rounds are numbered from 0;
  * round r's keys are under r<r>/:
  *   njoined        ADD counter, the joiners' indexes (1-based)
- *   node/<i>       joiner i's description (agent id, host, nproc, node rank)
+ *   node/<i>       joiner i's description (agent id, host, nproc, node rank),
+ *                  written with COMPARE_SET; "-" where its joiner never wrote
+ *                  it (died after taking place i) and the members gave it up
  *   state          the closed round's node count, written once (COMPARE_SET)
  *   ready          set by node rank 0 once the workers' keys are cleared
  *   restarts       failure restarts spent before this round

@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
 #include "rendezvous/rdzv.h"
+#include "rendezvous/store_client.h"
 #include "tests/unit/store_fixture.h"
 #include "tests/unit/test.h"
 
@@ -312,5 +314,54 @@ TEST(rdzv_clear_worker_keys_empties_all_but_the_agents_keys) {
     CHECK_EQ(rdzv_clear_worker_keys(kv, NULL, &cleared), 0); /* without a job prefix */
     CHECK_EQ(cleared, 1); /* /myjobs/... is a worker's key now */
     kv_close(kv);
+    fixture_stop(&f);
+}
+
+/* A joiner that took its place in a round (ADD njoined) and died before it
+ * said who it is (its node/<i>) held the round's members for 30 s, then
+ * failed them all ("cannot read the members of round 1: Connection timed
+ * out"; found by the fault campaign, a node killed while it joined). The
+ * members now give the place up after a heartbeat, with a tombstone every
+ * member reads alike, and the round goes on without it. */
+TEST(rdzv_a_joiner_that_died_before_saying_who_it_is_does_not_hold_the_round) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    int64_t n = 0;
+    CHECK_EQ(store_add(c, "/ddprun/job/r0/njoined", 1, &n), 0); /* the phantom: place 1 */
+    agent_t a[2];
+    agent_init(&a[0], &f, "aaa", 2, 3);
+    agent_init(&a[1], &f, "bbb", 2, 3);
+    int64_t t0 = clock_now_ms();
+    join_all(a, 2);
+    CHECK(clock_now_ms() - t0 < 5000);
+    for (int i = 0; i < 2; i++) CHECK_EQ(a[i].res.group_world_size, 2);
+    CHECK(a[0].res.group_rank != a[1].res.group_rank);
+    store_client_close(c);
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
+/* A job requeued under the same id (Slurm's requeue keeps the job id) on a
+ * store that outlived it (etcd) found its dead predecessor's round still
+ * "running", full, and stood by as its spares until the join timeout:
+ * nobody was left to end that round. A node that waits for a round now
+ * watches its members, and ends it when one is gone. */
+TEST(rdzv_late_nodes_end_a_round_whose_members_are_gone) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2], b[2];
+    agent_init(&a[0], &f, "aaa", 2, 2);
+    agent_init(&a[1], &f, "bbb", 2, 2);
+    join_all(a, 2);
+    close_all(a, 2); /* the job is gone (its agents' keys with it), its round never ended */
+    agent_init(&b[0], &f, "aaa", 2, 2);
+    agent_init(&b[1], &f, "bbb", 2, 2);
+    int64_t t0 = clock_now_ms();
+    join_all(b, 2);
+    CHECK(clock_now_ms() - t0 < 5000);
+    for (int i = 0; i < 2; i++) CHECK_EQ(b[i].res.group_world_size, 2);
+    CHECK(b[0].res.round > 0);
+    close_all(b, 2);
     fixture_stop(&f);
 }
