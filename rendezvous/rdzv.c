@@ -272,7 +272,11 @@ static int job_closed(rdzv *r, char *err, size_t errlen) {
     kv_long q = {key(r, k, "closed"), 0, 0, 0};
     if (r->member_round >= 0 && kv_get_longs(r->c, 1, &q) == 0 && q.val == RDZV_CLOSED_KEPT)
         return job_kept(r, err, errlen);
-    snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
+    snprintf(err, errlen,
+             "rendezvous '%s' is closed: the job has finished%s", r->run_id,
+             r->member_round >= 0 ? ""
+                                  : " (this node came after its end, with nothing to do; a new "
+                                    "job needs a --rdzv-id of its own)");
     return -EPIPE;
 }
 
