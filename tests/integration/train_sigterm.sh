@@ -4,7 +4,8 @@
 # are in, write a checkpoint and exit 0 well within the shutdown timeout;
 # a new run resumes from that step. The same for SIGUSR1 (a scheduler's
 # warning before preemption, e.g. Slurm's --signal) once ddprun is told to
-# handle it (--signals-to-handle).
+# handle it (--signals-to-handle). And for SIGINT, Ctrl-C at a terminal,
+# which lost every step since the last checkpoint.
 source "$(dirname "$0")/../lib/train.bash"
 args=(--data synthetic --input-shape 3x16x16 --synthetic-size 100000 --threads 1 --no-eval
       --log-every 1 --batch-size 8)
@@ -40,4 +41,5 @@ stop_and_resume() {
 }
 
 stop_and_resume TERM term
+stop_and_resume INT int # Ctrl-C at a terminal
 stop_and_resume USR1 usr1 --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1

@@ -291,6 +291,7 @@ int train_run(const train_config *c) {
     signal(SIGTERM, on_sigterm);
     signal(SIGUSR1, on_sigterm);
     signal(SIGUSR2, on_sigterm);
+    signal(SIGINT, on_sigterm); /* Ctrl-C at a terminal: saved, as SIGTERM */
     signal(SIGPIPE, SIG_IGN);
     error_file_install_crash_handlers();
     stacks_install(getenv("RANK") ? atoi(getenv("RANK")) : 0);
