@@ -139,6 +139,9 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
         else if (own_single_node_store(c))
             log_info("a single-node job without --master-port: its store is on a free port, "
                      "%s:%d, so that no other job on this machine can join it", addr, bound);
+        else if (c->standalone) /* (a port and an id drawn here: nobody else can know them) */
+            log_info("--standalone: to see this job, ddprun status --rdzv-endpoint %s:%d "
+                     "--rdzv-id %s", addr, bound, c->rdzv_id);
         else
             log_debug("hosting the rendezvous store on port %d", bound);
         return 0;

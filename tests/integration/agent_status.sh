@@ -125,3 +125,16 @@ assert names.count("ddprun.rendezvous.round_formed") == 2, names
 print("event log:", len(names), "events:", ", ".join(sorted(set(names))))
 EOF
 assert_no_leftovers
+
+# A --standalone job draws its store's port and its id: it says how to see it,
+# and the command it prints works.
+W_HOLD="[ ! -e $TMP/go-sa ]" start_ddprun sa --standalone --nproc-per-node=1 --no-python \
+    "$WORKERS/status_worker.sh"
+wait_line 10 "$TMP/sa.err" "to see this job, ddprun status"
+cmd=$(sed -n 's/.*--standalone: to see this job, \(ddprun status .*\)$/\1/p' "$TMP/sa.err")
+$cmd > "$TMP/sa-status.out" 2>&1 || { cat "$TMP/sa-status.out"; die "the printed '$cmd' failed"; }
+grep -q "$(hostname)" "$TMP/sa-status.out" || { cat "$TMP/sa-status.out"; die "'$cmd' shows no node"; }
+touch "$TMP/go-sa"
+wait_exit 20 "$PID_sa"
+assert_rc sa 0
+echo "--standalone: '$cmd' shows the job"
