@@ -25,10 +25,28 @@ void agent_remove_tmp_root(agent *a) {
     if (a->tmp_root[0]) fs_remove_tree(a->tmp_root);
 }
 
+/* torchrun's layout: <log dir>/<run id>_<random>/, a new folder for each
+ * run, so that a job run again with the same --rdzv-id and --log-dir does
+ * not write into the last one's attempt_0. */
 int agent_make_log_root(agent *a) {
     const agent_config *c = a->cfg;
     if (c->log_dir) {
-        snprintf(a->log_root, sizeof a->log_root, "%s/%s", c->log_dir, c->rdzv_id);
+        int rc = fs_mkdir_p(c->log_dir);
+        if (rc) {
+            log_error("cannot create the log directory %s: %s", c->log_dir, strerror(-rc));
+            return rc;
+        }
+        if (snprintf(a->log_root, sizeof a->log_root, "%s/%s_XXXXXX", c->log_dir, c->rdzv_id) >=
+            (int)sizeof a->log_root)
+            rc = -ENAMETOOLONG;
+        else if (!mkdtemp(a->log_root))
+            rc = -errno;
+        if (rc) {
+            log_error("cannot create a run directory in %s: %s", c->log_dir, strerror(-rc));
+            return rc;
+        }
+        log_info("log directory set to: %s", a->log_root);
+        return 0;
     } else {
         char tmpl[256];
         snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());

@@ -12,7 +12,7 @@ W_REC=$TMP/rec W_LINES=$N W_LINE_LEN=$LEN start_ddprun a --standalone --nproc-pe
 wait_exit 20 "$PID_a"
 assert_rc a 0
 run_id=$(field "$(records | head -n1)" TORCHELASTIC_RUN_ID)
-dir=$TMP/logs/$run_id/attempt_0
+dir=$(echo "$TMP/logs/${run_id}_"*/attempt_0)
 assert_eq "$(check_lines "$TMP/a.out" '\[default[0-9]+\]:' O $N $LEN | tr '\n' ' ')" "0:$N " \
     "console stdout lines per rank"
 assert_eq "$(check_lines "$TMP/a.err" '\[default[0-9]+\]:' E $N $LEN | tr '\n' ' ')" "0:$N " \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --tee=3 with two workers printing many long lines at once on stdout and
 # stderr: each worker's lines land whole and in order in
-# <log dir>/<run id>/attempt_0/<local rank>/{stdout,stderr}.log, and on the
+# <log dir>/<run id>_<random>/attempt_0/<local rank>/{stdout,stderr}.log, and on the
 # console each line is exactly one worker's line, prefixed "[default<rank>]:".
 # Without --tee or --redirects the console gets the same lines, unprefixed
 # and just as whole.
@@ -16,7 +16,7 @@ W_REC=$TMP/rec W_LINES=$N W_LINE_LEN=$LEN start_ddprun tee --standalone --nproc-
 wait_exit 30 "$PID_tee"
 assert_rc tee 0
 run_id=$(field "$(records | head -n1)" TORCHELASTIC_RUN_ID)
-dir=$TMP/logs/$run_id/attempt_0
+dir=$(echo "$TMP/logs/${run_id}_"*/attempt_0)
 for r in 0 1; do
     [ -f "$dir/$r/stdout.log" ] && [ -f "$dir/$r/stderr.log" ] || die "no log files in $dir/$r"
     assert_eq "$(check_lines "$dir/$r/stdout.log" "" O $N $LEN)" "$r:$N" "rank $r's stdout.log"

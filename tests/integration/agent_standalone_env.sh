@@ -41,9 +41,9 @@ while read -r line; do
         TORCHELASTIC_USE_AGENT_STORE=True TORCH_NCCL_ASYNC_ERROR_HANDLING=1 OMP_NUM_THREADS=1; do
         assert_eq "$(field "$line" "${kv%%=*}")" "${kv#*=}" "${kv%%=*} of rank $rank"
     done
-    # torchrun's layout: <log dir>/<run id>/attempt_<restart>/<local rank>/error.json
+    # torchrun's layout: <log dir>/<run id>_<random>/attempt_<restart>/<local rank>/error.json
     assert_eq "$(field "$line" TORCHELASTIC_ERROR_FILE)" \
-        "$TMP/logs/$run_id/attempt_0/$rank/error.json" "TORCHELASTIC_ERROR_FILE of rank $rank"
+        "$(echo "$TMP/logs/${run_id}_"*)/attempt_0/$rank/error.json" "TORCHELASTIC_ERROR_FILE of rank $rank"
 done < "$TMP/all"
 # The console got each worker's own line.
 for r in 0 1 2 3; do assert_grep "$TMP/a.out" "^worker rank $r of 4 started" "console output"; done

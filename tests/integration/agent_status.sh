@@ -106,7 +106,7 @@ for n in a b; do
     wait_exit 20 "${!pid}"
     assert_rc "$n" 0
 done
-ev=$TMP/logs-a/st/events.jsonl
+ev=$(echo "$TMP"/logs-a/st_*/events.jsonl)
 [ -s "$ev" ] || die "no event log at $ev"
 python3 - "$ev" << 'EOF' || die "the event log is not what it should be"
 import json, sys
