@@ -299,9 +299,9 @@ static void on_workers_started(worker_group *g) {
 static void finish(agent *a, int code) {
     /* The summary comes last, once every worker has stopped, so that it
      * is not lost among what the stopping workers and the agent say. */
+    agent_goodput_report(a); /* (before the summary, which is the job's last word) */
     if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
-    agent_goodput_report(a);
     agent_tell(a, how);
     agent_publish_status(a); /* the last word, at once */
     agent_record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",

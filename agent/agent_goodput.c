@@ -19,6 +19,7 @@ static void read_attempt(agent *a, goodput_attempt *at) {
     coll_view v;
     agent_coll_path(a, 0, path, sizeof path);
     if (!a->coll_dir[0] || coll_record_read(path, &v) != 0) return;
+    at->recorded = 1;
     at->first = v.first_step;
     at->first_step = v.first_step ? (double)v.first_step_ns * 1e-9 : 0;
     at->steps = v.steps;

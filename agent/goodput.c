@@ -9,6 +9,8 @@ void goodput_attempt_end(goodput *g, const goodput_attempt *a, double gone) {
     g->restart_s += (a->first_step > 0 ? a->first_step : ended) - a->started;
     g->restart_s += gone - ended;
     g->step_s += a->step_s, g->data_s += a->data_s, g->ckpt_s += a->ckpt_s;
+    g->recorded |= a->recorded;
+    g->run_s += gone - a->started;
     if (a->steps > 0) {
         int64_t last = a->first + a->steps - 1;
         if (a->first <= g->done_max) { /* resumed from before steps already done */
@@ -37,9 +39,20 @@ void goodput_now(const goodput *g, const goodput_attempt *live, double rdzv_sinc
                v->checkpoints;
     if (v->other < 0) v->other = 0;
     v->ratio = v->wall > 0 ? v->kept / v->wall : 0;
+    v->recorded = t.recorded, v->run = t.run_s, v->attempts = t.attempts;
 }
 
 void goodput_line(const goodput_view *v, char *out, size_t len) {
+    if (!v->recorded) {
+        int restarts = v->attempts > 0 ? v->attempts - 1 : 0;
+        char rs[32] = "no restart";
+        if (restarts) snprintf(rs, sizeof rs, "%d restart%s", restarts, restarts == 1 ? "" : "s");
+        snprintf(out, len,
+                 "goodput unknown (the workers keep no step record; ddp-train does): of %.2f s, "
+                 "workers ran %.2f s in %d attempt%s (%s), rendezvous %.2f s",
+                 v->wall, v->run, v->attempts, v->attempts == 1 ? "" : "s", rs, v->rendezvous);
+        return;
+    }
     snprintf(out, len,
              "goodput %.1f%% of %.2f s: steps kept %.2f s, redone %.2f s (%lld steps), "
              "rendezvous %.2f s, restarts %.2f s, waiting for data %.2f s, for checkpoints "

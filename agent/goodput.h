@@ -31,6 +31,7 @@ typedef struct {
     int64_t first;      /* the first step it ran (0: none) */
     int64_t steps;      /* steps it finished */
     double step_s, data_s, ckpt_s; /* their time, and the waits within them */
+    int recorded;       /* its workers keep a step record (ddp-train's collective record) */
 } goodput_attempt;
 
 typedef struct {
@@ -41,6 +42,8 @@ typedef struct {
     int64_t redone_steps;
     int64_t done_max;     /* the highest step finished so far (0: none) */
     int attempts;
+    int recorded;         /* some attempt's workers kept a step record */
+    double run_s;         /* the groups' lives, start to gone */
 } goodput;
 
 /* A group is gone (stopped at `gone`): its figures added. */
@@ -51,6 +54,9 @@ typedef struct {
     double kept, redone, rendezvous, restarts, data, checkpoints, other, stragglers;
     int64_t redone_steps;
     double ratio;         /* kept / wall */
+    int recorded;         /* the steps are known (else only wall, run, rendezvous, attempts) */
+    double run;           /* the worker groups' lives */
+    int attempts;
 } goodput_view;
 
 /* The figures now, with the running group's (live: NULL when none) and
@@ -58,7 +64,10 @@ typedef struct {
 void goodput_now(const goodput *g, const goodput_attempt *live, double rdzv_since, double now,
                  goodput_view *v);
 
-/* One line for the log: "goodput 93.1% of 120.4 s: kept 112.1 s, ...". */
+/* One line for the log: "goodput 93.1% of 120.4 s: kept 112.1 s, ...";
+ * where no worker kept a step record (a script, not ddp-train), what is
+ * known: "goodput unknown: ..., workers ran 2.80 s in 1 attempt (no
+ * restart), rendezvous 0.06 s". */
 void goodput_line(const goodput_view *v, char *out, size_t len);
 
 #endif

@@ -23,4 +23,8 @@ assert_rc a 0
 cat "$TMP/a.out"
 for r in 0 1 2; do assert_grep "$TMP/a.out" "^rank $r of 3: ok$" "rank $r"; done
 assert_grep "$TMP/a.out" "^final weight sum: -?[0-9]+\.[0-9]+ \(world 3" "rank 0's result"
+# A script keeps no step record: the goodput line says what is known, no
+# made-up restarts (it said "goodput 0.0% of 2.86 s: ... restarts 2.86 s").
+assert_grep "$TMP/a.err" "goodput unknown \(the workers keep no step record; ddp-train does\): of [0-9.]+ s, workers ran [0-9.]+ s in 1 attempt \(no restart\)" \
+    "the goodput line of a script"
 assert_no_leftovers

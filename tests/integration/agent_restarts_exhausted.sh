@@ -30,4 +30,8 @@ assert_grep "$TMP/root" "exited with code 3" "root cause traceback (the exit)"
 # Rank 0 was stopped by the agent, not a failure of its own.
 assert_no_grep "$e" "^  rank      : 0 " "the summary"
 assert_grep "$e" "max-restarts=1" "the agent's message"
+# The summary is the job's last word: the goodput line comes before it.
+last_goodput=$(grep -n "goodput" "$e" | tail -n1 | cut -d: -f1)
+title=$(grep -n "worker\.sh FAILED$" "$e" | tail -n1 | cut -d: -f1)
+[ "$last_goodput" -lt "$title" ] || die "the goodput line (line $last_goodput) comes after the failure summary (line $title)"
 assert_no_leftovers

@@ -48,7 +48,7 @@ TEST(goodput_accounts_for_every_second_once) {
 TEST(goodput_attempt_without_a_step_is_all_restart) {
     goodput g;
     memset(&g, 0, sizeof g);
-    goodput_attempt a = {.started = 10, .ended = 14};
+    goodput_attempt a = {.started = 10, .ended = 14, .recorded = 1};
     goodput_attempt_end(&g, &a, 15);
     goodput_view v;
     goodput_now(&g, NULL, 0, 20, &v);
@@ -58,4 +58,28 @@ TEST(goodput_attempt_without_a_step_is_all_restart) {
     char line[512];
     goodput_line(&v, line, sizeof line);
     CHECK(strstr(line, "goodput 0.0% of 20.00 s: steps kept 0.00 s") != NULL);
+}
+
+/* A script's workers keep no step record (ddp-train's collective record):
+ * the line said "goodput 0.0% ... restarts 2.86 s" for a clean run without
+ * a restart. It now says what is known, and that the rest is not. */
+TEST(goodput_without_a_step_record_says_only_what_is_known) {
+    goodput g;
+    memset(&g, 0, sizeof g);
+    g.start = 10;
+    g.rendezvous_s = 0.06;
+    goodput_attempt a = {.started = 10.06, .ended = 12.86};
+    goodput_attempt_end(&g, &a, 12.86);
+    goodput_view v;
+    goodput_now(&g, NULL, 0, 12.86, &v);
+    char line[512];
+    goodput_line(&v, line, sizeof line);
+    CHECK(strstr(line, "goodput unknown (the workers keep no step record; ddp-train does): of "
+                       "2.86 s, workers ran 2.80 s in 1 attempt (no restart), rendezvous 0.06 s") !=
+          NULL);
+    a = (goodput_attempt){.started = 13, .ended = 14};
+    goodput_attempt_end(&g, &a, 14);
+    goodput_now(&g, NULL, 0, 14, &v);
+    goodput_line(&v, line, sizeof line);
+    CHECK(strstr(line, "in 2 attempts (1 restart)") != NULL);
 }
