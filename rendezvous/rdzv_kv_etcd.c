@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "common/log.h"
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/rdzv_kv.h"
 
@@ -265,12 +266,16 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
     if (n == 0) return -EINVAL;
     int64_t deadline = clock_now_ms() + timeout_ms;
     uint64_t id = wait_id(n, conds, keys);
-    int rc;
+    int rc, again = 1;
     if (e->wait_id == id && etcd_watch_active(e->c)) {
         /* The same wait again (the caller waits in slices): its watch is
-         * still on and has kept what came meanwhile. */
+         * still on and has kept what came meanwhile. Unless its stream
+         * broke (its member died): then a new watch, on another member. */
         rc = etcd_watch_wait(e->c, (int)(deadline - clock_now_ms()), idx, NULL);
-    } else if ((rc = new_wait(e, n, conds, keys)) == 0) {
+        again = rc == -EPIPE || rc == -ESTALE;
+        if (again) log_debug("etcd: %s; watching again", etcd_error(e->c));
+    }
+    if (again && (rc = new_wait(e, n, conds, keys)) == 0) {
         const char *lo, *hi;
         span(n, keys, &lo, &hi);
         for (;;) {
