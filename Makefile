@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -261,6 +261,10 @@ bench-gpu-jpeg: all
 # make check runs a short one (tests/integration/chaos_short.sh).
 CHAOS_SEED ?= 1
 CHAOS_RUNS ?= 30
+# On etcd (tests/chaos/etcd_campaign.sh): two open defects keep it out of make check.
+chaos-etcd: all
+	@tests/chaos/etcd_campaign.sh
+
 chaos: all
 	@python3 tests/chaos/chaos.py --seed $(CHAOS_SEED) --runs $(CHAOS_RUNS) --cover --net
 

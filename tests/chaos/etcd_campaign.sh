@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# timeout: 300
 # The fault campaign (tests/chaos/chaos.py) with the rendezvous on a
 # cluster of three etcd members instead of node 0's c10d store, on
 # loopback: every class once (--cover), store-lost (an etcd member killed)
-# among them. (Not yet on the network test bed: there a node's own link
-# down for 0.8 s makes its etcd client give up on every member at once, an
-# open defect; `chaos.py --net --store etcd --replay
-# 'link-flap@1:final'` shows it.) It found a requeued job
+# among them. make chaos-etcd runs it; not yet make check, for two open
+# defects it finds: on the network test bed a node's own link down for
+# 0.8 s makes its etcd client give up on every member at once
+# (`chaos.py --net --store etcd --replay 'link-flap@1:final'`), and a
+# preemption during a restart can leave the requeued job's agents waiting
+# (seed 2, schedule 5: `--replay` of its shrunk spec). It found a requeued job
 # standing by for ever as spares of its dead predecessor's round, and a
 # joiner killed while it joined holding every member for 30 s, then
 # failing them.
