@@ -265,12 +265,14 @@ static int job_kept(rdzv *r, char *err, size_t errlen) {
     return RDZV_JOB_KEPT;
 }
 
-/* The job is closed (-EPIPE from a wait): for a member of its last round
- * whose result was kept elsewhere, RDZV_JOB_KEPT; else -EPIPE, said. */
-static int job_closed(rdzv *r, char *err, size_t errlen) {
+/* The job is closed (-EPIPE from a wait; `how` its "closed", 0 when not
+ * read yet): for a member of its last round whose result was kept
+ * elsewhere, RDZV_JOB_KEPT; else -EPIPE, said. */
+static int job_closed(rdzv *r, long how, char *err, size_t errlen) {
     char k[KEY_MAX];
-    kv_long q = {key(r, k, "closed"), 0, 0, 0};
-    if (r->member_round >= 0 && kv_get_longs(r->c, 1, &q) == 0 && q.val == RDZV_CLOSED_KEPT)
+    kv_long q = {key(r, k, "closed"), 0, 0, how};
+    if (r->member_round >= 0 && (how || kv_get_longs(r->c, 1, &q) == 0) &&
+        q.val == RDZV_CLOSED_KEPT)
         return job_kept(r, err, errlen);
     snprintf(err, errlen,
              "rendezvous '%s' is closed: the job has finished%s", r->run_id,
@@ -541,14 +543,13 @@ static int wait_next_round(rdzv *r, int round, int watch, int64_t deadline, char
             conds[nk++] = STORE_COND_ABSENT;
         }
     }
-    int ended = 0;
     while (rc == 0 && (rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx)) == 0 &&
-           idx >= 2 && !ended) {
+           idx >= 2) {
         log_info("rendezvous '%s': round %d, which this node waits to end, lost a node; "
                  "ending it",
                  r->run_id, round);
         rc = end_round(r, r->c, round, r->restart_count, RDZV_EV_MEMBERSHIP);
-        ended = 1, nk = 2; /* now for the next round only */
+        nk = 2; /* now for the next round only */
     }
     free(buf), free(keys), free(conds);
     if (rc == 0 && idx == 1) rc = -EPIPE;
@@ -645,12 +646,12 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     r->round = round;
     r->restart_count = (int)restarts;
     pthread_mutex_unlock(&r->mu);
-    if (closed_job) return job_closed(r, err, errlen);
+    if (closed_job) return job_closed(r, closed_job, err, errlen);
     if (restarts > r->o.max_restarts) return RDZV_RESTARTS_SPENT;
     if (st >= 0) { /* closed: ours that just ended, or one we arrived too late for */
         if (r->member_round == round) rc = wait_next_round(r, round, 0, deadline, err, errlen);
         else rc = wait_as_late_node(r, round, st, deadline, err, errlen);
-        if (rc == -EPIPE) rc = job_closed(r, err, errlen);
+        if (rc == -EPIPE) rc = job_closed(r, 0, err, errlen);
         return rc ? rc : ROUND_AGAIN;
     }
     int64_t idx;
@@ -667,7 +668,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     free(won);
     long n = 0;
     if (rc == 0 && !lost_place) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
-    if (rc == -EPIPE) rc = job_closed(r, err, errlen);
+    if (rc == -EPIPE) rc = job_closed(r, 0, err, errlen);
     if (rc) return rc;
     if (lost_place || idx > n) { /* the round closed just before our index was counted */
         if (lost_place) n = round_size(r, round);

@@ -528,13 +528,11 @@ class Job:
         gone, and the newcomer would wait the join timeout for it)."""
         self.start(node)
         time.sleep(0.3)
-        if node != 0 and self.agents[0] and self.agents[0][0].poll() is None:
+        if self.agents[0] and self.agents[0][0].poll() is None:
             return ""
-        if node != 0:
-            os.killpg(self.agents[node][0].pid, signal.SIGKILL)
-            self.reap(node, 10, struck=True)
-            return why
-        return ""
+        os.killpg(self.agents[node][0].pid, signal.SIGKILL)
+        self.reap(node, 10, struck=True)
+        return why
 
     def inside_collective(self, node, tries=200):
         """Whether node's worker (node 0's where that node has none) is
