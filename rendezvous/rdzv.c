@@ -971,6 +971,18 @@ static int said_done(rdzv *r, int round, const char *id) {
     return yes;
 }
 
+/* Whether every member of round not gone has said at its exit barrier
+ * that its workers finished (one request: the store's CHECK). */
+static int rest_said_done(rdzv *r, int round, const uint8_t *gone, char (*buf)[KEY_MAX],
+                          const char **keys, int *all) {
+    size_t nk = 0;
+    for (int i = 0; i < r->nnodes; i++)
+        if (!gone[i] && strcmp(r->nodes[i].agent_id, r->agent_id) != 0)
+            keys[nk] = key(r, buf[nk], "r%d/done/%s", round, r->nodes[i].agent_id), nk++;
+    *all = 1;
+    return nk ? kv_check(r->c, nk, keys, all) : 0;
+}
+
 int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept) {
     char k[KEY_MAX], kdone[KEY_MAX], kout[KEY_MAX];
     int round = r->member_round, n = r->nnodes;
@@ -1021,11 +1033,19 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept) {
         }
         int i = member[idx];
         gone[i] = 1;
-        if (!said_done(r, round, r->nodes[i].agent_id))
-            log_warn("rendezvous '%s': node %s was lost at the exit barrier before it said its "
-                     "workers finished; this node's finished (past the last collective, as its "
-                     "must have been): the job is done",
-                     r->run_id, r->nodes[i].host);
+        if (said_done(r, round, r->nodes[i].agent_id)) continue;
+        log_warn("rendezvous '%s': node %s was lost at the exit barrier before it said its "
+                 "workers finished; this node's finished (past the last collective, as its "
+                 "must have been): the job is done",
+                 r->run_id, r->nodes[i].host);
+        /* The count of those done cannot reach the round's size any more:
+         * once every member still here has said it finished, the barrier
+         * is passed (whichever of them sees it last lets the others go). */
+        int all = 0;
+        rc = rest_said_done(r, round, gone, buf, keys, &all);
+        if (rc == 0 && all) rc = close_job(r, 1);
+        if (rc == 0 && all) rc = set_str(r->c, kdone, "1");
+        if (rc || all) break;
     }
     free(buf), free(keys), free(conds), free(gone), free(member);
     return rc;
