@@ -21,6 +21,10 @@
 
 #define MAX_MEMBERS 16
 #define DEFAULT_TIMEOUT_MS 5000
+/* An election takes a second or two, and a member's host whose link went
+ * down a moment holds the others' writes till it is back or replaced:
+ * a whole cluster not answering for a few seconds is no reason to stop. */
+#define DEFAULT_PATIENCE_MS 10000
 
 /* The client's watch: a stream of its own (c->stream, run by c->multi)
  * beside the plain requests, so that a waiter can read the keys once etcd
@@ -54,7 +58,9 @@ struct etcd_client {
     int has_cert;                 /* a client certificate is given */
     char token[512];              /* etcd's auth token ("" without auth) */
     char *user, *password;
-    int timeout_ms;
+    int timeout_ms, patience_ms;
+    int answered; /* a member answered this client: from then on members out of reach
+                   * are waited for (before, a wrong list or certificate is said at once) */
     char err[1024];
 };
 
@@ -132,6 +138,15 @@ static struct curl_slist *headers(const etcd_client *c) {
     return hdr;
 }
 
+/* Whether a turn of the members that all failed is worth another, a
+ * tenth of a second later: not past give_up. */
+static int another_turn(int64_t give_up) {
+    if (clock_now_ms() >= give_up) return 0;
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
 /* POSTs body to path on the current member, failing over to the others. */
 static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) {
     *reply = NULL;
@@ -139,16 +154,13 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
     if (!text) return fail(c, -ENOMEM, "out of memory for an etcd request");
     int rc = -EHOSTUNREACH;
     char tried[1024] = "";
-    /* Every member in turn; a whole turn of "not now" answers (an election
-     * takes a second or two) is tried again until twice the timeout. */
-    int64_t give_up = clock_now_ms() + 2 * (int64_t)c->timeout_ms;
+    /* Every member in turn; a whole turn of "not now" answers or of
+     * members out of reach is tried again until the client's patience. */
+    int64_t give_up = clock_now_ms() + (c->answered ? c->patience_ms : 2 * c->timeout_ms);
+    int again = 0;
     for (int k = 0;; k++) {
-        if (k > 0 && k % c->nmembers == 0) {
-            if (rc != -EAGAIN || clock_now_ms() >= give_up) break;
-            struct timespec ts = {0, 100 * 1000000L};
-            nanosleep(&ts, NULL);
-            rc = -EHOSTUNREACH;
-        }
+        if (k > 0 && k % c->nmembers == 0 && (!again || !another_turn(give_up))) break;
+        if (k % c->nmembers == 0) tried[0] = '\0', rc = -EHOSTUNREACH, again = 0;
         int m = (c->cur + k) % c->nmembers;
         char url[512];
         snprintf(url, sizeof url, "%s://%s%s", c->scheme, c->member[m], path);
@@ -173,12 +185,13 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
             if (is_member_trouble(e)) {
                 log_debug("etcd: %s%s: %s; trying the next member", c->member[m], path,
                           curl_easy_strerror(e));
+                again |= c->answered;
                 continue;
             }
             rc = fail(c, -EPROTO, "etcd request %s failed: %s", path, tried);
             break;
         }
-        c->cur = m;
+        c->cur = m, c->answered = 1;
         json_error_t jerr;
         json_t *o = json_loadb((const char *)r.body.data, r.body.len, 0, &jerr);
         buf_free(&r.body);
@@ -191,7 +204,7 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
             error_code(c, status, o, path);
             log_debug("etcd: %s; trying again", c->err);
             json_decref(o);
-            rc = -EAGAIN;
+            rc = -EAGAIN, again = 1;
             continue;
         }
         if (status != 200 || json_object_get(o, "error")) {
@@ -588,7 +601,10 @@ int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_
     if (!text) return fail(c, -ENOMEM, "out of memory for a watch");
     char tried[1024] = "";
     int rc = -EHOSTUNREACH;
-    for (int k = 0; k < c->nmembers; k++) {
+    int64_t give_up = clock_now_ms() + c->patience_ms; /* as post's */
+    for (int k = 0;; k++) {
+        if (k > 0 && k % c->nmembers == 0 && !another_turn(give_up)) break;
+        if (k % c->nmembers == 0) tried[0] = '\0';
         int m = (c->cur + k) % c->nmembers;
         watch_state *w = &c->w;
         char url[512];
@@ -704,6 +720,9 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
         goto out;
     }
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->patience_ms = o->patience_ms > 0 ? o->patience_ms
+                     : 2 * c->timeout_ms > DEFAULT_PATIENCE_MS ? 2 * c->timeout_ms
+                                                               : DEFAULT_PATIENCE_MS;
     snprintf(c->scheme, sizeof c->scheme, "%s", o->cacert ? "https" : "http");
     curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);

@@ -26,6 +26,12 @@ typedef struct {
     const char *cert, *key; /* TLS client certificate and key, or NULL */
     const char *user, *password; /* etcd's own authentication, or NULL */
     int timeout_ms;         /* per request and member (default 5000) */
+    int patience_ms;        /* a request's or a watch's, while every member fails or says
+                             * "not now" (an election, this host's link down a moment):
+                             * tried again until then (default the larger of 10 s and
+                             * twice timeout_ms; members out of reach are waited for
+                             * only once one answered: a list or a certificate wrong is
+                             * said at once) */
     int no_probe;           /* 1: do not ask a member at connect whether it is etcd (another */
                             /* client of the caller has just done so) */
 } etcd_opts;

@@ -3,8 +3,9 @@
 # against a real etcd: every call with its result checked (put, get,
 # compare-and-swap on revisions, prefixes, binary values, leases with
 # keepalive, revoke and expiry, watches), through a member list whose first
-# member is dead (failover), on a three-member cluster with one member
-# killed (unnoticed), and with etcd's authentication: a wrong password is
+# member is dead (failover), through a member out of reach for longer than
+# a request's timeout (waited for), on a three-member cluster with one
+# member killed (unnoticed), and with etcd's authentication: a wrong password is
 # refused with a message naming the user, by ddprun too.
 # timeout: 90
 # shellcheck source=tests/lib/agent.bash
@@ -19,6 +20,12 @@ dead=127.0.0.1:$(free_port)
 grep -q "^talked to 127.0.0.1:$ETCD_PORT_1$" "$TMP/check1.out" || {
     cat "$TMP/check1.out"; die "did not fail over past the dead member"; }
 cat "$TMP/check1.out"
+
+# The only member listed stopped for longer than a request's timeout (2 s):
+# a request made meanwhile waits for it, as through an election.
+"$CHECK" "127.0.0.1:$ETCD_PORT_2" --outage "$ETCD_PID_2" 5000 > "$TMP/check5.out" 2>&1 ||
+    { cat "$TMP/check5.out"; die "a member out of reach for 5 s"; }
+grep "stopped for" "$TMP/check5.out"
 
 # One member killed: the client goes on with the others.
 kill -KILL "$ETCD_PID_1"

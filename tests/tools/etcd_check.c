@@ -60,13 +60,43 @@ static void check_value(const char *key, const char *want) {
     etcd_kv_free(&kv);
 }
 
+/* --outage PID MS: the only member listed (PID) stopped for MS ms, longer
+ * than a turn of the members (each request's timeout): a request made
+ * meanwhile waits for it and succeeds, as after an election or this
+ * host's link down a moment, rather than failing the rendezvous. */
+static int outage(int pid, int ms) {
+    int64_t rev = 0;
+    CHECK(etcd_put(c, "/t/outage", "1", 1, 0, &rev) == 0, "put before the outage");
+    CHECK(kill(pid, SIGSTOP) == 0, "stop member %d", pid);
+    pid_t child = fork();
+    CHECK(child >= 0, "fork");
+    if (child == 0) {
+        sleep_ms(ms);
+        _exit(kill(pid, SIGCONT) == 0 ? 0 : 1);
+    }
+    int64_t t0 = now_ms();
+    int rc = etcd_put(c, "/t/outage", "2", 1, 0, &rev);
+    int64_t took = now_ms() - t0;
+    int status;
+    waitpid(child, &status, 0);
+    kill(pid, SIGCONT);
+    CHECK(rc == 0, "a put while the member was stopped for %d ms failed after %lld ms: %d", ms,
+          (long long)took, rc);
+    CHECK(took >= ms - 100, "the put took %lld ms, though the member was stopped for %d ms",
+          (long long)took, ms);
+    check_value("/t/outage", "2");
+    printf("ok   the only member stopped for %d ms: a put made meanwhile waited %lld ms and "
+           "succeeded\n", ms, (long long)took);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: etcd-check ENDPOINTS [--user U --password P --expect-refused]\n");
         return 2;
     }
     etcd_opts o = {.endpoints = argv[1], .timeout_ms = 2000};
-    int expect_refused = 0;
+    int expect_refused = 0, outage_pid = 0, outage_ms = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--user") == 0 && i + 1 < argc) o.user = argv[++i];
         else if (strcmp(argv[i], "--password") == 0 && i + 1 < argc) o.password = argv[++i];
@@ -74,9 +104,15 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--cacert") == 0 && i + 1 < argc) o.cacert = argv[++i];
         else if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc) o.cert = argv[++i];
         else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) o.key = argv[++i];
+        else if (strcmp(argv[i], "--outage") == 0 && i + 2 < argc)
+            outage_pid = atoi(argv[++i]), outage_ms = atoi(argv[++i]);
     }
     char err[1024];
     int rc = etcd_connect(&o, &c, err, sizeof err);
+    if (outage_pid > 0) {
+        CHECK(rc == 0, "connect: %s", err);
+        return outage(outage_pid, outage_ms);
+    }
     if (expect_refused) {
         CHECK(rc == -EACCES, "connect with a wrong password gave %d (%s)", rc, err);
         CHECK(strstr(err, o.user) != NULL, "the message names the user: %s", err);
