@@ -633,6 +633,30 @@ static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long
 /* try_round's "the round moved on: try the next one". */
 #define ROUND_AGAIN (RDZV_JOB_KEPT + 1)
 
+/* Until node rank 0 (r->nodes[0]) says round `round` is ready: 0. Or
+ * ROUND_AGAIN, where the round ended first, or node rank 0 died before it
+ * made the round ready (then this node ends it, as a member's watch
+ * would): a job requeued under the same id on a store that outlived it
+ * (etcd) finds its dead predecessor in the round it joins. */
+static int wait_ready(rdzv *r, int round, const char *ready, int64_t deadline) {
+    char kout[KEY_MAX], khb[KEY_MAX], kalive[KEY_MAX];
+    const char *keys[] = {ready, key(r, kout, "r%d/outcome", round),
+                          key(r, khb, "hb/%s", r->nodes[0].agent_id),
+                          key(r, kalive, "alive/%s", r->nodes[0].agent_id)};
+    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS, STORE_COND_ABSENT,
+                             STORE_COND_ABSENT};
+    size_t idx;
+    int rc = wait_any_until(r, r->in_job_store ? 4 : 3, conds, keys, deadline, 0, &idx);
+    if (rc || idx == 0) return rc;
+    if (idx >= 2) {
+        log_info("rendezvous '%s': round %d's node rank 0 (%s) was lost before it made the "
+                 "round ready; ending it",
+                 r->run_id, round, r->nodes[0].host);
+        rc = end_round(r, r->c, round, r->restart_count, RDZV_EV_MEMBERSHIP);
+    }
+    return rc ? rc : ROUND_AGAIN;
+}
+
 static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, size_t errlen) {
     char k[KEY_MAX];
     long cur = 0, restarts = 0, st = -1, closed_job = 0, expect = 0;
@@ -703,9 +727,8 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
             rc = set_str(r->c, key(r, kw, "r%d/workers_store", round), hostport);
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
-        size_t i;
-        const uint8_t cond = STORE_COND_EXISTS;
-        rc = wait_any_until(r, 1, &cond, &ready, deadline, 0, &i);
+        rc = wait_ready(r, round, ready, deadline);
+        if (rc == ROUND_AGAIN) return rc;
     }
     if (rc) {
         snprintf(err, errlen, "rendezvous '%s': round %d did not become ready: %s", r->run_id,

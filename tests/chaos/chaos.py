@@ -709,8 +709,10 @@ NAMED = {
     "kill-worker": r"failed: Signal 9 \(SIGKILL\)|killed on its way out \(signal 9\)",
     "hang-worker": r"stopped by the worker watchdog|killed on its way out \(signal 9\)",
     # (on etcd a node's heartbeat lapses after its peers' collectives fail: they name it)
+    # (off the bed both nodes share a host: a worker names its peer there)
     "kill-node": r"a node left|lost at the exit barrier|node is waiting to join|"
-                 r"closed its connection \(it exited or failed\)",
+                 r"closed its connection \(it exited or failed\)|"
+                 r"on this host exited during the collective",
     "host-lost": r"a node left|lost at the exit barrier|node is waiting to join|"
                  r"closed its connection \(it exited or failed\)|stopped answering",
     "preempt": r"SIGTERM received: forwarding it to the workers",

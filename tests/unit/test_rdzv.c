@@ -277,6 +277,33 @@ TEST(rdzv_exit_barrier_counts_a_lost_node_done) {
     fixture_stop(&f);
 }
 
+/* A round closed with a member that died before it was ready (node rank
+ * 0, who makes it ready: a job requeued under the same id finds its dead
+ * predecessor in the round): the others see it gone, end the round, and
+ * meet in the next, rather than wait for "ready" until the join timeout. */
+TEST(rdzv_a_round_whose_rank_0_died_before_ready_is_ended) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    int64_t n;
+    const char *ghost = "ghost:1:00000000\ta0\t2\t-1\t-\t-"; /* sorts first: rank 0 */
+    CHECK_EQ(kv_add(kv, "/ddprun/job/r0/njoined", 1, &n), 0);
+    CHECK_EQ(kv_set(kv, "/ddprun/job/r0/node/1", ghost, strlen(ghost)), 0);
+    agent_t a[2];
+    agent_init(&a[0], &f, "b1", 2, 2);
+    agent_init(&a[1], &f, "b2", 2, 2);
+    a[0].o.join_timeout = a[1].o.join_timeout = 4;
+    join_all(a, 2); /* the first closes round 0 with the ghost, the other stands by */
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(a[i].res.round, 1);
+        CHECK_EQ(a[i].res.group_world_size, 2);
+    }
+    kv_close(kv);
+    close_all(a, 2);
+    fixture_stop(&f);
+}
+
 /* The backends' table: every row complete, found by its name or by
  * torchrun's other spellings, and the flags that set them apart. */
 TEST(rdzv_backends_by_name) {
