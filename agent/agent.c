@@ -300,6 +300,7 @@ static void finish(agent *a, int code) {
     /* The summary comes last, once every worker has stopped, so that it
      * is not lost among what the stopping workers and the agent say. */
     agent_goodput_report(a); /* (before the summary, which is the job's last word) */
+    agent_tell_kept_logs(a);
     if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
     agent_tell(a, how);
@@ -583,6 +584,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
         a->settle_from = a->nfails < MAX_FAILURES ? a->nfails : MAX_FAILURES - 1;
         uv_check_start(&a->settle, on_settle);
     }
+    a->keep_logs = 1;
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
     failure_free(f);
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,

@@ -74,7 +74,9 @@ typedef struct {
     agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
     char log_root[2048];
-    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit */
+    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit unless a
+                         * worker failed (then kept, and said where: keep_logs) */
+    int keep_logs;      /* 1: a worker failed, tmp_root stays; 2: and where was said */
     snapshot_dir snapshots; /* DDPRUN_SNAPSHOT_DIR: the workers' state in memory */
     int janitor_fd;         /* removes the snapshot directories and tmp_root if we are killed */
     worker_group *wg;
@@ -209,6 +211,8 @@ void agent_speed_window(uv_timer_t *t);
 /* Each returns 0, or a negative errno after logging why. */
 int agent_make_log_root(agent *a);
 void agent_remove_tmp_root(agent *a);
+/* Says where the workers' logs stay, once, where tmp_root is kept. */
+void agent_tell_kept_logs(agent *a);
 /* Also starts the janitor for it and the log root (none: a warning). */
 int agent_make_snapshot_dir(agent *a);
 int agent_open_event_log(agent *a);

@@ -19,10 +19,26 @@
 #include "common/fs.h"
 #include "common/log.h"
 
-/* Without --log-dir nobody asked for the files (the error files have been
- * read by then): leave nothing behind in /tmp. */
+/* Without --log-dir nobody asked for the files: after a run in which no
+ * worker failed, nothing is left behind in /tmp. Where one failed, its
+ * logs (-r/-t's files, error files: the traceback) are what the user
+ * needs next, as torchrun keeps its /tmp/torchelastic_* directories. */
 void agent_remove_tmp_root(agent *a) {
-    if (a->tmp_root[0]) fs_remove_tree(a->tmp_root);
+    if (!a->tmp_root[0]) return;
+    if (a->keep_logs) {
+        agent_tell_kept_logs(a);
+        janitor_keep(a->janitor_fd);
+        return;
+    }
+    fs_remove_tree(a->tmp_root);
+}
+
+void agent_tell_kept_logs(agent *a) {
+    if (!a->tmp_root[0] || a->keep_logs != 1) return;
+    a->keep_logs = 2; /* told */
+    log_info("a worker failed: the workers' logs are kept in %s (remove it when done; "
+             "--log-dir chooses where they go)",
+             a->log_root);
 }
 
 /* torchrun's layout: <log dir>/<run id>_<random>/, a new folder for each

@@ -14,12 +14,14 @@
 int janitor_start(const char *const paths[]) {
     /* Lines "+G" and "-G" track the workers' process groups (janitor_track);
      * at the end of the pipe, those still tracked are killed, the paths
-     * removed. */
+     * removed, unless a line "!" said to keep them (janitor_keep). */
     char *argv[4 + MAX_PATHS + 1] = {
         "sh", "-c",
-        "{ g=' '; while read -r l <&3; do case $l in +*) g=\"$g${l#+} \";; "
-        "-*) x=${l#-}; case $g in *\" $x \"*) g=\"${g% $x *} ${g#* $x }\";; esac;; esac; done; "
-        "for x in $g; do kill -9 \"-$x\" 2>/dev/null; done; exec rm -rf -- \"$@\"; } & "
+        "{ g=' ' k=''; while read -r l <&3; do case $l in +*) g=\"$g${l#+} \";; "
+        "-*) x=${l#-}; case $g in *\" $x \"*) g=\"${g% $x *} ${g#* $x }\";; esac;; "
+        "!) k=1;; esac; done; "
+        "for x in $g; do kill -9 \"-$x\" 2>/dev/null; done; [ -n \"$k\" ] || "
+        "exec rm -rf -- \"$@\"; } & "
         "exit 0",
         "ddprun-janitor"};
     int n = 4;
@@ -66,6 +68,11 @@ void janitor_track(int fd, int pgid, int on) {
     char line[32];
     int n = snprintf(line, sizeof line, "%c%d\n", on ? '+' : '-', pgid);
     if (write(fd, line, (size_t)n) != n) { /* (a janitor gone: nothing to tell) */
+    }
+}
+
+void janitor_keep(int fd) {
+    if (fd >= 0 && write(fd, "!\n", 2) != 2) { /* (a janitor gone: nothing to tell) */
     }
 }
 

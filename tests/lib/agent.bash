@@ -52,6 +52,8 @@ cleanup() {
     # Whatever a failed scenario left behind (workers of a killed agent).
     left=$(tagged_pids)
     for p in $left; do kill -KILL "$p" 2> /dev/null; done
+    # The logs an agent without --log-dir kept because a worker failed.
+    for p in "${PIDS[@]}"; do rm -rf /tmp/ddprun_"$p"_*; done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
