@@ -597,6 +597,13 @@ static void on_worker_exit(worker_group *g, worker *w) {
             f->traceback = NULL;
     }
     free(stacks);
+    char *tail = f->traceback || f->error_file[0] ? NULL : worker_output_tail(&w->err, 12);
+    if (tail) { /* no error file (no @record): what it last wrote says what happened */
+        if (asprintf(&f->traceback, "%s; the last lines it wrote to stderr:\n%s", f->message,
+                     tail) < 0)
+            f->traceback = NULL;
+        free(tail);
+    }
     if (f->watchdog) {
         char *why = NULL;
         if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",

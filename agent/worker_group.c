@@ -67,6 +67,8 @@ static void on_proc_exit(uv_process_t *p, int64_t status, int sig) {
     w->term_signal = sig;
     w->exit_time = clock_wall_s();
     g->nrunning--;
+    worker_output_drain(&w->out); /* its last lines, before its end is judged */
+    worker_output_drain(&w->err);
     if (g->on_exit) g->on_exit(g, w);
     if (g->nrunning == 0 && g->noutputs > 0) uv_timer_start(&g->drain_timer, on_drain_timeout, DRAIN_MS, 0);
     check_idle(g);

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,57 @@ char *worker_output_captured(worker_output *o) {
     return s;
 }
 
+/* The line at the end of the tail; the tail kept to its last
+ * WORKER_TAIL_MAX bytes (cut after a line's end) once it is twice that. */
+static void keep_tail(worker_output *o, const char *line, size_t n, int add_nl) {
+    buf_t *t = &o->tail;
+    if (n > WORKER_TAIL_MAX) line += n - WORKER_TAIL_MAX, n = WORKER_TAIL_MAX;
+    if (buf_append(t, line, n) != 0 || (add_nl && buf_append(t, "\n", 1) != 0)) return;
+    if (t->len <= 2 * WORKER_TAIL_MAX) return;
+    size_t from = t->len - WORKER_TAIL_MAX;
+    const char *nl = memchr(t->data + from, '\n', t->len - from);
+    if (nl && (size_t)(nl + 1 - (char *)t->data) < t->len) from = (size_t)(nl + 1 - (char *)t->data);
+    memmove(t->data, t->data + from, t->len - from);
+    t->len -= from;
+}
+
+char *worker_output_tail(const worker_output *o, int lines) {
+    const buf_t *t = &o->tail;
+    if (!t->len) return NULL;
+    size_t from = t->len > WORKER_TAIL_MAX ? t->len - WORKER_TAIL_MAX : 0, end = t->len;
+    /* back over `lines` line ends (the last one ends the text) */
+    size_t i = end - 1;
+    for (int seen = 0; i > from; i--)
+        if (t->data[i - 1] == '\n' && ++seen == lines) break;
+    if (i <= from && from > 0 && t->data[from - 1] != '\n') { /* whole lines only */
+        const char *nl = memchr(t->data + from, '\n', end - from);
+        i = nl && (size_t)(nl + 1 - (char *)t->data) < end ? (size_t)(nl + 1 - (char *)t->data)
+                                                            : from;
+    }
+    char *s = malloc(end - i + 1);
+    if (!s) return NULL;
+    memcpy(s, t->data + i, end - i);
+    s[end - i] = 0;
+    return s;
+}
+
+void worker_output_drain(worker_output *o) {
+    uv_os_fd_t fd;
+    if (!o->open || o->eof || uv_fileno((uv_handle_t *)&o->pipe, &fd) != 0) return;
+    char b[16384];
+    for (size_t total = 0; total < (1u << 20);) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN)) break;
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0) break; /* (the end, or an error: the loop's read sees it) */
+        worker_output_feed(o, b, (size_t)n);
+        total += (size_t)n;
+    }
+}
+
 static void emit(worker_output *o, const char *line, size_t n, int add_nl) {
     keep_captured(o, line, n, add_nl);
+    keep_tail(o, line, n, add_nl);
     size_t plen = strlen(o->prefix), total = plen + n + (size_t)add_nl;
     char stackbuf[4096];
     /* A whole line with nothing to add goes out as it is: no copy. */
@@ -258,6 +308,7 @@ int worker_output_close(worker_output *o, uv_close_cb on_closed) {
     o->file_fd = o->dup_fd = -1;
     buf_free(&o->partial);
     buf_free(&o->capture);
+    buf_free(&o->tail);
     o->capturing = 0;
     if (!o->open || uv_is_closing((uv_handle_t *)&o->pipe)) return 0;
     uv_read_stop((uv_stream_t *)&o->pipe);

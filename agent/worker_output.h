@@ -48,6 +48,7 @@ typedef struct worker_output {
     int eof;
     int capturing;  /* lines are also kept in capture (worker_output_capture) */
     buf_t capture;
+    buf_t tail;     /* the last lines written (worker_output_tail) */
     void (*on_eof)(struct worker_output *); /* the pipe has ended (all output written) */
     void *owner;
 } worker_output;
@@ -72,6 +73,17 @@ void worker_output_capture(worker_output *o);
 /* What was kept, as a string (malloc'd; NULL: nothing), and the keeping
  * stops. */
 char *worker_output_captured(worker_output *o);
+
+/* The last lines the worker wrote (at most `lines` of them, and
+ * WORKER_TAIL_MAX bytes), as a string (malloc'd; NULL: none): for a
+ * failure summary whose worker left no error file. */
+#define WORKER_TAIL_MAX 2048
+char *worker_output_tail(const worker_output *o, int lines);
+
+/* Passes on at once what the pipe holds now (its worker has exited: the
+ * last lines it wrote, its traceback, are there before the agent's loop
+ * reads them), at most 1 MiB. */
+void worker_output_drain(worker_output *o);
 
 /* Prepares the pipe (before spawning) and opens the log file. */
 int worker_output_init(worker_output *o, uv_loop_t *loop, const worker_output_opts *opts);

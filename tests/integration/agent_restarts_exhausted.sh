@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Restarts spent: rank 1 always exits 3; with --max-restarts=1 the group
 # runs twice, then ddprun exits 1 and prints torchrun's failure summary
-# naming rank 1 as the root cause with its exit code.
+# naming rank 1 as the root cause with its exit code and the last lines it
+# wrote to stderr.
 # timeout: 30
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -27,6 +28,11 @@ assert_grep "$TMP/root" "^  host      : $(hostname)$" "root cause host"
 assert_grep "$TMP/root" "^  error_file: <N/A>$" "root cause error file (none written)"
 assert_grep "$TMP/root" "^  time      : [0-9]{4}-[0-9]{2}-[0-9]{2}_[0-9]{2}:[0-9]{2}:[0-9]{2}$" "root cause time"
 assert_grep "$TMP/root" "exited with code 3" "root cause traceback (the exit)"
+# No error file (no @record): the traceback is the last lines it wrote to
+# stderr, where torchrun says only "To enable traceback see ...".
+assert_grep "$TMP/root" "^  traceback : exited with code 3; the last lines it wrote to stderr:$" \
+    "root cause traceback (its stderr follows)"
+assert_grep "$TMP/root" "^    rank 1 fails with exit code 3$" "root cause traceback (rank 1's last stderr line)"
 # Rank 0 was stopped by the agent, not a failure of its own.
 assert_no_grep "$e" "^  rank      : 0 " "the summary"
 assert_grep "$e" "max-restarts=1" "the agent's message"

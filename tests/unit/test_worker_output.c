@@ -129,3 +129,57 @@ TEST(output_line_without_newline_is_cut) {
     buf_free(&o.partial);
     close(o.console_fd);
 }
+
+/* The last lines a worker wrote, for a failure summary without an error
+ * file: the last N of them, whole, however much came before (the tail
+ * stays within twice WORKER_TAIL_MAX). */
+TEST(output_tail_keeps_the_last_lines) {
+    worker_output o;
+    console_output(&o);
+    CHECK(worker_output_tail(&o, 3) == NULL);
+    char line[64];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(line, sizeof line, "line %d of the output\n", i);
+        feed(&o, line);
+    }
+    feed(&o, "Traceback (most recent call last):\n  File \"x.py\", line 1\n");
+    feed(&o, "ValueError: bad value\n");
+    CHECK(o.tail.len <= 2 * WORKER_TAIL_MAX);
+    char *t = worker_output_tail(&o, 3);
+    CHECK_STR(t, "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                 "ValueError: bad value\n");
+    free(t);
+    t = worker_output_tail(&o, 4);
+    CHECK_STR(t, "line 999 of the output\nTraceback (most recent call last):\n"
+                 "  File \"x.py\", line 1\nValueError: bad value\n");
+    free(t);
+    t = worker_output_tail(&o, 100000); /* as many as WORKER_TAIL_MAX bytes hold, whole */
+    CHECK(strlen(t) <= WORKER_TAIL_MAX && strncmp(t, "line ", 5) == 0);
+    free(t);
+    worker_output_close(&o, NULL);
+    close(o.console_fd);
+}
+
+/* A worker that has exited may have left its last lines in the pipe, not
+ * yet read by the agent's loop: drain passes them on at once, so that its
+ * failure can quote them. */
+TEST(output_drain_reads_what_the_pipe_holds) {
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    worker_output o;
+    worker_output_opts opts = {.console_fd = -1};
+    CHECK_EQ(worker_output_init(&o, &loop, &opts), 0);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(uv_pipe_open(&o.pipe, p[0]), 0);
+    const char *said = "Traceback (most recent call last):\nValueError: no\n";
+    CHECK_EQ(write(p[1], said, strlen(said)), (ssize_t)strlen(said));
+    close(p[1]);
+    worker_output_drain(&o);
+    char *t = worker_output_tail(&o, 2);
+    CHECK_STR(t, said);
+    free(t);
+    worker_output_close(&o, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+}
