@@ -211,6 +211,9 @@ void agent_speed_window(uv_timer_t *t);
 /* Each returns 0, or a negative errno after logging why. */
 int agent_make_log_root(agent *a);
 void agent_remove_tmp_root(agent *a);
+/* In a kept tmp_root: why it is there (and for the tests, that it was
+ * kept on purpose, not leaked). */
+#define KEPT_LOGS_NOTE "why_kept.txt"
 /* Says where the workers' logs stay, once, where tmp_root is kept. */
 void agent_tell_kept_logs(agent *a);
 /* Also starts the janitor for it and the log root (none: a warning). */

@@ -28,6 +28,16 @@ void agent_remove_tmp_root(agent *a) {
     if (a->keep_logs) {
         agent_tell_kept_logs(a);
         janitor_keep(a->janitor_fd);
+        char why[400];
+        snprintf(why, sizeof why, "%s/" KEPT_LOGS_NOTE, a->tmp_root);
+        FILE *f = fopen(why, "w");
+        if (f) {
+            fprintf(f, "A worker of job '%s' failed: ddprun (pid %d) kept its workers' logs "
+                       "here, in %s.\nRemove this directory when done; ddprun's --log-dir "
+                       "chooses where logs go.\n",
+                    a->cfg->rdzv_id, (int)getpid(), a->log_root);
+            fclose(f);
+        }
         return;
     }
     fs_remove_tree(a->tmp_root);

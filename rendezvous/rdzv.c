@@ -154,6 +154,46 @@ static void first_request_failed(const rdzv *r, int rc, char *err, size_t errlen
     kv_close(probe);
 }
 
+/* The settings every node of the job must share, as their flags say them. */
+static void shared_settings(const rdzv *r, char *out, size_t n) {
+    if (r->o.min_nodes == r->o.max_nodes)
+        snprintf(out, n, "--nnodes=%d --max-restarts=%d", r->o.min_nodes, r->o.max_restarts);
+    else
+        snprintf(out, n, "--nnodes=%d:%d --max-restarts=%d", r->o.min_nodes, r->o.max_nodes,
+                 r->o.max_restarts);
+}
+
+/* The first node to come sets the job's shared settings ("settings":
+ * "<flags>\t<host>", COMPARE_SET); a node whose own differ is refused,
+ * both named (agents that disagree on --nnodes would each count a round
+ * complete at its own size). */
+static int agree_on_settings(rdzv *r, char *err, size_t errlen) {
+    char k[KEY_MAX], mine[160], v[600];
+    shared_settings(r, mine, sizeof mine);
+    snprintf(v, sizeof v, "%s\t%s", mine, r->hostname);
+    uint8_t *cur = NULL;
+    size_t cn = 0;
+    int rc = kv_compare_set(r->c, key(r, k, "settings"), "", 0, v, strlen(v), &cur, &cn);
+    if (rc) {
+        snprintf(err, errlen, "rendezvous '%s': lost %s: %s", r->run_id, r->c->where,
+                 strerror(-rc));
+        return rc;
+    }
+    const char *tab = memchr(cur, '\t', cn);
+    size_t flen = tab ? (size_t)(tab - (const char *)cur) : cn;
+    if (flen != strlen(mine) || memcmp(cur, mine, flen) != 0) {
+        snprintf(err, errlen,
+                 "rendezvous '%s': this node's %s differ from the job's %.*s (node %.*s's, the "
+                 "first to join): every node of a job must give the same --nnodes and "
+                 "--max-restarts",
+                 r->run_id, mine, (int)flen, (const char *)cur,
+                 tab ? (int)(cn - flen - 1) : 1, tab ? tab + 1 : "?");
+        rc = -EINVAL;
+    }
+    free(cur);
+    return rc;
+}
+
 int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     *out = NULL;
     rdzv *r = calloc(1, sizeof *r);
@@ -192,6 +232,10 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     if (rc) {
         r->o.where = o->where;
         first_request_failed(r, rc, err, errlen);
+        rdzv_close(r);
+        return rc;
+    }
+    if ((rc = agree_on_settings(r, err, errlen))) {
         rdzv_close(r);
         return rc;
     }

@@ -24,6 +24,7 @@ assert_grep "$TMP/a.err" "a worker failed: the workers' logs are kept in $kept/"
 said=$(grep -n "logs are kept in" "$TMP/a.err" | cut -d: -f1)
 summary=$(grep -n "FAILED$" "$TMP/a.err" | cut -d: -f1)
 [ -n "$summary" ] && [ "$said" -lt "$summary" ] || die "the kept logs are said after the failure summary"
+assert_grep "$kept/why_kept.txt" "A worker of job '.*' failed: ddprun \(pid $PID_a\) kept" "the note in the kept directory"
 log=$(find "$kept" -path "*/attempt_0/1/stderr.log")
 [ -n "$log" ] || die "no stderr.log of rank 1 in $kept: $(find "$kept" | tr '\n' ' ')"
 assert_grep "$log" "rank 1 fails with exit code 1" "rank 1's stderr, kept"

@@ -304,6 +304,31 @@ TEST(rdzv_a_round_whose_rank_0_died_before_ready_is_ended) {
     fixture_stop(&f);
 }
 
+/* Settings every node of a job must share (--nnodes, --max-restarts): the
+ * first node to come sets them for the job; a node that disagrees is
+ * refused with both values named, where it used to run as if it agreed. */
+TEST(rdzv_refuses_a_node_whose_nnodes_differ) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agent_init(&a[0], &f, "n0", 3, 3);
+    agent_init(&a[1], &f, "n1", 2, 2);
+    agent_init(&a[2], &f, "n2", 3, 3);
+    a[2].o.max_restarts = 7;
+    CHECK_EQ(rdzv_open(&a[0].o, &a[0].r, a[0].err, sizeof a[0].err), 0);
+    CHECK_EQ(rdzv_open(&a[1].o, &a[1].r, a[1].err, sizeof a[1].err), -EINVAL);
+    CHECK(strstr(a[1].err, "--nnodes=2 ") != NULL);
+    CHECK(strstr(a[1].err, "--nnodes=3 --max-restarts=3 (node n0's") != NULL);
+    CHECK_EQ(rdzv_open(&a[2].o, &a[2].r, a[2].err, sizeof a[2].err), -EINVAL);
+    CHECK(strstr(a[2].err, "--max-restarts=7") != NULL);
+    agent_t same;
+    agent_init(&same, &f, "n3", 3, 3);
+    CHECK_EQ(rdzv_open(&same.o, &same.r, same.err, sizeof same.err), 0);
+    rdzv_close(same.r);
+    rdzv_close(a[0].r);
+    fixture_stop(&f);
+}
+
 /* The backends' table: every row complete, found by its name or by
  * torchrun's other spellings, and the flags that set them apart. */
 TEST(rdzv_backends_by_name) {
