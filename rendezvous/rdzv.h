@@ -24,6 +24,8 @@
  * plus, for the whole job, "round" (the current round), "closed" (the job
  * finished: 1 when every node said so, 2 once one node's workers said
  * that its result is kept (RDZV_CLOSED_KEPT), "kept_by" naming that node),
+ * "settings" (the --nnodes and --max-restarts every node must give, and
+ * the host of the first node, which set them: COMPARE_SET),
  * "failures" (one JSON line per worker failure) and for each
  * agent "alive/<agent>" (store backends: owned by its connection, gone the
  * moment the agent dies), "hb/<agent>" (owned by a lease the agent renews:
