@@ -726,7 +726,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     if (agent_make_log_root(a) || agent_make_snapshot_dir(a) || agent_coll_prepare(a) ||
         agent_open_event_log(a) ||
         agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
-        agent_store_setup(cfg, a->hostname, &a->store) || agent_open_rendezvous(a))
+        agent_store_setup(cfg, a->hostname, &a->store) || agent_note_local_job(a) ||
+        agent_open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");

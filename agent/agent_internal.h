@@ -77,6 +77,7 @@ typedef struct {
     char tmp_root[256]; /* without --log-dir: our own directory, removed at exit unless a
                          * worker failed (then kept, and said where: keep_logs) */
     int keep_logs;      /* 1: a worker failed, tmp_root stays; 2: and where was said */
+    char job_note[600]; /* this agent's note for `ddprun status` (agent/local_jobs.h) */
     snapshot_dir snapshots; /* DDPRUN_SNAPSHOT_DIR: the workers' state in memory */
     int janitor_fd;         /* removes the snapshot directories and tmp_root if we are killed */
     worker_group *wg;
@@ -211,6 +212,9 @@ void agent_speed_window(uv_timer_t *t);
 /* Each returns 0, or a negative errno after logging why. */
 int agent_make_log_root(agent *a);
 void agent_remove_tmp_root(agent *a);
+/* Leaves the note by which `ddprun status` finds this job from this
+ * machine (its removal at the end: agent_remove_tmp_root). */
+int agent_note_local_job(agent *a);
 /* In a kept tmp_root: why it is there (and for the tests, that it was
  * kept on purpose, not leaked). */
 #define KEPT_LOGS_NOTE "why_kept.txt"

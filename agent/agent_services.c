@@ -13,6 +13,7 @@
 
 #include "agent/free_ports.h"
 #include "agent/janitor.h"
+#include "agent/local_jobs.h"
 #include "agent/stacks.h"
 #include "agent/tf_config.h"
 #include "agent/worker_env.h"
@@ -24,6 +25,7 @@
  * logs (-r/-t's files, error files: the traceback) are what the user
  * needs next, as torchrun keeps its /tmp/torchelastic_* directories. */
 void agent_remove_tmp_root(agent *a) {
+    local_job_remove(a->job_note);
     if (!a->tmp_root[0]) return;
     if (a->keep_logs) {
         agent_tell_kept_logs(a);
@@ -49,6 +51,25 @@ void agent_tell_kept_logs(agent *a) {
     log_info("a worker failed: the workers' logs are kept in %s (remove it when done; "
              "--log-dir chooses where they go)",
              a->log_root);
+}
+
+int agent_note_local_job(agent *a) {
+    const agent_config *c = a->cfg;
+    local_job j = {.pid = getpid()};
+    snprintf(j.backend, sizeof j.backend, "%s", c->rdzv_backend->name);
+    if (c->rdzv_backend->flags & RDZV_MANY_ENDPOINTS)
+        snprintf(j.endpoint, sizeof j.endpoint, "%s", c->rdzv_endpoints ? c->rdzv_endpoints : "");
+    else
+        snprintf(j.endpoint, sizeof j.endpoint, strchr(a->store.addr, ':') ? "[%s]:%d" : "%s:%d",
+                 a->store.addr, a->store.port);
+    snprintf(j.run_id, sizeof j.run_id, "%s", c->rdzv_id);
+    snprintf(j.key_prefix, sizeof j.key_prefix, "%s", c->rdzv.key_prefix ? c->rdzv.key_prefix : "");
+    int rc = local_job_note(&j, a->job_note, sizeof a->job_note);
+    if (rc)
+        log_debug("cannot leave this job's note for `ddprun status`: %s", strerror(-rc));
+    else
+        janitor_add_path(a->janitor_fd, a->job_note);
+    return 0; /* (the job runs on without it) */
 }
 
 /* torchrun's layout: <log dir>/<run id>_<random>/, a new folder for each

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,12 +15,13 @@
 int janitor_start(const char *const paths[]) {
     /* Lines "+G" and "-G" track the workers' process groups (janitor_track);
      * at the end of the pipe, those still tracked are killed, the paths
-     * removed, unless a line "!" said to keep them (janitor_keep). */
+     * removed (with those added by lines "=PATH"), unless a line "!" said
+     * to keep them (janitor_keep). */
     char *argv[4 + MAX_PATHS + 1] = {
         "sh", "-c",
         "{ g=' ' k=''; while read -r l <&3; do case $l in +*) g=\"$g${l#+} \";; "
         "-*) x=${l#-}; case $g in *\" $x \"*) g=\"${g% $x *} ${g#* $x }\";; esac;; "
-        "!) k=1;; esac; done; "
+        "!) k=1;; =*) set -- \"$@\" \"${l#=}\";; esac; done; "
         "for x in $g; do kill -9 \"-$x\" 2>/dev/null; done; [ -n \"$k\" ] || "
         "exec rm -rf -- \"$@\"; } & "
         "exit 0",
@@ -68,6 +70,14 @@ void janitor_track(int fd, int pgid, int on) {
     char line[32];
     int n = snprintf(line, sizeof line, "%c%d\n", on ? '+' : '-', pgid);
     if (write(fd, line, (size_t)n) != n) { /* (a janitor gone: nothing to tell) */
+    }
+}
+
+void janitor_add_path(int fd, const char *path) {
+    if (fd < 0 || !path[0] || strchr(path, '\n')) return;
+    char line[1100];
+    int n = snprintf(line, sizeof line, "=%s\n", path);
+    if (n > 0 && (size_t)n < sizeof line && write(fd, line, (size_t)n) != n) {
     }
 }
 

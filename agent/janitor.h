@@ -22,6 +22,10 @@ int janitor_start(const char *const paths[]);
  * data loader's processes) would outlive a SIGKILLed agent otherwise. */
 void janitor_track(int fd, int pgid, int on);
 
+/* One more path to remove at the agent's end (made after the janitor
+ * started). */
+void janitor_add_path(int fd, const char *path);
+
 /* At the agent's end, what is left of the paths is to stay (the logs of a
  * job in which a worker failed): the janitor removes nothing. */
 void janitor_keep(int fd);

@@ -15,11 +15,12 @@
 
 #include "common/clock.h"
 #include "common/opts.h"
+#include "agent/local_jobs.h"
 #include "launcher/config.h"
 #include "rendezvous/rdzv_inspect.h"
 
 static const char USAGE[] =
-    "usage: ddprun status [--json] [--watch [SECONDS]] --rdzv-endpoint HOST:PORT --rdzv-id ID\n"
+    "usage: ddprun status [--json] [--watch [SECONDS]] [--rdzv-endpoint HOST:PORT --rdzv-id ID]\n"
     "                     [--rdzv-backend c10d|etcd-v3|static] [--rdzv-conf K=V,...]\n"
     "\n"
     "Shows a running (or stuck, or finished) job from its rendezvous: the round, every node\n"
@@ -27,7 +28,8 @@ static const char USAGE[] =
     "exit), the failures with their root cause, and what the job waits for. Any machine that\n"
     "reaches the store (or etcd) can ask; the rendezvous flags are ddprun's own (PET_*\n"
     "variables too), so the command line that started the job, with `status` after ddprun,\n"
-    "works.\n"
+    "works. Without --rdzv-endpoint: the job whose agent runs on this machine (of several,\n"
+    "the one --rdzv-id names).\n"
     "\n"
     "  --json             one JSON object (with --watch: one a line, each refresh)\n"
     "  --watch [SECONDS]  refresh every SECONDS (default 2) until interrupted\n"
@@ -191,6 +193,58 @@ static int own_flags(int argc, char **argv, int *json, double *watch, char **res
     return 0;
 }
 
+/* No endpoint given: the job whose agent runs on this machine (of those,
+ * the one --rdzv-id names, if given), its rendezvous put into cfg as if
+ * its flags had been given. 0, or the exit status: 1 none runs here, 2
+ * several (listed: which one?). */
+static int find_local_job(agent_config *cfg) {
+    local_job *js = NULL;
+    size_t n = 0, pick = 0, matching = 0;
+    int rc = local_jobs_list(&js, &n);
+    int any_id = strcmp(cfg->rdzv_id, "none") == 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (any_id || strcmp(js[i].run_id, cfg->rdzv_id) == 0) pick = matching++ ? pick : i;
+    if (rc || matching == 0) {
+        fprintf(stderr, "ddprun status: which job? no ddprun%s%s%s runs on this machine; give "
+                        "--rdzv-endpoint HOST:PORT (the store, or etcd's members) and "
+                        "--rdzv-id\n",
+                any_id ? "" : " of job '", any_id ? "" : cfg->rdzv_id, any_id ? "" : "'");
+        free(js);
+        return 1;
+    }
+    if (matching > 1) {
+        fprintf(stderr, "ddprun status: %zu jobs run on this machine; say which with --rdzv-id "
+                        "(and --rdzv-endpoint):\n", matching);
+        for (size_t i = 0; i < n; i++)
+            if (any_id || strcmp(js[i].run_id, cfg->rdzv_id) == 0)
+                fprintf(stderr, "  --rdzv-backend %s --rdzv-endpoint %s --rdzv-id %s  (ddprun pid "
+                                "%d)\n", js[i].backend, js[i].endpoint, js[i].run_id, (int)js[i].pid);
+        free(js);
+        return 2;
+    }
+    const local_job *j = &js[pick];
+    const rdzv_backend *b = rdzv_backend_find(j->backend, NULL);
+    char *id = strdup(j->run_id), *ep = strdup(j->endpoint), *colon = strrchr(ep ? ep : "", ':');
+    rc = b && id && ep ? 0 : 1;
+    if (rc == 0) {
+        cfg->rdzv_backend = b;
+        free(cfg->rdzv_id), cfg->rdzv_id = id, id = NULL;
+        free(cfg->rdzv_endpoints), cfg->rdzv_endpoints = strdup(ep);
+        if (!(b->flags & RDZV_MANY_ENDPOINTS) && colon) {
+            *colon = '\0';
+            char *host = ep[0] == '[' && colon[-1] == ']' ? (colon[-1] = '\0', ep + 1) : ep;
+            free(cfg->rdzv_host), cfg->rdzv_host = strdup(host);
+            cfg->rdzv_port = atoi(colon + 1);
+            if (b->flags & RDZV_FIXED_RANKS)
+                free(cfg->master_addr), cfg->master_addr = strdup(host),
+                    cfg->master_port = cfg->rdzv_port;
+        }
+        if (j->key_prefix[0]) free(cfg->rdzv.key_prefix), cfg->rdzv.key_prefix = strdup(j->key_prefix);
+    }
+    free(id), free(ep), free(js);
+    return rc;
+}
+
 int status_main(int argc, char **argv, char **environ_) {
     int json = 0;
     double watch = 0;
@@ -212,6 +266,15 @@ int status_main(int argc, char **argv, char **environ_) {
     }
     rdzv_endpoint where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
     int cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;
+    if (!cfg.rdzv_endpoints && !cfg.master_addr) { /* which job: one that runs here? */
+        rc = find_local_job(&cfg);
+        if (rc) {
+            config_free(&cfg);
+            return rc;
+        }
+        where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
+        cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;
+    }
     if (!where.host || (!cluster && where.port <= 0)) {
         fprintf(stderr, "ddprun status: which job? give --rdzv-endpoint HOST:PORT (the store, "
                         "or etcd's members) and --rdzv-id\n");

@@ -8,6 +8,8 @@
 #    count 1, the failure with its root cause, the rank's last exit;
 #  - --watch refreshes, --json is one JSON object; an unknown job, a store
 #    nobody serves and a bad --watch get clear errors;
+#  - a --standalone job: the command it prints shows it, and so does
+#    `ddprun status` alone on its machine (of two jobs, it asks which);
 #  - events.jsonl in the log dir: one JSON line per agent event, from
 #    joining to shutdown.
 # timeout: 90
@@ -15,6 +17,7 @@
 source "$(dirname "$0")/../lib/agent.bash"
 
 mkdir -p "$TMP/rec"
+export DDPRUN_JOBS_DIR=$TMP/jobs # (this scenario's agents' notes for `ddprun status` alone)
 port=$(free_port)
 EP=127.0.0.1:$port
 status() { ddprun status --rdzv-backend=c10d --rdzv-endpoint="$EP" --rdzv-id=st "$@"; }
@@ -134,7 +137,30 @@ wait_line 10 "$TMP/sa.err" "to see this job, ddprun status"
 cmd=$(sed -n 's/.*--standalone: to see this job, \(ddprun status .*\)$/\1/p' "$TMP/sa.err")
 $cmd > "$TMP/sa-status.out" 2>&1 || { cat "$TMP/sa-status.out"; die "the printed '$cmd' failed"; }
 grep -q "$(hostname)" "$TMP/sa-status.out" || { cat "$TMP/sa-status.out"; die "'$cmd' shows no node"; }
+# With no endpoint, `ddprun status` finds the job that runs on this
+# machine (the agents' notes, in DDPRUN_JOBS_DIR here); of two, it asks
+# which, listing both, and --rdzv-id picks one.
+id=$(sed -n 's/.*--rdzv-id \([^ ]*\)$/\1/p' <<< "$cmd")
+ddprun status > "$TMP/sa-local.out" 2>&1 || { cat "$TMP/sa-local.out"; die "'ddprun status' alone failed"; }
+grep -q "$(hostname)" "$TMP/sa-local.out" && grep -q "$id" "$TMP/sa-local.out" ||
+    { cat "$TMP/sa-local.out"; die "'ddprun status' alone does not show job $id"; }
+W_HOLD="[ ! -e $TMP/go-sa ]" start_ddprun sb --standalone --nproc-per-node=1 --no-python \
+    "$WORKERS/status_worker.sh"
+wait_line 10 "$TMP/sb.err" "to see this job, ddprun status"
+rc=0
+ddprun status > "$TMP/two.out" 2>&1 || rc=$?
+assert_eq "$rc" 2 "'ddprun status' alone with two local jobs"
+assert_grep "$TMP/two.out" "2 jobs run on this machine; say which with --rdzv-id" "the question"
+assert_grep "$TMP/two.out" "--rdzv-id $id  \(ddprun pid $PID_sa\)" "job sa listed"
+ddprun status --rdzv-id "$id" --json > "$TMP/pick.json" || die "'ddprun status --rdzv-id $id' failed"
+assert_eq "$(js "$TMP/pick.json" 'j["run_id"]')" "$id" "the job --rdzv-id picked"
 touch "$TMP/go-sa"
 wait_exit 20 "$PID_sa"
+wait_exit 20 "$PID_sb"
 assert_rc sa 0
-echo "--standalone: '$cmd' shows the job"
+assert_eq "$(find "$DDPRUN_JOBS_DIR" -name '*.json' | wc -l)" 0 "notes left after the jobs ended"
+rc=0
+ddprun status > "$TMP/none.out" 2>&1 || rc=$?
+assert_eq "$rc" 1 "'ddprun status' alone with no local job"
+assert_grep "$TMP/none.out" "no ddprun runs on this machine" "the message with no local job"
+echo "--standalone: '$cmd' shows the job, and so does 'ddprun status' alone on this machine"
