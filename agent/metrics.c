@@ -289,26 +289,37 @@ static void render_workers(writer *w, const agent_metrics *m) {
     }
 }
 
+/* Without a step record (a script, not ddp-train) the steps are not
+ * known: no ratio, and of the parts only wall, run (the workers' lives)
+ * and rendezvous, rather than a goodput of 0 and every second "restarts". */
 static void render_goodput(writer *w, const agent_metrics *m) {
     if (!m->have_gp) return;
     const goodput_view *v = &m->gp;
-    family(w, "ddprun_goodput_ratio", "gauge",
-           "The share of this node's wall time since its agent started spent in training steps "
-           "that were kept (neither redone after a restart nor waiting for data or "
-           "checkpoints).");
-    sample(w, m, "ddprun_goodput_ratio", NULL, v->ratio);
+    if (v->recorded) {
+        family(w, "ddprun_goodput_ratio", "gauge",
+               "The share of this node's wall time since its agent started spent in training "
+               "steps that were kept (neither redone after a restart nor waiting for data or "
+               "checkpoints); absent where the workers keep no step record.");
+        sample(w, m, "ddprun_goodput_ratio", NULL, v->ratio);
+    }
     family(w, "ddprun_goodput_seconds", "gauge",
            "Where this node's wall time went, s: wall, kept, redone, rendezvous, restarts, "
-           "data, checkpoints, other; stragglers: what stragglers added to the kept steps.");
-    const struct {
+           "data, checkpoints, other; stragglers: what stragglers added to the kept steps; "
+           "where the workers keep no step record, only wall, run (the workers' lives) and "
+           "rendezvous.");
+    typedef struct {
         const char *part;
         double s;
-    } parts[] = {{"wall", v->wall},       {"kept", v->kept},        {"redone", v->redone},
-                 {"rendezvous", v->rendezvous}, {"restarts", v->restarts}, {"data", v->data},
-                 {"checkpoints", v->checkpoints}, {"other", v->other},
-                 {"stragglers", v->stragglers}};
+    } part;
+    const part all[] = {{"wall", v->wall},       {"kept", v->kept},        {"redone", v->redone},
+                        {"rendezvous", v->rendezvous}, {"restarts", v->restarts},
+                        {"data", v->data},       {"checkpoints", v->checkpoints},
+                        {"other", v->other},     {"stragglers", v->stragglers}},
+               known[] = {{"wall", v->wall}, {"run", v->run}, {"rendezvous", v->rendezvous}};
+    const part *parts = v->recorded ? all : known;
+    size_t nparts = v->recorded ? sizeof all / sizeof all[0] : sizeof known / sizeof known[0];
     char l[48];
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    for (size_t i = 0; i < nparts; i++) {
         snprintf(l, sizeof l, "part=\"%s\"", parts[i].part);
         sample(w, m, "ddprun_goodput_seconds", l, parts[i].s);
     }

@@ -37,15 +37,20 @@ char *node_status_json(const node_status *s) {
         "max_nodes", s->max_nodes, "since", s->since, "updated", clock_wall_s(), "workers",
         workers ? workers : json_array());
     const goodput_view *g = s->goodput;
-    if (o && g)
+    if (o && g && g->recorded)
         json_object_set_new(
             o, "goodput",
-            json_pack("{s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "ratio", g->ratio,
-                      "wall_s", g->wall, "kept_s", g->kept, "redone_s", g->redone,
-                      "redone_steps", (json_int_t)g->redone_steps, "rendezvous_s",
+            json_pack("{s:b, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "known", 1,
+                      "ratio", g->ratio, "wall_s", g->wall, "kept_s", g->kept, "redone_s",
+                      g->redone, "redone_steps", (json_int_t)g->redone_steps, "rendezvous_s",
                       g->rendezvous, "restarts_s", g->restarts, "data_s", g->data,
                       "checkpoints_s", g->checkpoints, "other_s", g->other, "stragglers_s",
                       g->stragglers));
+    else if (o && g) /* no step record (a script): what is known */
+        json_object_set_new(o, "goodput",
+                            json_pack("{s:b, s:f, s:f, s:f, s:i}", "known", 0, "wall_s", g->wall,
+                                      "run_s", g->run, "rendezvous_s", g->rendezvous,
+                                      "attempts", g->attempts));
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;

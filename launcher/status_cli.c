@@ -89,6 +89,14 @@ static void print_nodes(FILE *out, json_t *nodes) {
         json_t *g = json_object_get(json_object_get(n, "status"), "goodput");
         if (!g) continue;
 #define S(k) json_number_value(json_object_get(g, k))
+        if (json_is_false(json_object_get(g, "known"))) {
+            fprintf(out,
+                    "goodput of %s: unknown (the workers keep no step record; ddp-train does): "
+                    "of %.0f s, workers ran %.1f s in %ld attempt%s, rendezvous %.1f s\n",
+                    str(n, "host"), S("wall_s"), S("run_s"), num(g, "attempts"),
+                    num(g, "attempts") == 1 ? "" : "s", S("rendezvous_s"));
+            continue;
+        }
         fprintf(out,
                 "goodput of %s: %.1f%% of %.0f s in steps kept; redone %.1f s, rendezvous %.1f "
                 "s, restarts %.1f s, data %.1f s, checkpoints %.1f s, other %.1f s; "

@@ -200,3 +200,27 @@ TEST(metrics_null_registry_records_nothing) {
     metrics_heartbeat(NULL, 1);
     metrics_free(NULL);
 }
+
+/* Goodput: with a step record (ddp-train) the ratio and every part; without
+ * one (a script) no ratio and only what is known, where it used to say a
+ * goodput of 0 with every second in "restarts". */
+TEST(metrics_goodput_only_what_is_known) {
+    agent_metrics *m = make(NULL);
+    goodput_view v = {.wall = 10, .kept = 8, .rendezvous = 0.5, .restarts = 0.2, .other = 1.3,
+                      .ratio = 0.8, .recorded = 1, .run = 9.5, .attempts = 1};
+    metrics_goodput(m, &v);
+    char *t = render(m, 1);
+    CHECK_LINE(t, "ddprun_goodput_ratio{" L "} 0.8");
+    CHECK_LINE(t, "ddprun_goodput_seconds{" L ",part=\"kept\"} 8");
+    free(t);
+    v = (goodput_view){.wall = 3, .run = 2.5, .rendezvous = 0.25, .restarts = 2.5, .attempts = 1};
+    metrics_goodput(m, &v);
+    t = render(m, 1);
+    CHECK(!strstr(t, "ddprun_goodput_ratio{"));
+    CHECK(!strstr(t, "part=\"kept\"") && !strstr(t, "part=\"restarts\""));
+    CHECK_LINE(t, "ddprun_goodput_seconds{" L ",part=\"wall\"} 3");
+    CHECK_LINE(t, "ddprun_goodput_seconds{" L ",part=\"run\"} 2.5");
+    CHECK_LINE(t, "ddprun_goodput_seconds{" L ",part=\"rendezvous\"} 0.25");
+    free(t);
+    metrics_free(m);
+}
