@@ -598,6 +598,19 @@ static void on_worker_exit(worker_group *g, worker *w) {
     }
     free(stacks);
     char *tail = f->traceback || f->error_file[0] ? NULL : worker_output_tail(&w->err, 12);
+    if (tail && w->term_signal == SIGABRT &&
+        strstr(tail, "terminate called without an active exception")) {
+        /* torch's, seen under torchrun alike: a gloo/NCCL thread of a process
+         * group still alive as the interpreter ends (docs/cli.md) */
+        char *why = NULL;
+        if (asprintf(&why, "%s: a C++ thread still ran as the process ended; in a "
+                           "torch.distributed script, the process group was not destroyed "
+                           "before exit (call dist.destroy_process_group() at its end)",
+                     f->message) > 0) {
+            free(f->message);
+            f->message = why;
+        }
+    }
     if (tail) { /* no error file (no @record): what it last wrote says what happened */
         if (asprintf(&f->traceback, "%s; the last lines it wrote to stderr:\n%s", f->message,
                      tail) < 0)
