@@ -83,6 +83,7 @@ TEST(output_lines_whole_across_reads) {
     console_text(&o, got, sizeof got);
     CHECK_STR(got, "p: last\n");
     buf_free(&o.partial);
+    buf_free(&o.tail);
     close(o.console_fd);
 }
 
@@ -100,6 +101,7 @@ TEST(output_progress_updates_shown_in_place) {
     console_text(&o, got, sizeof got);
     CHECK_STR(got, "p:  20%\rp: 100%\n");
     buf_free(&o.partial);
+    buf_free(&o.tail);
     close(o.console_fd);
 }
 
@@ -127,6 +129,7 @@ TEST(output_line_without_newline_is_cut) {
     CHECK_EQ(len, total + lines * 4); /* every byte, each line prefixed and ended */
     free(all), free(b);
     buf_free(&o.partial);
+    buf_free(&o.tail);
     close(o.console_fd);
 }
 
