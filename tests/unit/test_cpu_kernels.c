@@ -318,3 +318,16 @@ TEST(batchnorm_stats_do_not_depend_on_thread_count) {
     b->ops->destroy(b);
     one->ops->destroy(one);
 }
+
+/* axpy: y += alpha x, over a length that is no multiple of any vector
+ * width (the parameter gradients accumulated over micro-batches). */
+TEST(axpy_adds_a_scaled_vector) {
+    backend *b = mk(0);
+    size_t n = 1003;
+    float *x = rnd(n, 5), *y = rnd(n, 6), *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) want[i] = y[i] + 0.375f * x[i];
+    CHECK_EQ(b->ops->axpy(b, n, 0.375f, x, y), 0);
+    CHECK_MEM(y, n * sizeof *y, want, n * sizeof *want);
+    free(x), free(y), free(want);
+    b->ops->destroy(b);
+}

@@ -183,6 +183,9 @@ typedef struct {
     X(ACT, int, accumulate, (backend *b, size_t n, const void *src, void *dst), (b, n, src, dst))  \
     /* x *= alpha (fp32: parameter gradients) */                                                   \
     X(PLAIN, int, scale, (backend *b, size_t n, float alpha, float *x), (b, n, alpha, x))          \
+    /* y += alpha x (fp32: parameter gradients, accumulated over micro-batches) */                 \
+    X(PLAIN, int, axpy, (backend *b, size_t n, float alpha, const float *x, float *y),             \
+      (b, n, alpha, x, y))                                                                         \
                                                                                                    \
     /* ---- pooling ---- */                                                                        \
     X(ACT, int, maxpool_fwd,                                                                       \

@@ -486,13 +486,18 @@ int model_set_labels(model *m, const int32_t *labels, int n) {
     return rc;
 }
 
+void model_point(model *m, const int32_t *labels, backend_loss *loss) {
+    m->labels_at = labels, m->loss_at = loss;
+}
+
 int model_backward(model *m, int n, float smoothing) {
     backend *be = m->be;
     for (int i = 0; i < m->nacts; i++) grad_put(m, i), m->acts[i].grad_set = 0;
     model_act *out = &m->acts[m->nacts - 1];
     int rc = grad_get(m, m->nacts - 1);
     if (rc == 0)
-        rc = be->ops->xent(be, n, m->classes, out->data, m->labels, smoothing, out->grad, m->loss);
+        rc = be->ops->xent(be, n, m->classes, out->data, m->labels_at ? m->labels_at : m->labels,
+                           smoothing, out->grad, m->loss_at ? m->loss_at : m->loss);
     float w = m->hooks.loss_weight;
     if (rc == 0 && w != 0.0f && w != 1.0f && be->act == DTYPE_F32) /* (ddp.c says why) */
         rc = be->ops->scale(be, (size_t)n * m->classes, w, out->grad);

@@ -121,6 +121,8 @@ struct model {
     model_hooks hooks;
     int32_t *labels;           /* device copy of the batch's labels */
     backend_loss *loss;        /* device: the last loss's result */
+    const int32_t *labels_at;  /* model_point: the caller's labels instead (NULL: labels) */
+    backend_loss *loss_at;     /* model_point: the caller's loss slot instead (NULL: loss) */
 };
 
 /* What a model is made for: its name (kept for checkpoints), one sample's
@@ -155,6 +157,12 @@ int model_max_batch(const model *m);
  * next model_backward or model_loss: labels must stay as they are until
  * the loss is read (backend.h's upload_async). */
 int model_set_labels(model *m, const int32_t *labels, int n);
+/* Micro-batches (a step's batch trained in parts, their gradients
+ * summed by the caller): the next backward takes its labels from the
+ * caller's device memory and writes its loss to the caller's slot, each
+ * part its own; NULL, NULL: the model's own again (model_set_labels,
+ * model_read_loss). */
+void model_point(model *m, const int32_t *labels, backend_loss *loss);
 /* Runs forward on x (n x H x W x C, device memory, the backend's
  * activation type); returns the logits (n x classes, likewise). train: batch
  * statistics (and running statistics updated); else running statistics. */

@@ -45,6 +45,51 @@ double step_lr(const trainer *t) {
     return lr_at(&o, epoch);
 }
 
+/* Micro-batch j's samples of this rank's n: its share of the
+ * micro-batches' strided split (samples j, j + k, ...). */
+static int micro_size(int n, int k, int j) { return n / k + (j < n % k); }
+
+/* Where the rank's sample i goes in micro-batch order: micro-batch i % k
+ * (strided), or, where the inputs were decoded in place on the device
+ * (--decode gpu: they stay in the loader's order), micro-batch by
+ * micro-batch as they come. */
+static int micro_place(const trainer *t, int i, int strided) {
+    int n = t->batch, k = t->micro.k;
+    if (!strided) return i;
+    int j = i % k, before = j * (n / k) + (j < n % k ? j : n % k);
+    return before + i / k;
+}
+
+/* Forward and backward of each micro-batch, the DDP hooks off, their
+ * gradients summed into acc, each weighted by its share of the rank's
+ * batch; then acc is the step's gradient, all-reduced as one. */
+static int micro_grads(trainer *t) {
+    const train_config *c = t->cfg;
+    model *m = t->m;
+    backend *be = m->be;
+    train_micro *u = &t->micro;
+    int ch, h, w;
+    dataset_shape(t->train, &ch, &h, &w);
+    size_t per = (size_t)ch * h * w * backend_act_size(be);
+    int (*ready)(void *, size_t) = m->hooks.grads_ready;
+    m->hooks.grads_ready = NULL;
+    be->ops->zero(be, u->acc, m->nparam * sizeof(float));
+    int rc = 0;
+    for (int j = 0, off = 0; j < u->k && rc == 0; j++) {
+        int n = micro_size(t->batch, u->k, j);
+        void *logits;
+        model_point(m, u->labels + off, &u->loss[j]);
+        rc = model_forward(m, (char *)t->buf.x + (size_t)off * per, n, 1, &logits);
+        if (rc == 0) rc = model_backward(m, n, (float)c->label_smoothing);
+        if (rc == 0) rc = be->ops->axpy(be, m->nparam, (float)n / (float)t->batch, m->grad, u->acc);
+        off += n;
+    }
+    m->hooks.grads_ready = ready;
+    model_point(m, NULL, NULL);
+    if (rc == 0) be->ops->copy(be, m->grad, u->acc, m->nparam * sizeof(float));
+    return rc;
+}
+
 /* The device work of one step: forward, backward with DDP's all-reduce,
  * SGD. It only queues work, so a GPU backend can record it and replay the
  * recording; the inputs (batch, labels, learning rate) are uploaded into
@@ -52,12 +97,17 @@ double step_lr(const trainer *t) {
 static int step_work(trainer *t) {
     const train_config *c = t->cfg;
     model *m = t->m;
-    void *logits;
-    int rc = model_forward(m, t->buf.x, t->batch, 1, &logits);
-    if (rc) return rc;
-    ddp_begin(t->ddp);
-    if ((rc = model_backward(m, t->batch, (float)c->label_smoothing))) return rc;
-    if ((rc = ddp_finish(t->ddp))) return rc;
+    int rc;
+    if (t->micro.k > 1) { /* (every bucket then launched by ddp_finish) */
+        rc = micro_grads(t);
+        ddp_begin(t->ddp);
+    } else {
+        void *logits;
+        if ((rc = model_forward(m, t->buf.x, t->batch, 1, &logits))) return rc;
+        ddp_begin(t->ddp);
+        rc = model_backward(m, t->batch, (float)c->label_smoothing);
+    }
+    if (rc || (rc = ddp_finish(t->ddp))) return rc;
     return m->be->ops->sgd(m->be, m->nparam, m->param, m->grad, m->mom,
                            c->decay_all ? NULL : m->decay_mask, t->buf.lr, (float)c->momentum,
                            (float)c->weight_decay, c->nesterov, t->at.optimizer_steps == 0);
@@ -196,15 +246,47 @@ static int queue_inputs(trainer *t) {
                                 (long long)t->at.global_step + 1, strerror(-rc));
         const jpeg_image *im = loader_jpegs(b->loader);
         if (im && (rc = decode_inputs(t, im, x))) return rc;
-        if (!im)
-            be->ops->upload_async(be, b->x, x,
-                                  (size_t)t->batch * ch * h * w * backend_act_size(be));
+        size_t per = (size_t)ch * h * w * backend_act_size(be);
+        if (!im && t->micro.k > 1) /* sample i to its place in micro-batch order */
+            for (int i = 0; i < t->batch; i++)
+                be->ops->upload_async(be, (char *)b->x + (size_t)micro_place(t, i, 1) * per,
+                                      (const char *)x + (size_t)i * per, per);
+        else if (!im)
+            be->ops->upload_async(be, b->x, x, (size_t)t->batch * per);
         b->fixed_ready = c->fixed_batch;
+        t->micro.strided = !im;
     }
     *b->lr_host = (float)step_lr(t);
     be->ops->upload_async(be, b->lr, b->lr_host, sizeof *b->lr);
-    int rc = model_set_labels(t->m, b->y_step, t->batch);
-    if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", t->batch);
+    int rc;
+    train_micro *u = &t->micro;
+    if (u->k > 1) { /* the activations a micro-batch's; the labels in its order */
+        rc = model_set_batch(t->m, u->max);
+        for (int i = 0; rc == 0 && i < t->batch; i++)
+            u->y_host[micro_place(t, i, u->strided)] = b->y_step[i];
+        if (rc == 0)
+            be->ops->upload_async(be, u->labels, u->y_host, (size_t)t->batch * sizeof *u->y_host);
+    } else {
+        rc = model_set_labels(t->m, b->y_step, t->batch);
+    }
+    if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", u->k > 1 ? u->max : t->batch);
+    return 0;
+}
+
+/* The step's loss sum and correct count over its micro-batches (waits for
+ * the device, as model_read_loss). */
+static int micro_loss(trainer *t, double *loss_sum, int *correct) {
+    backend *be = t->be;
+    train_micro *u = &t->micro;
+    backend_loss l[64];
+    int k = u->k < 64 ? u->k : 64, rc = 0;
+    *loss_sum = 0, *correct = 0;
+    for (int j = 0; j < u->k; j += k) {
+        int n = u->k - j < k ? u->k - j : k;
+        be->ops->download(be, l, u->loss + j, (size_t)n * sizeof *l);
+        if ((rc = be->ops->sync(be))) return rc;
+        for (int i = 0; i < n; i++) *loss_sum += l[i].sum, *correct += (int)l[i].correct;
+    }
     return 0;
 }
 
@@ -219,7 +301,7 @@ int step_train(trainer *t, float stats[4]) {
     t->at.optimizer_steps++;
     double loss;
     int correct;
-    if ((rc = model_read_loss(m, &loss, &correct)))
+    if ((rc = t->micro.k > 1 ? micro_loss(t, &loss, &correct) : model_read_loss(m, &loss, &correct)))
         return trainer_fail(t, rc, "training step %lld failed: %s",
                             (long long)t->at.global_step, strerror(-rc));
     stats[0] = (float)loss, stats[1] = (float)correct, stats[2] = (float)t->batch;
@@ -252,13 +334,15 @@ static int test_batch(trainer *t, int n, float tot[3]) {
 int step_evaluate(trainer *t) {
     if (!t->test) return 0;
     t->buf.fixed_ready = 0; /* the test batches take the input buffer */
-    /* every rank the same batch size, the largest share: the same samples
-     * whatever the shares */
-    int64_t nt = dataset_size(t->test), stride = (int64_t)t->batch_max * t->env.world;
+    /* every rank the same batch size, the largest share (or, with
+     * micro-batches, the largest of them: the memory the job started
+     * with): the same samples whatever the shares */
+    int chunk = t->micro.k > 1 ? t->micro.max : t->batch_max;
+    int64_t nt = dataset_size(t->test), stride = (int64_t)chunk * t->env.world;
     float tot[4] = {0, 0, 0, 0}; /* loss, correct, samples, ranks told to stop */
     for (int64_t start = t->env.rank; start < nt && !trainer_stop_requested; start += stride) {
         int n = 0;
-        for (int64_t i = start; i < nt && n < t->batch_max; i += t->env.world) t->buf.idx[n++] = i;
+        for (int64_t i = start; i < nt && n < chunk; i += t->env.world) t->buf.idx[n++] = i;
         int rc = test_batch(t, n, tot);
         if (rc) return rc;
     }

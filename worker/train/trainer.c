@@ -199,12 +199,17 @@ static int choose_batch(trainer *t) {
      * rank's gradient by its share (ddp_set_share). */
     t->batch = (global - t->env.rank + world - 1) / world;
     t->batch_max = (global + world - 1) / world;
-    if (t->batch_max > model_max_batch(t->m))
+    /* A share above --batch-size (the job shrank): micro-batches of at most
+     * that many, as many on every rank (trainer.h's train_micro). */
+    int most = t->cfg->batch;
+    t->micro.k = t->batch_max > most ? (t->batch_max + most - 1) / most : 1;
+    t->micro.max = (t->batch_max + t->micro.k - 1) / t->micro.k;
+    if (t->micro.max > model_max_batch(t->m))
         return trainer_fail(t, -EINVAL,
                             "a batch of %d per rank is too large for %s on these inputs: at "
                             "most %d (an activation tensor would have over 2^31 elements, "
                             "more than the kernels' 32-bit indices reach)",
-                            t->batch_max, t->cfg->model, model_max_batch(t->m));
+                            t->micro.max, t->cfg->model, model_max_batch(t->m));
     ddp_set_share(t->ddp, t->batch, global);
     if (global % world != 0 && t->env.rank == 0)
         log_info("world size changed: %d ranks share the global batch of %d unevenly, ranks "
@@ -214,6 +219,12 @@ static int choose_batch(trainer *t) {
     else if (t->batch != t->cfg->batch && t->env.rank == 0)
         log_info("world size changed: %d per rank keeps the global batch of %d", t->batch,
                  global);
+    if (t->micro.k > 1 && t->env.rank == 0)
+        log_info("world size changed: a share of %d is more than --batch-size %d: each rank "
+                 "trains it in %d micro-batches of at most %d and sums their gradients before "
+                 "the all-reduce (the same update, in the memory the job started with; batch "
+                 "norm over each micro-batch)",
+                 t->batch_max, most, t->micro.k, t->micro.max);
     t->steps_per_epoch = (t->n + t->at.global_batch - 1) / t->at.global_batch;
     return 0;
 }
@@ -274,6 +285,16 @@ static int allocate_batch(trainer *t) {
     b->lr_host = t->be->ops->alloc_host(t->be, sizeof *b->lr_host);
     if (!(b->idx && b->x_nchw && b->x_host && b->x && b->y && b->lr && b->lr_host))
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %d", t->batch);
+    train_micro *u = &t->micro;
+    if (u->k > 1) {
+        backend *be = t->be;
+        u->acc = be->ops->alloc(be, t->m->nparam * sizeof(float));
+        u->labels = be->ops->alloc(be, most * sizeof *u->labels);
+        u->y_host = be->ops->alloc_host(be, most * sizeof *u->y_host);
+        u->loss = be->ops->alloc(be, (size_t)u->k * sizeof *u->loss);
+        if (!u->acc || !u->labels || !u->y_host || !u->loss)
+            return trainer_fail(t, -ENOMEM, "out of memory for %d micro-batches", u->k);
+    }
     const train_config *c = t->cfg;
     int rc = c->decode_gpu ? create_decoder(t) : 0;
     if (rc) return rc;
@@ -303,6 +324,12 @@ void trainer_cleanup(trainer *t) {
     if (t->be && b->lr_host) t->be->ops->free_host(t->be, b->lr_host);
     if (t->be && b->x) t->be->ops->free(t->be, b->x);
     if (t->be && b->lr) t->be->ops->free(t->be, b->lr);
+    if (t->be) {
+        train_micro *u = &t->micro;
+        t->be->ops->free(t->be, u->acc), t->be->ops->free(t->be, u->labels);
+        t->be->ops->free(t->be, u->loss);
+        if (u->y_host) t->be->ops->free_host(t->be, u->y_host);
+    }
     snapshot_writer_stop(t->mem.w); /* the snapshot under way is written first */
     snapshot_writer_stop(t->disk.w);
     free(t->header_fixed);

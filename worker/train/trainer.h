@@ -59,6 +59,26 @@ typedef struct {
     void *x_redo;           /* alloc_host: samples the decoder could not, drawn on the host */
 } train_batch;
 
+/* Gradient accumulation: where the job shrank and a rank's share of the
+ * global batch is more than --batch-size, the rank trains it in k
+ * micro-batches of at most that many, every rank the same k (SyncBN's
+ * all-reduces must pair up), and sums their gradients, each weighted by
+ * its share of the rank's batch, before the all-reduce: the same update,
+ * in no more memory than the job started with. Micro-batch j holds the
+ * rank's samples j, j + k, ...: where the world size went from W to W/k,
+ * micro-batch j of rank r holds what rank r + j * W/k held, so batch norm
+ * normalises over the same groups as before. */
+typedef struct {
+    int k;              /* micro-batches a step (1: none) */
+    int max;            /* the largest one's samples (the model's activations) */
+    float *acc;         /* on the backend: their gradients summed (fp32, nparam) */
+    int32_t *labels;    /* on the backend: the step's labels in micro-batch order */
+    int32_t *y_host;    /* alloc_host: the same on the host, for upload_async */
+    backend_loss *loss; /* on the backend: each micro-batch's loss */
+    int strided;        /* the inputs are in micro-batch order (not: --decode gpu's, in
+                         * the loader's order, each micro-batch a run of them) */
+} train_micro;
+
 /* The step recorded once (a CUDA graph) and replayed. */
 typedef struct {
     int eager_steps;   /* steps run without a recording, in this process */
@@ -102,6 +122,7 @@ typedef struct {
     ddp *ddp;
     int batch;           /* this rank's share of the global batch */
     int batch_max;       /* the largest share (evaluation batches, buffers) */
+    train_micro micro;   /* k > 1: this rank's share in micro-batches */
     int64_t n;           /* training samples */
     int64_t steps_per_epoch;
     train_position at;

@@ -59,6 +59,7 @@ static void cpu_destroy(backend *b) {
         .bn_running = cpu_bn_running, .bn_bwd_reduce = cpu_bn_bwd_reduce,                    \
         .bn_bwd_apply = cpu_bn_bwd_apply, .relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, \
         .add_fwd = cpu_add_fwd, .accumulate = cpu_accumulate, .scale = cpu_scale,            \
+        .axpy = cpu_axpy,                                                                    \
         .maxpool_fwd = cpu_maxpool_fwd, .maxpool_bwd = cpu_maxpool_bwd,                      \
         .avgpool_fwd = cpu_avgpool_fwd, .avgpool_bwd = cpu_avgpool_bwd, .xent = cpu_xent,    \
         .sgd = cpu_sgd, .destroy = cpu_destroy,                                              \

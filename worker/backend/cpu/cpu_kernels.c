@@ -262,6 +262,12 @@ int cpu_scale(backend *b, size_t n, float alpha, float *x) {
     return 0;
 }
 
+int cpu_axpy(backend *b, size_t n, float alpha, const float *x, float *y) {
+    (void)b;
+    FOR_EACH_OF_N(i) y[i] += alpha * x[i];
+    return 0;
+}
+
 /* ---- pooling ------------------------------------------------------------------ */
 
 int cpu_maxpool_fwd(backend *b, const pool_shape *s, const void *x_, void *y_, int32_t *argmax) {

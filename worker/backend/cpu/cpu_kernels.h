@@ -17,6 +17,7 @@ int cpu_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx);
 int cpu_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
 int cpu_accumulate(backend *b, size_t n, const void *src, void *dst);
 int cpu_scale(backend *b, size_t n, float alpha, float *x);
+int cpu_axpy(backend *b, size_t n, float alpha, const float *x, float *y);
 int cpu_maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y, int32_t *argmax);
 int cpu_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,
                     void *dx);

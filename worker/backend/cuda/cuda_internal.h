@@ -128,6 +128,7 @@ int cuda_relu_bwd(backend *b, size_t n, const void *y, const void *dy, void *dx)
 int cuda_add_fwd(backend *b, size_t n, const void *a, const void *x2, int relu, void *y);
 int cuda_accumulate(backend *b, size_t n, const void *src, void *dst);
 int cuda_scale(backend *b, size_t n, float alpha, float *x);
+int cuda_axpy(backend *b, size_t n, float alpha, const float *x, float *y);
 int cuda_maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y,
                      int32_t *argmax);
 int cuda_maxpool_bwd(backend *b, const pool_shape *s, const void *dy, const int32_t *argmax,

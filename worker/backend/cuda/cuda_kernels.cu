@@ -561,6 +561,16 @@ extern "C" cudaError_t kern_scale(cudaStream_t st, size_t n, float alpha, float 
     return cudaGetLastError();
 }
 
+__global__ void axpy_kernel(size_t n, float alpha, const float *x, float *y) {
+    GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+extern "C" cudaError_t kern_axpy(cudaStream_t st, size_t n, float alpha, const float *x, float *y) {
+    if (n == 0) return cudaSuccess;
+    axpy_kernel<<<blocks_for(n), THREADS, 0, st>>>(n, alpha, x, y);
+    return cudaGetLastError();
+}
+
 /* ---- pooling ----------------------------------------------------------------------- */
 
 /* One thread per output element; the window is scanned in the CPU's

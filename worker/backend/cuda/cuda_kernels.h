@@ -74,6 +74,7 @@ cudaError_t kern_accumulate(cudaStream_t st, backend_dtype dt, size_t n, const v
                             void *dst);
 /* fp32 only (parameter gradients) */
 cudaError_t kern_scale(cudaStream_t st, size_t n, float alpha, float *x);
+cudaError_t kern_axpy(cudaStream_t st, size_t n, float alpha, const float *x, float *y);
 
 /* ---- pooling ---- */
 cudaError_t kern_maxpool_fwd(cudaStream_t st, backend_dtype dt, const pool_shape *s,

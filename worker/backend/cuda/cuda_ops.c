@@ -91,6 +91,13 @@ int cuda_scale(backend *b, size_t n, float alpha, float *x) {
     return 0;
 }
 
+int cuda_axpy(backend *b, size_t n, float alpha, const float *x, float *y) {
+    cuda_state *st = cuda_state_of(b);
+    wrote(st, y, n);
+    CUDA_CHECK(kern_axpy(st->stream, n, alpha, x, y));
+    return 0;
+}
+
 /* ---- pooling -------------------------------------------------------------------------- */
 
 int cuda_maxpool_fwd(backend *b, const pool_shape *s, const void *x, void *y,
