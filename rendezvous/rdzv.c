@@ -553,6 +553,8 @@ static int fill_result(rdzv *r, int round, rdzv_result *res) {
 }
 
 static int end_round(rdzv *r, rdzv_kv *c, int round, int restarts, rdzv_event why);
+static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
+                           rdzv_event why, int count);
 
 /* The node count round `round` closed with (0: not closed). */
 static long round_size(rdzv *r, int round) {
@@ -566,34 +568,61 @@ static long round_size(rdzv *r, int round) {
  * caller) are watched too, and one gone ends the round, as a member's own
  * watch would: without it a job requeued under the same id (Slurm's
  * requeue keeps the job id) on a store that outlived it (etcd) would wait
- * for ever as spares of the dead job's round. */
+ * for ever as spares of the dead job's round. Watched also: the node that
+ * ended the round, until the next one is open; if it is lost first, this
+ * node opens it (open_next_round). */
 static int wait_next_round(rdzv *r, int round, int watch, int64_t deadline, char *err,
                            size_t errlen) {
-    char k[KEY_MAX], kclosed[KEY_MAX];
-    int n = watch ? r->nnodes : 0, rc = 0;
-    size_t cap = 2 + 2 * (size_t)n, nk = 0, idx = 0;
+    char k[KEY_MAX], kclosed[KEY_MAX], kout[KEY_MAX], writer[KEY_MAX] = "";
+    int n = watch ? r->nnodes : 0, rc = 0, members = watch;
+    size_t cap = 4 + 2 * (size_t)n, nk = 0, idx = 0, mfirst = 0;
     char(*buf)[KEY_MAX] = malloc(cap * KEY_MAX);
     const char **keys = malloc(cap * sizeof *keys);
     uint8_t *conds = malloc(cap);
     if (!buf || !keys || !conds) rc = -ENOMEM;
-    if (rc == 0) {
+    key(r, kout, "r%d/outcome", round);
+    while (rc == 0) {
+        nk = 0;
         keys[nk] = key(r, k, "r%d/open", round + 1), conds[nk++] = STORE_COND_EXISTS;
         keys[nk] = key(r, kclosed, "closed"), conds[nk++] = STORE_COND_EXISTS;
-        for (int i = 0; i < n; i++) {
+        /* The node that ended the round, until it opens the next one: one
+         * that dies in between would leave every other waiting for ever. */
+        uint8_t *v = NULL;
+        size_t vn = 0;
+        const char *sp;
+        if (kv_try_get(r->c, kout, &v, &vn) == 0 && (sp = memchr(v, ' ', vn)) != NULL) {
+            snprintf(writer, sizeof writer, "%.*s", (int)(vn - (size_t)(sp + 1 - (char *)v)),
+                     sp + 1);
+            if (strcmp(writer, r->agent_id) != 0) {
+                if (r->in_job_store)
+                    keys[nk] = key(r, buf[nk], "alive/%s", writer), conds[nk++] = STORE_COND_ABSENT;
+                keys[nk] = key(r, buf[nk], "hb/%s", writer), conds[nk++] = STORE_COND_ABSENT;
+            }
+        }
+        int failed = v && vn >= 7 && memcmp(v, "failure", 7) == 0;
+        free(v);
+        mfirst = nk;
+        for (int i = 0; members && i < n; i++) {
             if (r->in_job_store)
                 keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id),
                 conds[nk++] = STORE_COND_ABSENT;
             keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id),
             conds[nk++] = STORE_COND_ABSENT;
         }
-    }
-    while (rc == 0 && (rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx)) == 0 &&
-           idx >= 2) {
+        if ((rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx)) || idx < 2) break;
+        if (idx < mfirst) {
+            log_warn("rendezvous '%s': round %d was ended by agent %s, lost before it opened "
+                     "the next round: this node opens it",
+                     r->run_id, round, writer);
+            rc = open_next_round(r, r->c, round, r->restart_count,
+                                 failed ? RDZV_EV_FAILURE : RDZV_EV_MEMBERSHIP, 0);
+            continue;
+        }
         log_info("rendezvous '%s': round %d, which this node waits to end, lost a node; "
                  "ending it",
                  r->run_id, round);
         rc = end_round(r, r->c, round, r->restart_count, RDZV_EV_MEMBERSHIP);
-        nk = 2; /* now for the next round only */
+        members = 0; /* now for the next round only */
     }
     free(buf), free(keys), free(conds);
     if (rc == 0 && idx == 1) rc = -EPIPE;
@@ -651,25 +680,31 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
 /* What an attempt at the current round reads first, in one request where
  * the backend can: the round's number, whether the job is closed, and the
  * round's restart count, state and expected node count. The round is
- * guessed (the last one seen) and read again if it moved on. */
+ * guessed (the last one seen) and read again if it moved on. A round is
+ * current once it is open (rN/open), whatever the counter "round" says:
+ * the counter follows the opening, and a node that died between the two
+ * (or another that opened the round for it: open_next_round) leaves it
+ * behind, never ahead. */
 static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long *st,
                       long *expect) {
     long guess = r->round;
     for (;;) {
-        char k[5][KEY_MAX];
+        char k[6][KEY_MAX];
         kv_long q[] = {{key(r, k[0], "round"), 1, 0, 0},
                        {key(r, k[1], "closed"), 0, 0, 0},
                        {key(r, k[2], "r%ld/restarts", guess), 0, 0, 0},
                        {key(r, k[3], "r%ld/state", guess), 0, -1, 0},
-                       {key(r, k[4], "r%ld/expect", guess), 0, r->o.max_nodes, 0}};
-        int rc = kv_get_longs(r->c, 5, q);
+                       {key(r, k[4], "r%ld/expect", guess), 0, r->o.max_nodes, 0},
+                       {key(r, k[5], "r%ld/open", guess + 1), 0, 0, 0}};
+        int rc = kv_get_longs(r->c, 6, q);
         if (rc) return rc;
-        if (q[0].val == guess) {
-            *cur = guess, *closed_job = q[1].val, *restarts = q[2].val, *st = q[3].val;
-            *expect = q[4].val;
-            return 0;
+        if (q[5].val || q[0].val > guess) { /* it moved on */
+            guess = q[0].val > guess ? q[0].val : guess + 1;
+            continue;
         }
-        guess = q[0].val;
+        *cur = guess, *closed_job = q[1].val, *restarts = q[2].val, *st = q[3].val;
+        *expect = q[4].val;
+        return 0;
     }
 }
 
@@ -870,9 +905,13 @@ static rdzv_kv *client_for(rdzv *r, int side) {
 }
 
 /* The winner counts the survivors so the next round can close as soon as
- * they are all back, instead of after the last call. */
+ * they are all back, instead of after the last call. The round is open
+ * once rN/open is there (read_round); `count`: and the counter "round"
+ * follows. Another node that opens the round for a winner that died
+ * (wait_next_round) does not count it: the winner may have, and the
+ * counter must never run ahead of the open rounds. */
 static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
-                           rdzv_event why) {
+                           rdzv_event why, int count) {
     char k[KEY_MAX], v[32];
     long alive = 0;
     int nnodes;
@@ -904,9 +943,9 @@ static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/restarts", round + 1), v);
     snprintf(v, sizeof v, "%ld", expect);
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/expect", round + 1), v);
-    int64_t next;
-    if (rc == 0) rc = kv_add(c, key(r, k, "round"), 1, &next);
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/open", round + 1), "1");
+    int64_t next;
+    if (rc == 0 && count) rc = kv_add(c, key(r, k, "round"), 1, &next);
     return rc;
 }
 
@@ -923,7 +962,7 @@ static int end_round(rdzv *r, rdzv_kv *c, int round, int restarts, rdzv_event wh
     int won = rc == 0 && on == strlen(mine) && memcmp(out, mine, on) == 0;
     free(out);
     if (rc || !won) return rc;
-    return open_next_round(r, c, round, restarts, why);
+    return open_next_round(r, c, round, restarts, why, 1);
 }
 
 int rdzv_end_round(rdzv *r, int side, rdzv_event why) {
