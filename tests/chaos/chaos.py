@@ -834,7 +834,11 @@ def run_schedule(faults, tag, base, reference, slow_so):
                     why = job.inject(f)
                     when = f"{time.time() - t0:.2f} s" if f.moment == "time" else f"step {step}"
                     struck.append(f"{f.cls} at {when}" + (f" ({why})" if why else ""))
-                    strikes.append((f.cls, at, bool(why)))
+                    # (a node lost while the group re-forms may never be missed:
+                    # its replacement can join the new round before anyone
+                    # waits for it, and then no log has anything to name)
+                    lost_unmissed = f.moment == "recovery" and f.cls in ("kill-node", "host-lost")
+                    strikes.append((f.cls, at, bool(why) or lost_unmissed))
                     torch_strikes.append((f.cls, step, bool(why)))
             if all(a is None or a[0].poll() is not None for a in job.agents):
                 break  # (a preemption restarts the job inside inject: none is pending then)
