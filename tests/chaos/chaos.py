@@ -25,6 +25,8 @@ moment:
                          start
            disk-full     one node's --ckpt-dir a 1 MiB tmpfs, too small for
                          one checkpoint, from the start (root only)
+           read-only     one node's --ckpt-dir mounted read-only, from the
+                         start (root only: root writes through a mode)
            slow-disk     one node's checkpoint writes fsync'd slowly
                          (bench/slow_fsync.c), from the start
            join          a third node's agent starts (a scale-up): the
@@ -123,7 +125,9 @@ TRAIN = ["--model", "resnet20", "--data", "synthetic", "--input-shape", "3x8x8",
          "--epochs", str(EPOCHS), "--threads", "1", "--log-every", "1", "--seed", "7",
          "--ckpt-every", "8", "--snapshot-every", "1", "--step-timeout", "4"]
 CLASSES = ["kill-worker", "kill-node", "hang-worker", "preempt", "preempt-usr1", "disk-full",
-           "slow-disk", "foreign-ckpt", "join", "leave"]
+           "slow-disk", "foreign-ckpt", "join", "leave", "read-only"]
+ROOT_ONLY = {"disk-full", "read-only"}  # (a mount)
+UNUSABLE = {"disk-full", "foreign-ckpt", "read-only"}  # the node's --ckpt-dir keeps nothing
 RESIZE = {"join", "leave"}  # the job's node count changes: --nnodes 1:3
 NET_CLASSES = ["link-flap", "host-lost"]  # --net only: the nodes on the test bed's hosts
 BED = None  # --net: the network test bed (Bed)
@@ -132,7 +136,7 @@ ETCD = None  # --store etcd: the rendezvous on a 3-member etcd cluster (Etcd)
 ETCD_CLASSES = ["store-lost"]  # --store etcd only
 JOINER = 2  # the node a join starts
 MOMENTS = ["step", "coll", "eval", "save", "final", "recovery"]
-WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt"}  # conditions from the start, no moment
+WHOLE_RUN = {"disk-full", "slow-disk", "foreign-ckpt", "read-only"}  # from the start, no moment
 PREEMPT = {"preempt": signal.SIGTERM, "preempt-usr1": signal.SIGUSR1}
 FOREIGN = None  # another job's checkpoint, made once (foreign_checkpoint)
 JOB_TIMEOUT = int(os.environ.get("CHAOS_JOB_TIMEOUT", "120"))
@@ -356,7 +360,7 @@ class Fault:
 
 
 def usable_classes(root_ok):
-    return ([c for c in CLASSES if root_ok or c != "disk-full"] + (NET_CLASSES if BED else []) +
+    return ([c for c in CLASSES if root_ok or c not in ROOT_ONLY] + (NET_CLASSES if BED else []) +
             (ETCD_CLASSES if ETCD else []))
 
 
@@ -396,7 +400,7 @@ def draw(rng, root_ok):
             if f.cls == "store-lost":
                 f.node = 1
     # with both nodes' --ckpt-dir unusable the job must stop, joiner or not
-    unusable = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
+    unusable = {f.node for f in faults if f.cls in UNUSABLE}
     if len(unusable) == 2:
         faults = [f for f in faults if f.cls not in RESIZE] or faults[:1]
     return with_a_first(rng, faults)
@@ -507,6 +511,11 @@ class Job:
             os.makedirs(ckpt, exist_ok=True)
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    'mount -t tmpfs -o size=1m chaos "$0" && exec "$@"', ckpt] + cmd
+        if any(f.cls == "read-only" and f.node == node for f in self.faults):
+            os.makedirs(ckpt, exist_ok=True)
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
+                   ckpt] + cmd
         if BED:
             cmd = BED.wrap(self.host[node], cmd)
         out = open(log, "w")
@@ -856,7 +865,7 @@ def run_schedule(faults, tag, base, reference, slow_so):
         job.kill_all()
         # the oracle; a node whose --ckpt-dir is full or another job's keeps
         # no checkpoints: with both so, the job must stop, saying so
-        full = {f.node for f in faults if f.cls in ("disk-full", "foreign-ckpt")}
+        full = {f.node for f in faults if f.cls in UNUSABLE}
         last = {}  # each node's newest agent, unless a fault ended it (then none is judged)
         for node, log, rc in job.ended:
             last[node] = (log, rc)
@@ -1081,7 +1090,7 @@ def campaign(a):
                        os.path.join(ROOT, "bench", "slow_fsync.c"), "-ldl"]).returncode:
         sys.exit("chaos: cannot build bench/slow_fsync.c")
     if not root_ok:
-        print("chaos: not root, or no mount namespace here: no disk-full faults")
+        print("chaos: not root, or no mount namespace here: no disk-full or read-only faults")
     global FOREIGN
     FOREIGN = foreign_checkpoint(base)
     reference = reference_digest(base)
