@@ -202,21 +202,20 @@ static int own_flags(int argc, char **argv, int *json, double *watch, char **res
 }
 
 /* No endpoint given: the job whose agent runs on this machine (of those,
- * the one --rdzv-id names, if given), its rendezvous put into cfg as if
- * its flags had been given. 0, or the exit status: 1 none runs here, 2
- * several (listed: which one?). */
-static int find_local_job(agent_config *cfg) {
+ * the one --rdzv-id names, if given) into *job. 0, or the exit status: 1
+ * none runs here, 2 several (listed: which one?). */
+static int find_local_job(const char *want_id, local_job *job) {
     local_job *js = NULL;
     size_t n = 0, pick = 0, matching = 0;
     int rc = local_jobs_list(&js, &n);
-    int any_id = strcmp(cfg->rdzv_id, "none") == 0;
+    int any_id = strcmp(want_id, "none") == 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
-        if (any_id || strcmp(js[i].run_id, cfg->rdzv_id) == 0) pick = matching++ ? pick : i;
+        if (any_id || strcmp(js[i].run_id, want_id) == 0) pick = matching++ ? pick : i;
     if (rc || matching == 0) {
         fprintf(stderr, "ddprun status: which job? no ddprun%s%s%s runs on this machine; give "
                         "--rdzv-endpoint HOST:PORT (the store, or etcd's members) and "
                         "--rdzv-id\n",
-                any_id ? "" : " of job '", any_id ? "" : cfg->rdzv_id, any_id ? "" : "'");
+                any_id ? "" : " of job '", any_id ? "" : want_id, any_id ? "" : "'");
         free(js);
         return 1;
     }
@@ -224,39 +223,21 @@ static int find_local_job(agent_config *cfg) {
         fprintf(stderr, "ddprun status: %zu jobs run on this machine; say which with --rdzv-id "
                         "(and --rdzv-endpoint):\n", matching);
         for (size_t i = 0; i < n; i++)
-            if (any_id || strcmp(js[i].run_id, cfg->rdzv_id) == 0)
+            if (any_id || strcmp(js[i].run_id, want_id) == 0)
                 fprintf(stderr, "  --rdzv-backend %s --rdzv-endpoint %s --rdzv-id %s  (ddprun pid "
                                 "%d)\n", js[i].backend, js[i].endpoint, js[i].run_id, (int)js[i].pid);
         free(js);
         return 2;
     }
-    const local_job *j = &js[pick];
-    const rdzv_backend *b = rdzv_backend_find(j->backend, NULL);
-    char *id = strdup(j->run_id), *ep = strdup(j->endpoint), *colon = strrchr(ep ? ep : "", ':');
-    rc = b && id && ep ? 0 : 1;
-    if (rc == 0) {
-        cfg->rdzv_backend = b;
-        free(cfg->rdzv_id), cfg->rdzv_id = id, id = NULL;
-        free(cfg->rdzv_endpoints), cfg->rdzv_endpoints = strdup(ep);
-        if (!(b->flags & RDZV_MANY_ENDPOINTS) && colon) {
-            *colon = '\0';
-            char *host = ep[0] == '[' && colon[-1] == ']' ? (colon[-1] = '\0', ep + 1) : ep;
-            free(cfg->rdzv_host), cfg->rdzv_host = strdup(host);
-            cfg->rdzv_port = atoi(colon + 1);
-            if (b->flags & RDZV_FIXED_RANKS)
-                free(cfg->master_addr), cfg->master_addr = strdup(host),
-                    cfg->master_port = cfg->rdzv_port;
-        }
-        if (j->key_prefix[0]) free(cfg->rdzv.key_prefix), cfg->rdzv.key_prefix = strdup(j->key_prefix);
-    }
-    free(id), free(ep), free(js);
-    return rc;
+    *job = js[pick];
+    free(js);
+    return 0;
 }
 
 int status_main(int argc, char **argv, char **environ_) {
     int json = 0;
     double watch = 0;
-    char **rest = calloc((size_t)argc + 4, sizeof *rest);
+    char **rest = calloc((size_t)argc + 10, sizeof *rest); /* (+ a local job's 6 flags) */
     int nrest = 0;
     if (!rest) return 1;
     int rc = own_flags(argc, argv, &json, &watch, rest, &nrest);
@@ -267,6 +248,24 @@ int status_main(int argc, char **argv, char **environ_) {
     agent_config cfg;
     char err[1024];
     rc = config_parse(nrest, rest, environ_, &cfg, err, sizeof err);
+    local_job job;
+    if (rc == 0 && !cfg.rdzv_endpoints && !cfg.master_addr) { /* which job: one that runs here? */
+        int found = find_local_job(cfg.rdzv_id, &job);
+        config_free(&cfg);
+        if (found) {
+            free(rest);
+            return found;
+        }
+        /* its rendezvous flags, as if given (before the program's two) */
+        const char *more[] = {"--rdzv-backend", job.backend, "--rdzv-endpoint", job.endpoint,
+                              "--rdzv-id",      job.run_id,  "--no-python",     "true"};
+        nrest -= 2;
+        for (size_t i = 0; i < sizeof more / sizeof *more; i++) rest[nrest++] = (char *)more[i];
+        rest[nrest] = NULL;
+        rc = config_parse(nrest, rest, environ_, &cfg, err, sizeof err);
+        if (rc == 0 && job.key_prefix[0])
+            free(cfg.rdzv.key_prefix), cfg.rdzv.key_prefix = strdup(job.key_prefix);
+    }
     free(rest);
     if (rc) {
         if (rc != OPTS_HELP_GIVEN) fprintf(stderr, "ddprun status: %s\n", err);
@@ -274,15 +273,6 @@ int status_main(int argc, char **argv, char **environ_) {
     }
     rdzv_endpoint where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
     int cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;
-    if (!cfg.rdzv_endpoints && !cfg.master_addr) { /* which job: one that runs here? */
-        rc = find_local_job(&cfg);
-        if (rc) {
-            config_free(&cfg);
-            return rc;
-        }
-        where = agent_config_rdzv_endpoint(&cfg, 3000, 3000);
-        cluster = (cfg.rdzv_backend->flags & RDZV_MANY_ENDPOINTS) != 0;
-    }
     if (!where.host || (!cluster && where.port <= 0)) {
         fprintf(stderr, "ddprun status: which job? give --rdzv-endpoint HOST:PORT (the store, "
                         "or etcd's members) and --rdzv-id\n");

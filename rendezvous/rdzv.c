@@ -128,6 +128,16 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
     }
 }
 
+/* Adds to keys/conds, from nk, the keys whose absence says agent `id` is
+ * gone: its heartbeat, and on a store its connection's alive/ key (buf
+ * holds them); returns the new count. */
+static size_t watch_gone(const rdzv *r, const char *id, char (*buf)[KEY_MAX], const char **keys,
+                         uint8_t *conds, size_t nk) {
+    if (r->in_job_store) keys[nk] = key(r, buf[nk], "alive/%s", id), conds[nk++] = STORE_COND_ABSENT;
+    keys[nk] = key(r, buf[nk], "hb/%s", id), conds[nk++] = STORE_COND_ABSENT;
+    return nk;
+}
+
 /* ---- opening ------------------------------------------------------------- */
 
 static void make_agent_id(rdzv *r) {
@@ -593,22 +603,13 @@ static int wait_next_round(rdzv *r, int round, int watch, int64_t deadline, char
         if (kv_try_get(r->c, kout, &v, &vn) == 0 && (sp = memchr(v, ' ', vn)) != NULL) {
             snprintf(writer, sizeof writer, "%.*s", (int)(vn - (size_t)(sp + 1 - (char *)v)),
                      sp + 1);
-            if (strcmp(writer, r->agent_id) != 0) {
-                if (r->in_job_store)
-                    keys[nk] = key(r, buf[nk], "alive/%s", writer), conds[nk++] = STORE_COND_ABSENT;
-                keys[nk] = key(r, buf[nk], "hb/%s", writer), conds[nk++] = STORE_COND_ABSENT;
-            }
+            if (strcmp(writer, r->agent_id) != 0) nk = watch_gone(r, writer, buf, keys, conds, nk);
         }
         int failed = v && vn >= 7 && memcmp(v, "failure", 7) == 0;
         free(v);
         mfirst = nk;
-        for (int i = 0; members && i < n; i++) {
-            if (r->in_job_store)
-                keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id),
-                conds[nk++] = STORE_COND_ABSENT;
-            keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id),
-            conds[nk++] = STORE_COND_ABSENT;
-        }
+        for (int i = 0; members && i < n; i++)
+            nk = watch_gone(r, r->nodes[i].agent_id, buf, keys, conds, nk);
         if ((rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx)) || idx < 2) break;
         if (idx < mfirst) {
             log_warn("rendezvous '%s': round %d was ended by agent %s, lost before it opened "
@@ -718,14 +719,11 @@ static int read_round(rdzv *r, long *cur, long *closed_job, long *restarts, long
  * would): a job requeued under the same id on a store that outlived it
  * (etcd) finds its dead predecessor in the round it joins. */
 static int wait_ready(rdzv *r, int round, const char *ready, int64_t deadline) {
-    char kout[KEY_MAX], khb[KEY_MAX], kalive[KEY_MAX];
-    const char *keys[] = {ready, key(r, kout, "r%d/outcome", round),
-                          key(r, khb, "hb/%s", r->nodes[0].agent_id),
-                          key(r, kalive, "alive/%s", r->nodes[0].agent_id)};
-    const uint8_t conds[] = {STORE_COND_EXISTS, STORE_COND_EXISTS, STORE_COND_ABSENT,
-                             STORE_COND_ABSENT};
-    size_t idx;
-    int rc = wait_any_until(r, r->in_job_store ? 4 : 3, conds, keys, deadline, 0, &idx);
+    char buf[4][KEY_MAX];
+    const char *keys[4] = {ready, key(r, buf[1], "r%d/outcome", round)};
+    uint8_t conds[4] = {STORE_COND_EXISTS, STORE_COND_EXISTS};
+    size_t idx, nk = watch_gone(r, r->nodes[0].agent_id, buf, keys, conds, 2);
+    int rc = wait_any_until(r, nk, conds, keys, deadline, 0, &idx);
     if (rc || idx == 0) return rc;
     if (idx >= 2) {
         log_info("rendezvous '%s': round %d's node rank 0 (%s) was lost before it made the "
@@ -853,12 +851,9 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
     keys[nk] = key(r, buf[nk], "r%d/poke/%s", round, r->agent_id), conds[nk++] = STORE_COND_EXISTS;
     if (n < r->o.max_nodes)
         keys[nk] = key(r, buf[nk], "r%d/waiting/1", round), conds[nk++] = STORE_COND_EXISTS;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
-        if (r->in_job_store)
-            keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
-        keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id), conds[nk++] = STORE_COND_ABSENT;
-    }
+    for (int i = 0; i < n; i++)
+        if (strcmp(r->nodes[i].agent_id, r->agent_id) != 0)
+            nk = watch_gone(r, r->nodes[i].agent_id, buf, keys, conds, nk);
     size_t idx = 0;
     if (take_poke(r)) {
         *ev = RDZV_EV_POKED;
@@ -1120,11 +1115,9 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept) {
         for (int i = 0; i < n; i++) {
             if (gone[i] || strcmp(r->nodes[i].agent_id, r->agent_id) == 0) continue;
             others++;
-            if (r->in_job_store)
-                keys[nk] = key(r, buf[nk], "alive/%s", r->nodes[i].agent_id),
-                conds[nk] = STORE_COND_ABSENT, member[nk++] = i;
-            keys[nk] = key(r, buf[nk], "hb/%s", r->nodes[i].agent_id),
-            conds[nk] = STORE_COND_ABSENT, member[nk++] = i;
+            size_t from = nk;
+            nk = watch_gone(r, r->nodes[i].agent_id, buf, keys, conds, nk);
+            while (from < nk) member[from++] = i;
         }
         if (others == 0) { /* every other member finished or is gone */
             rc = close_job(r, 1);

@@ -308,24 +308,33 @@ TEST(rdzv_a_round_whose_rank_0_died_before_ready_is_ended) {
  * opened the next one, in a fault campaign on etcd: the others, waiting
  * for the next round to open, waited for ever. A waiter that sees the
  * outcome's writer gone opens the round itself. */
-TEST(rdzv_a_round_ended_by_a_node_that_died_is_opened_by_another) {
-    store_fixture f;
-    fixture_start(&f, NULL);
-    agent_t a[2];
-    agent_init(&a[0], &f, "n0", 2, 2);
-    agent_init(&a[1], &f, "n1", 2, 2);
+/* Two nodes in round 0, which a dead node ("ghost", no heartbeat) ended
+ * for a failure, having written keys[0..nkeys) of the next round's
+ * opening; then both go on to the next round. */
+static void after_a_dead_ender(store_fixture *f, agent_t a[2], const char *const (*keys)[2],
+                               int nkeys) {
+    agent_init(&a[0], f, "n0", 2, 2);
+    agent_init(&a[1], f, "n1", 2, 2);
     join_all(a, 2);
     rdzv_kv *kv = NULL;
-    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
-    const char *dead = "failure ghost:1:00000000"; /* (no heartbeat: gone) */
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f->port, 2000, &kv), 0);
+    const char *dead = "failure ghost:1:00000000";
     CHECK_EQ(kv_set(kv, "/ddprun/job/r0/outcome", dead, strlen(dead)), 0);
+    for (int i = 0; i < nkeys; i++) CHECK_EQ(kv_set(kv, keys[i][0], keys[i][1], strlen(keys[i][1])), 0);
+    kv_close(kv);
     a[0].o.join_timeout = a[1].o.join_timeout = 4;
     join_all(a, 2);
     for (int i = 0; i < 2; i++) {
         CHECK_EQ(a[i].res.round, 1);
         CHECK_EQ(a[i].res.restart_count, 1);
     }
-    kv_close(kv);
+}
+
+TEST(rdzv_a_round_ended_by_a_node_that_died_is_opened_by_another) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[2];
+    after_a_dead_ender(&f, a, NULL, 0);
     close_all(a, 2);
     fixture_stop(&f);
 }
@@ -336,19 +345,10 @@ TEST(rdzv_an_open_round_counts_though_its_counter_lags) {
     store_fixture f;
     fixture_start(&f, NULL);
     agent_t a[2];
-    agent_init(&a[0], &f, "n0", 2, 2);
-    agent_init(&a[1], &f, "n1", 2, 2);
-    join_all(a, 2);
-    rdzv_kv *kv = NULL;
-    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
-    const char *keys[][2] = {{"/ddprun/job/r0/outcome", "failure ghost:1:00000000"},
-                             {"/ddprun/job/r1/restarts", "1"},
-                             {"/ddprun/job/r1/expect", "2"},
-                             {"/ddprun/job/r1/open", "1"}};
-    for (int i = 0; i < 4; i++) CHECK_EQ(kv_set(kv, keys[i][0], keys[i][1], strlen(keys[i][1])), 0);
-    a[0].o.join_timeout = a[1].o.join_timeout = 4;
-    join_all(a, 2);
-    for (int i = 0; i < 2; i++) CHECK_EQ(a[i].res.round, 1);
+    const char *const opened[][2] = {{"/ddprun/job/r1/restarts", "1"},
+                                     {"/ddprun/job/r1/expect", "2"},
+                                     {"/ddprun/job/r1/open", "1"}};
+    after_a_dead_ender(&f, a, opened, 3);
     agent_t late; /* a node that comes now reads the lagging counter too */
     agent_init(&late, &f, "n2", 2, 2);
     late.o.join_timeout = 0.5;
@@ -356,7 +356,6 @@ TEST(rdzv_an_open_round_counts_though_its_counter_lags) {
     CHECK_EQ(late.rc, -ETIMEDOUT); /* (round 1 is full and running: it stands by) */
     CHECK(strstr(late.err, "round 1") != NULL);
     rdzv_close(late.r);
-    kv_close(kv);
     close_all(a, 2);
     fixture_stop(&f);
 }

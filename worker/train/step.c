@@ -277,17 +277,13 @@ static int queue_inputs(trainer *t) {
  * the device, as model_read_loss). */
 static int micro_loss(trainer *t, double *loss_sum, int *correct) {
     backend *be = t->be;
-    train_micro *u = &t->micro;
-    backend_loss l[64];
-    int k = u->k < 64 ? u->k : 64, rc = 0;
     *loss_sum = 0, *correct = 0;
-    for (int j = 0; j < u->k; j += k) {
-        int n = u->k - j < k ? u->k - j : k;
-        be->ops->download(be, l, u->loss + j, (size_t)n * sizeof *l);
-        if ((rc = be->ops->sync(be))) return rc;
-        for (int i = 0; i < n; i++) *loss_sum += l[i].sum, *correct += (int)l[i].correct;
+    for (int j = 0; j < t->micro.k; j++) {
+        backend_loss l;
+        be->ops->download(be, &l, &t->micro.loss[j], sizeof l);
+        *loss_sum += l.sum, *correct += (int)l.correct;
     }
-    return 0;
+    return be->ops->sync(be);
 }
 
 int step_train(trainer *t, float stats[4]) {
