@@ -155,11 +155,18 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
     int rc = -EHOSTUNREACH;
     char tried[1024] = "";
     /* Every member in turn; a whole turn of "not now" answers or of
-     * members out of reach is tried again until the client's patience. */
-    int64_t give_up = clock_now_ms() + (c->answered ? c->patience_ms : 2 * c->timeout_ms);
-    int again = 0;
+     * members out of reach is tried again until the client's patience,
+     * which it has once a member answered, even "not now", or kept a
+     * connection and said nothing (an election as the client connects
+     * can take longer than two timeouts). Before, a member list or a
+     * certificate that is wrong is said at once. */
+    int64_t start = clock_now_ms();
+    int again = 0, busy = 0;
     for (int k = 0;; k++) {
-        if (k > 0 && k % c->nmembers == 0 && (!again || !another_turn(give_up))) break;
+        if (k > 0 && k % c->nmembers == 0 &&
+            (!again || !another_turn(start + (c->answered || busy ? c->patience_ms
+                                                                  : 2 * c->timeout_ms))))
+            break;
         if (k % c->nmembers == 0) tried[0] = '\0', rc = -EHOSTUNREACH, again = 0;
         int m = (c->cur + k) % c->nmembers;
         char url[512];
@@ -185,7 +192,8 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
             if (is_member_trouble(e)) {
                 log_debug("etcd: %s%s: %s; trying the next member", c->member[m], path,
                           curl_easy_strerror(e));
-                again |= c->answered;
+                busy |= e == CURLE_OPERATION_TIMEDOUT;
+                again |= c->answered || busy;
                 continue;
             }
             rc = fail(c, -EPROTO, "etcd request %s failed: %s", path, tried);
