@@ -172,6 +172,12 @@ static int parse(int argc, char **argv, train_config *c) {
                                  "loader's threads; the default) or gpu (nvJPEG\n"
                                  "on the training GPU, the crop and resize there\n"
                                  "too; PNGs and CMYK JPEGs stay on the CPU)"},
+        {"decode-share", 0, OPTS_DOUBLE, .target = &c->decode_share, .lo = 0.01, .hi = 1,
+         .metavar = "F", .help = "--decode gpu: the fraction of each batch's JPEGs\n"
+                                 "the GPU decodes, the rest decoded by the loader's\n"
+                                 "threads beside it, spread through the batch\n"
+                                 "(default 1: all; where the GPU's decoder is\n"
+                                 "slower than the step, the host takes a share)"},
         {"skip-bad-images", 0, OPTS_FLAG, .target = &c->skip_bad,
          .help = "a damaged or unreadable image is replaced by the\nnext good one and counted "
                  "(said at each epoch's\nend) instead of stopping the run"},

@@ -4,9 +4,12 @@
 #  1. nvJPEG's samples against the host twin's (build/tests/gpu-jpeg, from
 #     tests/gpu/gpu_jpeg.c): a folder of 500x375 JPEGs (ImageNet's typical
 #     size), large and small ones, grayscale ones, at 224 in training
-#     views, one batch, fp32 and bf16; within 1.5 levels of 255 on average
-#     and 48 at most per image (the two decoders' IDCTs and chroma
-#     upsampling differ; the figures are printed);
+#     views, one batch, fp32 and bf16; within 0.5 levels of 255 on average
+#     and 4 at most per image (bf16's own rounding left out). With chroma
+#     upsampled with interpolation, as the twin and --decode cpu do it,
+#     nvJPEG's samples were within 1 level of the twin's on an H200; with
+#     its plain upsampling they are 2 to 3 levels off on average and up to
+#     30 at edges (the figures are printed, against both);
 #  2. ResNet-20 trains 6 steps on the GPU with --decode gpu, says that
 #     nvJPEG decodes, and its first step's loss (which depends on the
 #     inputs alone) is --decode cpu's within 0.02.
@@ -25,7 +28,7 @@ for k in 00 01; do
     done
 done
 mkdir -p "$D/val" && cp -r "$D/train/class_00" "$D/train/class_01" "$D/val/"
-"$ROOT/build/tests/gpu-jpeg" "$D" 224 1.5 48 || { echo "FAIL: nvJPEG's samples are not the twin's"; exit 1; }
+"$ROOT/build/tests/gpu-jpeg" "$D" 224 0.5 4 || { echo "FAIL: nvJPEG's samples are not the twin's"; exit 1; }
 
 args=(--model resnet20 --data imagefolder --data-dir "$D" --image-size 64 --batch-size 16
       --device cuda --precision fp32 --log-every 1 --seed 5 --no-eval --epochs 3 --max-steps 6)

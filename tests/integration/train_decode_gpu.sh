@@ -41,7 +41,27 @@ awk '{ d = $1 - $2; if (d < 0) d = -d; if (NR <= 2 && d > 0.005) bad = 1 }
      END { exit bad }' "$SCRATCH/pairs" ||
     { echo "--decode cpu and gpu train apart (loss per step, cpu then gpu):"; cat "$SCRATCH/pairs"; exit 1; }
 
-# 2. Nothing to decode: an error that says what --decode gpu takes.
+# 2. Each step's batch is got and its decoding started while the step
+# before runs (decode_ahead, within an epoch: steps 2, 3, 5 and 6 here).
+# A run stopped after step 2 and resumed gets step 3 when it comes; it
+# must end with the uninterrupted run's weights, bit for bit. And the
+# samples each step trained on are --decode cpu's (--sample-log).
+for d in cpu gpu; do
+    ddp-train "${args[@]}" --decode "$d" --sample-log "$SCRATCH/samples-$d" --ckpt-dir "$SCRATCH/whole-$d" \
+        > "$SCRATCH/whole-$d.out" 2>&1 || { cat "$SCRATCH/whole-$d.out"; exit 1; }
+done
+samples() { cat "$SCRATCH/samples-$1"/* | cut -d' ' -f2-; } # (not the time)
+cmp -s <(samples cpu) <(samples gpu) ||
+    { echo "--decode gpu trained on other samples than --decode cpu:"; diff <(samples cpu) <(samples gpu) | head; exit 1; }
+for steps in 2 6; do
+    ddp-train "${args[@]}" --decode gpu --ckpt-dir "$SCRATCH/parts" --max-steps $steps \
+        > "$SCRATCH/part$steps.out" 2>&1 || { cat "$SCRATCH/part$steps.out"; exit 1; }
+done
+grep -q "resum" "$SCRATCH/part6.out" || { echo "the second part did not resume:"; cat "$SCRATCH/part6.out"; exit 1; }
+compare "$SCRATCH/whole-gpu" "$SCRATCH/parts" --exact ||
+    { echo "a run resumed after step 2 ends elsewhere than the run never stopped: a batch decoded ahead was not its step's"; exit 1; }
+
+# 3. Nothing to decode: an error that says what --decode gpu takes.
 rc=0
 ddp-train --model resnet20 --data synthetic --decode gpu --max-steps 1 > "$SCRATCH/out" 2>&1 || rc=$?
 [ $rc -ne 0 ] && grep -q "decode gpu decodes the JPEGs of --data imagefolder" "$SCRATCH/out" ||

@@ -283,6 +283,44 @@ TEST(jpeg_decoder_leaves_what_it_cannot_decode_to_the_host) {
     dataset_close(d);
 }
 
+/* A run in two halves: finish writes the batch of the last start (a start
+ * not finished is dropped, as the trainer drops a batch decoded ahead for
+ * a step that does not come), and a finish with no start is refused. */
+TEST(jpeg_decoder_finish_writes_the_last_start) {
+    const char *root = make_folder();
+    dataset *d = open_folder(root, 1, 16);
+    char err[512];
+    backend *be;
+    if (cpu_backend_create(0, 1, &be, err, sizeof err)) test_fail(__FILE__, __LINE__, "%s", err);
+    jpeg_decoder *j = twin(be, d, 16);
+    dataset_jpeg dj[2];
+    jpeg_image im[2];
+    for (int k = 0; k < 2; k++) {
+        int32_t y;
+        CHECK_EQ(dataset_jpeg_of(d, k, 1, 3, 0, &dj[k], &y, err, sizeof err), 0);
+        im[k] = (jpeg_image){.data = dj[k].data, .len = dj[k].len, .width = dj[k].width,
+                             .height = dj[k].height, .flip = dj[k].flip};
+        memcpy(im[k].box, dj[k].box, sizeof im[k].box);
+    }
+    float whole[16 * 16 * 3], halves[16 * 16 * 3];
+    unsigned char ok = 0;
+    CHECK_EQ(jpeg_decoder_run(j, 1, &im[1], whole, &ok, err, sizeof err), 0);
+    CHECK_EQ(ok, 1);
+    CHECK_EQ(jpeg_decoder_finish(j, halves, err, sizeof err), -EINVAL); /* run finished it */
+    CHECK(strstr(err, "never started") != NULL);
+    unsigned char ok0 = 0, ok1 = 0;
+    CHECK_EQ(jpeg_decoder_start(j, 1, &im[0], &ok0, err, sizeof err), 0);
+    CHECK_EQ(jpeg_decoder_start(j, 1, &im[1], &ok1, err, sizeof err), 0);
+    memset(halves, 0x7F, sizeof halves);
+    CHECK_EQ(jpeg_decoder_finish(j, halves, err, sizeof err), 0);
+    CHECK_EQ(ok1, 1);
+    CHECK_MEM(halves, sizeof halves, whole, sizeof whole);
+    for (int k = 0; k < 2; k++) free(dj[k].data);
+    jpeg_decoder_destroy(j);
+    be->ops->destroy(be);
+    dataset_close(d);
+}
+
 /* The loader with jpegs: every JPEG of the batch handed out with its crop
  * (as dataset_jpeg_of gives it), the rest drawn on the host as without
  * jpegs, the labels alike; loader_draw_again draws a JPEG's sample on the
@@ -298,6 +336,9 @@ TEST(loader_hands_out_jpegs_and_draws_the_rest) {
                      .epochs = 2, .threads = 2, .depth = 1, .be = be, .jpegs = 1};
     loader *l;
     CHECK_EQ(loader_create(&o, &l, err, sizeof err), 0);
+    o.jpegs_permille = 500; /* --decode-share 0.5: every other sample at most */
+    loader *half;
+    CHECK_EQ(loader_create(&o, &half, err, sizeof err), 0);
     o.jpegs = 0;
     loader *plain;
     CHECK_EQ(loader_create(&o, &plain, err, sizeof err), 0);
@@ -336,8 +377,28 @@ TEST(loader_hands_out_jpegs_and_draws_the_rest) {
                           "from the host's by %.1f levels on average", i, sum / (S * S * 3));
         }
         CHECK_EQ(jpegs, JPEGS);
+        /* with a share, the odd places' JPEGs alone; the rest drawn */
+        const void *hx;
+        const int32_t *hy;
+        CHECK_EQ(loader_get(half, epoch, 0, &hx, &hy, err, sizeof err), 0);
+        CHECK_MEM(hy, COUNT * sizeof *hy, py, COUNT * sizeof *py);
+        const jpeg_image *him = loader_jpegs(half);
+        int handed = 0, could = 0;
+        for (int i = 0; i < COUNT; i++) {
+            could += i % 2 == 1 && im[i].data;
+            if (him[i].data) {
+                handed++;
+                CHECK(i % 2 == 1 && im[i].data);
+                CHECK_MEM(him[i].box, sizeof him[i].box, im[i].box, sizeof im[i].box);
+            } else {
+                CHECK_MEM((const char *)hx + i * per, per, (const char *)px + i * per, per);
+            }
+        }
+        CHECK_EQ(handed, could);
+        CHECK(handed > 0 && handed < JPEGS);
     }
     jpeg_decoder_destroy(j);
+    loader_destroy(half);
     loader_destroy(l);
     loader_destroy(plain);
     be->ops->destroy(be);

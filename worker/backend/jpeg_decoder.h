@@ -38,13 +38,32 @@ int jpeg_decoder_create(backend *be, int size, const float scale[3], const float
 const char *jpeg_decoder_name(const jpeg_decoder *d);
 /* Decodes the n images into x (backend memory: sample i at
  * x + i * size * size * 3 activations), queued on the backend's stream
- * like its other operations. ok[i] (host) becomes 1 for each image
- * decoded and 0 for one the decoder could not decode (a JPEG feature it
- * lacks, a damaged file): the caller draws that one otherwise and uploads
- * it. Images with data NULL are left alone (ok 0). 0, or -errno with err
- * for a failure of the device itself (out of memory, a failed launch). */
+ * like its other operations: jpeg_decoder_start, then jpeg_decoder_finish.
+ * ok[i] (host) becomes 1 for each image decoded and 0 for one the decoder
+ * could not decode (a JPEG feature it lacks, a damaged file): the caller
+ * draws that one otherwise and uploads it. Images with data NULL are left
+ * alone (ok 0). 0, or -errno with err for a failure of the device itself
+ * (out of memory, a failed launch). */
 int jpeg_decoder_run(jpeg_decoder *d, int n, const jpeg_image *im, void *x, unsigned char *ok,
                      char *err, size_t errlen);
+/* The two halves of a run, so that a batch decodes while the device works
+ * on the step before it. start begins decoding the n images (on a GPU: on
+ * the decoder's own stream, beside the backend's); finish queues on the
+ * backend's stream, after whatever is queued there already, the wait for
+ * that decoding and the writing of its samples into x. ok[] is complete
+ * once finish returns. The images' bytes (and ok) must stay as they are
+ * until the backend's stream is past the finish (jpeg_decoder_mark after
+ * it, then jpeg_decoder_wait_mark). A start not finished is dropped by the
+ * next start. */
+int jpeg_decoder_start(jpeg_decoder *d, int n, const jpeg_image *im, unsigned char *ok,
+                       char *err, size_t errlen);
+int jpeg_decoder_finish(jpeg_decoder *d, void *x, char *err, size_t errlen);
+/* A point on the backend's stream (everything queued on it so far), and a
+ * wait on the host until the stream is past the last such point: the
+ * caller's way to know that the memory a step's inputs were uploaded from
+ * may be refilled while the step itself still runs. 0, or -errno. */
+void jpeg_decoder_mark(jpeg_decoder *d);
+int jpeg_decoder_wait_mark(jpeg_decoder *d);
 void jpeg_decoder_destroy(jpeg_decoder *d);
 
 /* ---- For the decoders (jpeg_decoder.c's table) ---- */
@@ -53,8 +72,15 @@ typedef struct {
     const char *name;
     /* Sets d->impl; 0, or -errno with err. */
     int (*create)(jpeg_decoder *d, char *err, size_t errlen);
-    int (*run)(jpeg_decoder *d, int n, const jpeg_image *im, void *x, unsigned char *ok,
-               char *err, size_t errlen);
+    /* jpeg_decoder_start and _finish for n > 0 (ok zeroed; the last start
+     * not finished is dropped); finish follows a start. */
+    int (*start)(jpeg_decoder *d, int n, const jpeg_image *im, unsigned char *ok, char *err,
+                 size_t errlen);
+    int (*finish)(jpeg_decoder *d, void *x, char *err, size_t errlen);
+    /* jpeg_decoder_mark and _wait_mark; NULL where the backend's work is
+     * done by the time it is queued (the CPU's). */
+    void (*mark)(jpeg_decoder *d);
+    int (*wait_mark)(jpeg_decoder *d);
     void (*destroy)(jpeg_decoder *d);
 } jpeg_decoder_ops;
 
@@ -64,6 +90,7 @@ struct jpeg_decoder {
     int size;
     float scale[3], shift[3];
     const char *name; /* ops->name unless create says more */
+    int started;      /* images of the start not finished yet; -1: none */
     void *impl;
 };
 

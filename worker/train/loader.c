@@ -113,6 +113,15 @@ static int as_jpeg(loader *l, slot *s, int i, char *err, size_t errlen) {
     return 1;
 }
 
+/* With jpegs: whether sample i of a batch may go to the device, spread
+ * evenly through the batch: of every 1000, jpegs_permille (0: all). The
+ * choice depends on the place alone, so a resumed run decodes each sample
+ * where the run before it did. */
+static int to_device(const loader_opts *o, int i) {
+    int64_t p = o->jpegs_permille;
+    return p <= 0 || p >= 1000 || ((int64_t)(i + 1) * p) / 1000 > ((int64_t)i * p) / 1000;
+}
+
 /* The files a slot held for the device, freed before it is filled again. */
 static void free_jpegs(loader *l, slot *s) {
     for (int i = 0; s->jpeg && i < l->o.batch; i++) {
@@ -127,7 +136,7 @@ static int build(loader *l, slot *s, int from, int to, float *tmp, int *rc, char
                  size_t errlen) {
     const loader_opts *o = &l->o;
     for (int i = from; i < to; i++) {
-        if (o->jpegs && as_jpeg(l, s, i, err, errlen)) continue;
+        if (o->jpegs && to_device(o, i) && as_jpeg(l, s, i, err, errlen)) continue;
         void *x = (char *)s->x + (size_t)i * l->sample_bytes;
         if ((*rc = draw(l, s, i, x, tmp, err, errlen))) return i;
     }

@@ -43,6 +43,9 @@ typedef struct {
     backend *be;   /* whose alloc_host holds the batches, and whose activation type */
     int jpegs;     /* --decode gpu: samples the data set hands out as JPEGs
                     * (dataset_jpeg_of) are read, not decoded: loader_jpegs */
+    int jpegs_permille; /* with jpegs: of every 1000 samples of the batch, how many
+                         * may go to the device (spread evenly; the rest are
+                         * drawn on the host); 0: all */
 } loader_opts;
 
 /* 0, or -errno with err saying what failed. */

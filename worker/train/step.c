@@ -187,7 +187,7 @@ static int step_failed(trainer *t, int rc) {
  * the samples the loader drew on the host (PNGs and the like) uploaded
  * around them, a run of neighbours at a time; those the decoder could not
  * decode are drawn on the host now, as they would have been without it,
- * and uploaded. */
+ * and uploaded. Its decoding was started by get_batch. */
 static int decode_inputs(trainer *t, const jpeg_image *im, const void *x) {
     train_batch *b = &t->buf;
     backend *be = t->be;
@@ -207,7 +207,7 @@ static int decode_inputs(trainer *t, const jpeg_image *im, const void *x) {
     }
     char err[512];
     long long step = (long long)t->at.global_step;
-    int rc = jpeg_decoder_run(b->jpeg, t->batch, im, b->x, b->jpeg_ok, err, sizeof err);
+    int rc = jpeg_decoder_finish(b->jpeg, b->x, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "training step %lld failed: %s", step, err);
     for (int i = 0; i < t->batch; i++) {
         if (!im[i].data || b->jpeg_ok[i]) continue;
@@ -217,6 +217,39 @@ static int decode_inputs(trainer *t, const jpeg_image *im, const void *x) {
         be->ops->upload_async(be, (char *)b->x + i * per, dst, per);
     }
     return 0;
+}
+
+/* The batch at (epoch, pos) from the loader, and with --decode gpu its
+ * JPEGs' decoding started. 0, or -errno with err. */
+static int get_batch(trainer *t, int epoch, int64_t pos, const void **x, const int32_t **y,
+                     char *err, size_t errlen) {
+    train_batch *b = &t->buf;
+    int64_t t0 = clock_now_ns();
+    int rc = loader_get(b->loader, epoch, pos, x, y, err, errlen);
+    coll_record_data_wait(t->coll, clock_now_ns() - t0);
+    const jpeg_image *im = loader_jpegs(b->loader);
+    if (rc == 0 && im) rc = jpeg_decoder_start(b->jpeg, t->batch, im, b->jpeg_ok, err, errlen);
+    return rc;
+}
+
+/* --decode gpu: the next step's batch got and its decoding started while
+ * this step runs on the device (called once its work is queued), instead
+ * of before the next step, where the device would wait for it. Within the
+ * epoch only, and not past --max-steps. First a wait until the device has
+ * taken this step's inputs (the loader's memory they came from is refilled
+ * by the next get). A batch that cannot be got or started here is got
+ * again when its step comes, which then says why it failed. */
+static void decode_ahead(trainer *t) {
+    train_batch *b = &t->buf;
+    const train_config *c = t->cfg;
+    int64_t next = t->at.pos + t->at.global_batch;
+    b->ahead.ready = 0;
+    if (!b->jpeg || c->fixed_batch || next >= t->n ||
+        (c->max_steps > 0 && t->at.global_step + 1 >= c->max_steps) || jpeg_decoder_wait_mark(b->jpeg))
+        return;
+    char err[512];
+    if (get_batch(t, t->at.epoch, next, &b->ahead.x, &b->ahead.y, err, sizeof err)) return;
+    b->ahead.ready = 1, b->ahead.epoch = t->at.epoch, b->ahead.pos = next;
 }
 
 /* The step's inputs, queued on the backend without waiting: the batch
@@ -232,9 +265,12 @@ static int queue_inputs(trainer *t) {
     if (!b->fixed_ready) {
         const void *x;
         char err[512];
-        int64_t t0 = clock_now_ns();
-        int rc = loader_get(b->loader, t->at.epoch, t->at.pos, &x, &b->y_step, err, sizeof err);
-        coll_record_data_wait(t->coll, clock_now_ns() - t0);
+        int rc = 0;
+        if (b->ahead.ready && b->ahead.epoch == t->at.epoch && b->ahead.pos == t->at.pos)
+            x = b->ahead.x, b->y_step = b->ahead.y;
+        else
+            rc = get_batch(t, t->at.epoch, t->at.pos, &x, &b->y_step, err, sizeof err);
+        b->ahead.ready = 0;
         if (rc)
             return trainer_fail(t, rc, "training step %lld failed: %s",
                                 (long long)t->at.global_step, err);
@@ -270,6 +306,7 @@ static int queue_inputs(trainer *t) {
         rc = model_set_labels(t->m, b->y_step, t->batch);
     }
     if (rc) return trainer_fail(t, rc, "out of memory for a batch of %d", u->k > 1 ? u->max : t->batch);
+    if (b->jpeg) jpeg_decoder_mark(b->jpeg); /* (decode_ahead waits for it) */
     return 0;
 }
 
@@ -292,7 +329,10 @@ int step_train(trainer *t, float stats[4]) {
     if (rc) return rc;
     /* Collectives report failures where they are waited for: here, on a
      * GPU, where the step's work is waited for. */
-    if ((rc = step_run(t)) == 0) rc = devcomm_sync(t->dcomm);
+    if ((rc = step_run(t)) == 0) {
+        decode_ahead(t); /* while the device runs the step */
+        rc = devcomm_sync(t->dcomm);
+    }
     if (rc) return step_failed(t, rc);
     t->at.optimizer_steps++;
     double loss;

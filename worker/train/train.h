@@ -24,6 +24,7 @@ typedef struct {
     int image_plain;       /* --image-recipe plain (imagefolder; 0: resnet) */
     int skip_bad;          /* --skip-bad-images */
     int decode_gpu;        /* --decode gpu: JPEGs decoded on the training device */
+    double decode_share;   /* --decode-share: the fraction of them (0: unset, all) */
     int epochs;            /* --epochs */
     int64_t max_steps;     /* --max-steps: stop after this many global steps (0: none) */
     int batch;             /* --batch-size, per rank */

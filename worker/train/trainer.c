@@ -5,6 +5,7 @@
 #include "worker/train/trainer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -296,13 +297,17 @@ static int allocate_batch(trainer *t) {
             return trainer_fail(t, -ENOMEM, "out of memory for %d micro-batches", u->k);
     }
     const train_config *c = t->cfg;
+    if (c->decode_share > 0 && !c->decode_gpu)
+        return trainer_fail(t, -EINVAL, "--decode-share is the share of --decode gpu: with "
+                                        "--decode cpu the loader decodes every JPEG");
     int rc = c->decode_gpu ? create_decoder(t) : 0;
     if (rc) return rc;
     loader_opts lo = {.ds = t->train, .batch = t->batch, .global_batch = t->at.global_batch,
                       .world = t->env.world,
                       .rank = t->env.rank, .seed = c->seed, .augment = c->augment,
                       .epochs = c->epochs, .threads = loader_threads(t), .depth = 2,
-                      .be = t->be, .jpegs = c->decode_gpu};
+                      .be = t->be, .jpegs = c->decode_gpu,
+                      .jpegs_permille = (int)lround(c->decode_share * 1000)};
     char err[256];
     rc = loader_create(&lo, &b->loader, err, sizeof err);
     return rc ? trainer_fail(t, rc, "%s", err) : 0;

@@ -57,6 +57,13 @@ typedef struct {
     jpeg_decoder *jpeg;     /* --decode gpu: the device's decoder, else NULL */
     unsigned char *jpeg_ok; /* per sample: the decoder decoded it */
     void *x_redo;           /* alloc_host: samples the decoder could not, drawn on the host */
+    struct {                /* --decode gpu: the next step's batch, got from the loader and */
+        int ready;          /* its decoding begun while this step runs (step.c) */
+        int epoch;
+        int64_t pos;
+        const void *x;
+        const int32_t *y;
+    } ahead;
 } train_batch;
 
 /* Gradient accumulation: where the job shrank and a rank's share of the

@@ -49,18 +49,38 @@ static int decode_whole(const jpeg_image *im, unsigned char **pix) {
     return 0;
 }
 
+/* The started batch: the host decodes it when it is finished, where its
+ * samples go (the CPU backend's work is done as it is queued anyway). */
+typedef struct {
+    int n;
+    const jpeg_image *im;
+    unsigned char *ok;
+} twin;
+
 static int create(jpeg_decoder *d, char *err, size_t errlen) {
-    (void)d, (void)err, (void)errlen;
+    d->impl = calloc(1, sizeof(twin));
+    if (!d->impl) {
+        snprintf(err, errlen, "out of memory creating the JPEG decoder");
+        return -ENOMEM;
+    }
     return 0;
 }
 
-static int run(jpeg_decoder *d, int n, const jpeg_image *im, void *x, unsigned char *ok,
-               char *err, size_t errlen) {
+static int start(jpeg_decoder *d, int n, const jpeg_image *im, unsigned char *ok, char *err,
+                 size_t errlen) {
     (void)err, (void)errlen;
+    *(twin *)d->impl = (twin){.n = n, .im = im, .ok = ok};
+    return 0;
+}
+
+static int finish(jpeg_decoder *d, void *x, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    twin *w = d->impl;
+    const jpeg_image *im = w->im;
     int size = d->size, bf16 = d->be->act == DTYPE_BF16;
     size_t per = (size_t)size * size * 3;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < w->n; i++) {
         unsigned char *pix = NULL;
         if (!im[i].data || decode_whole(&im[i], &pix)) continue;
         size_t at = (size_t)i * per;
@@ -75,16 +95,17 @@ static int run(jpeg_decoder *d, int n, const jpeg_image *im, void *x, unsigned c
                 }
             }
         free(pix);
-        ok[i] = 1;
+        w->ok[i] = 1;
     }
     return 0;
 }
 
-static void destroy(jpeg_decoder *d) { (void)d; }
+static void destroy(jpeg_decoder *d) { free(d->impl); }
 
 const jpeg_decoder_ops cpu_jpeg_decoder = {
     .name = "libjpeg-turbo on the host (the GPU decoder's twin)",
     .create = create,
-    .run = run,
+    .start = start,
+    .finish = finish,
     .destroy = destroy,
 };
