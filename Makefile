@@ -14,7 +14,7 @@ B := build
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The library every program links: one concept per file, grouped by folder.
-LIB_SRC := $(wildcard common/*.c proto/*.c rendezvous/*.c agent/*.c)
+LIB_SRC := $(wildcard common/*.c proto/*.c store/*.c rendezvous/*.c agent/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
 

@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 /* Whether host names this machine (a loopback address, or one of its own). */
 static int is_local_address(const char *host) {

@@ -7,7 +7,7 @@
 #define DDPRUN_AGENT_AGENT_STORE_H
 
 #include "agent/agent_config.h"
-#include "rendezvous/store_thread.h"
+#include "store/store_thread.h"
 
 typedef struct {
     char addr[256];     /* where the store is (as the workers are told) */

@@ -30,7 +30,7 @@
 #include "common/clock.h"
 #include "common/fdlimit.h"
 #include "common/opts.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 /* Everything the command line can set; each mode reads the fields it needs. */
 typedef struct {

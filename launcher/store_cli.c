@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/opts.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 #define PROG "ddprun-store-cli"
 #define EXIT_FAIL 1

@@ -18,7 +18,7 @@
 #include "common/fdlimit.h"
 #include "common/log.h"
 #include "common/opts.h"
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 static const char usage_head[] =
     "usage: ddprun-store [options]\n"

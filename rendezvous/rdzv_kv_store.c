@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rendezvous/rdzv_kv.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 typedef struct {
     rdzv_kv kv;

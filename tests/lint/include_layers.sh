@@ -2,9 +2,8 @@
 # timeout: 30
 # The architecture, checked from the code: every #include "..." in the
 # production folders points down the layers of docs/architecture.md, never
-# back up. Between folders: common < proto < rendezvous < agent < launcher;
-# the worker takes only common and the store's client and thread from
-# rendezvous. Inside the worker: backend, data < comm < model < train <
+# back up. Between folders: common < proto < store < rendezvous < agent <
+# launcher; the worker takes only common and store. Inside the worker: backend, data < comm < model < train <
 # main.c. The communicator's parts below its front (shared memory, TCP
 # ring, bootstrap, the call's deadline, the asynchronous queue) include
 # none of its fronts (comm.h, devcomm.h). Prints every arrow that breaks a
@@ -14,9 +13,8 @@ cd "$(dirname "$0")/../.."
 exec /usr/bin/python3 - <<'PY'
 import glob, re, sys
 
-FOLDERS = {"common": 0, "proto": 1, "rendezvous": 2, "agent": 3, "launcher": 4}
-WORKER_MAY_USE = {"common/", "rendezvous/store_client.h", "rendezvous/store_thread.h",
-                  "rendezvous/store_server.h"}
+FOLDERS = {"common": 0, "proto": 1, "store": 2, "rendezvous": 3, "agent": 4, "launcher": 5}
+WORKER_MAY_USE = {"common/", "store/"}
 WORKER_LAYERS = {"backend": 0, "data": 0, "comm": 1, "model": 2, "train": 3, "plot": 3, "": 4}
 TRANSPORTS = re.compile(r"worker/comm/comm_(shm|ring|bootstrap|call|async)\.[ch]$")
 FRONTS = {"worker/comm/comm.h", "worker/comm/devcomm.h"}
@@ -34,7 +32,7 @@ def why_not(src, dst):
     # the worker
     if dtop != "worker":
         if not any(dst == a or (a.endswith("/") and dst.startswith(a)) for a in WORKER_MAY_USE):
-            return "the worker may use only common/ and the store's client and thread"
+            return "the worker may use only common/ and store/"
         return None
     a, b = worker_layer(src), worker_layer(dst)
     if a != b and WORKER_LAYERS[b] >= WORKER_LAYERS[a]:

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "rendezvous/store_thread.h"
+#include "store/store_thread.h"
 #include "worker/comm/comm.h"
 #include "worker/train/dist_env.h"
 #include "worker/train/resume.h"

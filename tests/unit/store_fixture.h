@@ -1,12 +1,12 @@
 /* Test fixture: a store server running on its own thread inside the test
- * process (rendezvous/store_thread.c, so sanitizers see the server too), plus
+ * process (store/store_thread.c, so sanitizers see the server too), plus
  * helpers for clients and raw sockets that speak bytes directly. */
 #ifndef DDPRUN_TESTS_UNIT_STORE_FIXTURE_H
 #define DDPRUN_TESTS_UNIT_STORE_FIXTURE_H
 
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/store_thread.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
+#include "store/store_thread.h"
 
 typedef struct {
     store_thread *host;

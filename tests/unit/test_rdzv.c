@@ -6,7 +6,7 @@
 
 #include "common/clock.h"
 #include "rendezvous/rdzv.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 #include "tests/unit/store_fixture.h"
 #include "tests/unit/test.h"
 

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/hash.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 #include "worker/comm/comm_async.h"
 #include "worker/comm/comm_bootstrap.h"
 #include "worker/comm/comm_ring.h"

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 #include "worker/comm/comm_call.h"
 
 typedef struct {

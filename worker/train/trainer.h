@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/dir_lock.h"
-#include "rendezvous/store_thread.h"
+#include "store/store_thread.h"
 #include "worker/backend/backend.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/devcomm.h"

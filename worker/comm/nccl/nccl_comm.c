@@ -51,7 +51,7 @@
 #include <nccl.h>
 
 #include "common/log.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 #include "worker/backend/cuda/cuda_backend.h"
 #include "worker/backend/cuda/cuda_check.h"
 #include "worker/comm/comm_call.h"

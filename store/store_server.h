@@ -5,8 +5,8 @@
  * the caller owns, so the agent can embed it; ddprun-store wraps it in a
  * main. A misbehaving client is logged in one line and dropped; everyone
  * else keeps being served. */
-#ifndef DDPRUN_RENDEZVOUS_STORE_SERVER_H
-#define DDPRUN_RENDEZVOUS_STORE_SERVER_H
+#ifndef DDPRUN_STORE_STORE_SERVER_H
+#define DDPRUN_STORE_STORE_SERVER_H
 
 #include <stddef.h>
 #include <stdint.h>

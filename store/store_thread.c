@@ -1,5 +1,5 @@
 /* See store_thread.h. */
-#include "rendezvous/store_thread.h"
+#include "store/store_thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 struct store_thread {
     pthread_t thread;

@@ -5,7 +5,7 @@
  * reply the connection is out of step with the server, so it is marked
  * dead and every later call fails fast with -ECONNRESET
  * (store_client_broken says what broke it). */
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,12 +2,12 @@
  * agent's embedded store (so the rendezvous thread's blocking calls and the
  * agent's loop never wait on each other), and rank 0's store when
  * ddp-train runs without an agent. */
-#ifndef DDPRUN_RENDEZVOUS_STORE_THREAD_H
-#define DDPRUN_RENDEZVOUS_STORE_THREAD_H
+#ifndef DDPRUN_STORE_STORE_THREAD_H
+#define DDPRUN_STORE_STORE_THREAD_H
 
 #include <stddef.h>
 
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 typedef struct store_thread store_thread;
 

@@ -17,7 +17,7 @@
 
 #include "common/hash.h"
 #include "common/log.h"
-#include "rendezvous/store_internal.h"
+#include "store/store_internal.h"
 
 /* The lists of waiters and watchers an entry anchors. */
 enum { L_EXISTS = 0, L_ABSENT = 1, L_BARRIER = 2, L_WATCH = 3, L_COUNT };

@@ -9,8 +9,8 @@
  * One client is one TCP connection and is not thread-safe; use one per
  * thread. Keys are NUL-terminated strings; values are byte ranges. Values
  * returned through uint8_t ** are malloc'd and owned by the caller. */
-#ifndef DDPRUN_RENDEZVOUS_STORE_CLIENT_H
-#define DDPRUN_RENDEZVOUS_STORE_CLIENT_H
+#ifndef DDPRUN_STORE_STORE_CLIENT_H
+#define DDPRUN_STORE_STORE_CLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,13 +1,13 @@
 /* Private to the store server: the connection and table types shared by
  * store_server.c (network side) and store_table.c (the data and its
- * semantics). Not for use outside rendezvous/store_*.c. */
-#ifndef DDPRUN_RENDEZVOUS_STORE_INTERNAL_H
-#define DDPRUN_RENDEZVOUS_STORE_INTERNAL_H
+ * semantics). Not for use outside store/store_*.c. */
+#ifndef DDPRUN_STORE_STORE_INTERNAL_H
+#define DDPRUN_STORE_STORE_INTERNAL_H
 
 #include <stdarg.h>
 
 #include "common/buf.h"
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 typedef struct store_waiter store_waiter;
 typedef struct store_wnode store_wnode;

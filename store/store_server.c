@@ -8,7 +8,7 @@
  * own buffer. Replies are appended to the connection's output buffer and
  * flushed once per read (with uv_try_write first), so a pipelining client
  * gets one write for many replies. */
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -18,7 +18,7 @@
 
 #include "common/log.h"
 #include "common/sock_owner.h"
-#include "rendezvous/store_internal.h"
+#include "store/store_internal.h"
 
 #define RBUF_SIZE (64 * 1024)
 
