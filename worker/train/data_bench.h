@@ -7,7 +7,7 @@
 #ifndef DDPRUN_WORKER_TRAIN_DATA_BENCH_H
 #define DDPRUN_WORKER_TRAIN_DATA_BENCH_H
 
-#include "worker/train/train.h"
+#include "worker/train/train_config.h"
 
 /* 0, or 1 after logging what failed. */
 int data_bench_run(const train_config *c);

@@ -32,7 +32,7 @@
 #include "worker/train/rank_metrics.h"
 #include "worker/train/sample_log.h"
 #include "worker/train/watchdog.h"
-#include "worker/train/train.h"
+#include "worker/train/train_config.h"
 
 /* Where the run stands: what a checkpoint saves and a resume restores. */
 typedef struct {
