@@ -1,13 +1,15 @@
-/* Private to the store server: the connection and table types shared by
- * store_server.c (network side) and store_table.c (the data and its
- * semantics). Not for use outside store/store_*.c. */
+/* Private to the store server: the connection type shared by
+ * store_server.c (the network side) and store_table.c (the data and its
+ * semantics), and what each asks of the other. The table is below the
+ * network: it calls the network only through store_net, which the server
+ * fills in. Not for use outside store/store_*.c. */
 #ifndef DDPRUN_STORE_STORE_INTERNAL_H
 #define DDPRUN_STORE_STORE_INTERNAL_H
 
 #include <stdarg.h>
 
 #include "common/buf.h"
-#include "store/store_server.h"
+#include "store/store_state.h"
 
 typedef struct store_waiter store_waiter;
 typedef struct store_wnode store_wnode;
@@ -56,16 +58,15 @@ static inline size_t store_out_hard(const store_server *srv) {
 /* torch 1.13's WATCH_KEY registrations one connection may hold. */
 #define STORE_MAX_WATCHES 1024
 
-/* Network side, used by the table. */
-void store_conn_flush(store_conn *c);
-void store_conn_close(store_conn *c);
-void store_conn_drop(store_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Queue c to be flushed (and its held requests resumed) from the loop's
- * idle phase: wakeups never write or recurse into another connection
- * while the table is in the middle of an operation. */
-void store_conn_mark_pending(store_conn *c);
-void store_conn_unmark_pending(store_conn *c);
-void store_server_maybe_closed(store_server *srv);
+/* The network side, as the table uses it (store_server.c's). */
+typedef struct store_net {
+    /* Drops c: logs why (rate-limited) and closes it. */
+    void (*drop)(store_conn *c, const char *why);
+    /* Queues c to be flushed (and its held requests resumed) from the
+     * loop's idle phase: wakeups never write or recurse into another
+     * connection while the table is in the middle of an operation. */
+    void (*wake)(store_conn *c);
+} store_net;
 
 /* A client's wait, on a key nobody has set, older than asked for. */
 typedef struct {

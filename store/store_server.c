@@ -23,6 +23,12 @@
 #define RBUF_SIZE (64 * 1024)
 
 static void conn_process(store_conn *c);
+static void store_conn_flush(store_conn *c);
+static void store_conn_close(store_conn *c);
+static void store_conn_drop(store_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void store_conn_mark_pending(store_conn *c);
+static void store_conn_unmark_pending(store_conn *c);
+static void store_server_maybe_closed(store_server *srv);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_pending(uv_idle_t *idle);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
@@ -60,7 +66,7 @@ static void conn_maybe_resume(store_conn *c) {
     if (c->in.len > 0) store_conn_mark_pending(c);
 }
 
-void store_conn_flush(store_conn *c) {
+static void store_conn_flush(store_conn *c) {
     if (c->closing) return;
     if (store_conn_unsent(c) > store_out_hard(c->srv)) {
         store_conn_drop(c, "it does not read its replies (%zu MiB unsent)",
@@ -117,7 +123,7 @@ static void on_conn_closed(uv_handle_t *h) {
     store_server_maybe_closed(srv);
 }
 
-void store_conn_close(store_conn *c) {
+static void store_conn_close(store_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     store_server *srv = c->srv;
@@ -130,7 +136,7 @@ void store_conn_close(store_conn *c) {
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-void store_conn_drop(store_conn *c, const char *fmt, ...) {
+static void store_conn_drop(store_conn *c, const char *fmt, ...) {
     char why[512];
     va_list ap;
     va_start(ap, fmt);
@@ -343,7 +349,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     store_conn_flush(c);
 }
 
-void store_conn_mark_pending(store_conn *c) {
+static void store_conn_mark_pending(store_conn *c) {
     store_server *srv = c->srv;
     if (c->pending || c->closing) return;
     c->pending = 1;
@@ -355,7 +361,7 @@ void store_conn_mark_pending(store_conn *c) {
         uv_idle_start(&srv->pending_idle, on_pending);
 }
 
-void store_conn_unmark_pending(store_conn *c) {
+static void store_conn_unmark_pending(store_conn *c) {
     if (!c->pending) return;
     c->pending = 0;
     if (c->pend_prev) c->pend_prev->pend_next = c->pend_next;
@@ -471,9 +477,14 @@ static void read_bound_port(store_server *srv) {
                                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
+/* What the table may ask of this side (store_internal.h). */
+static void net_drop(store_conn *c, const char *why) { store_conn_drop(c, "%s", why); }
+static const store_net NET = {.drop = net_drop, .wake = store_conn_mark_pending};
+
 int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opts *o) {
     memset(srv, 0, sizeof *srv);
     srv->loop = loop;
+    srv->net = &NET;
     srv->limits.max_key = o->max_key ? o->max_key : STORE_DEFAULT_MAX_KEY;
     srv->limits.max_value = o->max_value ? o->max_value : STORE_DEFAULT_MAX_VALUE;
     srv->max_conns = o->max_conns > 0 ? o->max_conns : 65536;
@@ -519,7 +530,7 @@ int store_server_port(const store_server *srv) { return srv->port; }
 
 void store_server_stats(const store_server *srv, store_stats *out) { *out = srv->stats; }
 
-void store_server_maybe_closed(store_server *srv) {
+static void store_server_maybe_closed(store_server *srv) {
     if (!srv->closing || srv->handles_open > 0) return;
     store_table_free(srv);
     free(srv->rbuf);

@@ -9,6 +9,7 @@
  * without a value: it then only anchors waiters, watchers or a queue, and
  * is freed as soon as none of those remain. */
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,16 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "store/store_internal.h"
+
+/* Drops c through the network side, saying why. */
+__attribute__((format(printf, 2, 3))) static void drop(store_conn *c, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    c->srv->net->drop(c, why);
+}
 
 /* The lists of waiters and watchers an entry anchors. */
 enum { L_EXISTS = 0, L_ABSENT = 1, L_BARRIER = 2, L_WATCH = 3, L_COUNT };
@@ -236,7 +247,7 @@ static void waiter_complete(store_server *srv, store_waiter *w, uint32_t index) 
     r_u8(c, STORE_WAIT_STOP_WAITING);
     if (w->kind == W_ANY) r_u64(c, index);
     waiter_free(srv, w);
-    store_conn_mark_pending(c);
+    c->srv->net->wake(c);
 }
 
 /* The key now exists: wake its EXISTS waiters (all of them, or with
@@ -308,7 +319,7 @@ static void notify_watchers(store_entry *e, int type, const uint8_t *old, uint64
                             const uint8_t *new_, uint64_t newn) {
     for (store_wnode *n = e->lists[L_WATCH].head; n; n = n->next) {
         store_conn *c = n->conn;
-        store_conn_mark_pending(c);
+        c->srv->net->wake(c);
         /* A watcher that does not read is dropped at its next flush. */
         if (store_conn_unsent(c) > store_out_hard(c->srv)) continue;
         r_u8(c, (uint8_t)type);
@@ -536,12 +547,12 @@ static int add_to(store_conn *c, store_entry *e, int64_t delta, int64_t *sum) {
     int64_t cur;
     char k[80];
     if (!value_int(e, &cur)) {
-        store_conn_drop(c, "ADD on key '%s' whose value is not a decimal integer",
+        drop(c, "ADD on key '%s' whose value is not a decimal integer",
                   key_for_log(e->key, e->klen, k, sizeof k));
         return -1;
     }
     if (__builtin_add_overflow(cur, delta, sum)) {
-        store_conn_drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", delta,
+        drop(c, "ADD of %" PRId64 " to key '%s' (%" PRId64 ") overflows 64 bits", delta,
                   key_for_log(e->key, e->klen, k, sizeof k), cur);
         return -1;
     }
@@ -665,7 +676,7 @@ static void do_hello(store_conn *c, const store_req *req) {
         unsigned diff = (unsigned)(n != req->token.n);
         for (size_t i = 0; i < req->token.n; i++) diff |= (unsigned)(want[i % n] ^ req->token.p[i]);
         if (diff) {
-            store_conn_drop(c, "presented a wrong token");
+            drop(c, "presented a wrong token");
             return;
         }
     }
