@@ -25,6 +25,7 @@
 #include "agent/tf_config.h"
 #include "agent/worker_env.h"
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/fdlimit.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -554,11 +555,11 @@ static int finished_first(const worker *w) {
     if (!said_finished(w)) return 0;
     if (w->term_signal)
         log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
-                 "DDPRUN_FINISHED_FILE), then was killed on its way out (signal %d): counted "
+                 DDPRUN_ENV_FINISHED_FILE "), then was killed on its way out (signal %d): counted "
                  "as finished", w->local_rank, w->global_rank, w->pid, w->term_signal);
     else
         log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
-                 "DDPRUN_FINISHED_FILE), then exited %lld on its way out: counted as finished",
+                 DDPRUN_ENV_FINISHED_FILE "), then exited %lld on its way out: counted as finished",
                  w->local_rank, w->global_rank, w->pid, (long long)w->exit_status);
     return 1;
 }

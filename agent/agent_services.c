@@ -17,6 +17,7 @@
 #include "agent/stacks.h"
 #include "agent/tf_config.h"
 #include "agent/worker_env.h"
+#include "common/ddprun_env.h"
 #include "common/fs.h"
 #include "common/log.h"
 
@@ -126,7 +127,7 @@ int agent_make_snapshot_dir(agent *a) {
         return rc;
     }
     if (!a->snapshots.in_memory)
-        log_warn("%s; the workers' snapshot directory (DDPRUN_SNAPSHOT_DIR) is on disk: %s",
+        log_warn("%s; the workers' snapshot directory (" DDPRUN_ENV_SNAPSHOT_DIR ") is on disk: %s",
                  why, a->snapshots.path);
     start_janitor(a);
     return 0;

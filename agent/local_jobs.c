@@ -11,9 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ddprun_env.h"
 
 static void jobs_dir(char *out, size_t n) {
-    const char *d = getenv("DDPRUN_JOBS_DIR"), *run = getenv("XDG_RUNTIME_DIR");
+    const char *d = getenv(DDPRUN_ENV_JOBS_DIR), *run = getenv("XDG_RUNTIME_DIR");
     if (d && d[0]) snprintf(out, n, "%s", d);
     else if (run && run[0]) snprintf(out, n, "%s/ddprun-jobs", run);
     else snprintf(out, n, "/tmp/ddprun-jobs-%u", (unsigned)getuid());

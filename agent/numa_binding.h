@@ -25,10 +25,11 @@
 #include <stddef.h>
 
 #include "agent/agent_config.h"
+#include "common/ddprun_env.h"
 
 /* The variable through which the agent hands a worker its CPU list
  * ("0-7,16-23") to the exec helper, which removes it. */
-#define NUMA_CPUS_VAR "DDPRUN_BIND_CPUS"
+#define NUMA_CPUS_VAR DDPRUN_ENV_BIND_CPUS
 
 typedef struct {
     int n;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent/stacks.h"
+#include "common/ddprun_env.h"
 
 const char *worker_env_gpu(const char *cvd, int local_rank, char *out, size_t len) {
     snprintf(out, len, "%d", local_rank);
@@ -67,19 +68,19 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
     VAR("TORCHELASTIC_ERROR_FILE=%s", error_file);
     char finished[WORKER_ENV_LEN - 32]; /* (a longer path is not passed on: none is made) */
     if (worker_finished_file(error_file, finished, sizeof finished) == 0)
-        VAR("DDPRUN_FINISHED_FILE=%s", finished);
+        VAR(DDPRUN_ENV_FINISHED_FILE "=%s", finished);
     /* Defaults only, as torchrun: a user's own value reaches the workers. */
     if (!env->torch_nccl_async_set) VAR("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
     if (!env->nccl_async_set) VAR("NCCL_ASYNC_ERROR_HANDLING=1");
-    VAR("DDPRUN_AGENT_PID=%d", x->agent_pid);
-    VAR("DDPRUN_STACK_SIGNAL=%d", stacks_signal());
+    VAR(DDPRUN_ENV_AGENT_PID "=%d", x->agent_pid);
+    VAR(DDPRUN_ENV_STACK_SIGNAL "=%d", stacks_signal());
     if (x->timer_file) VAR("TORCHELASTIC_TIMER_FILE=%s", x->timer_file);
-    if (x->metrics_dir && x->metrics_dir[0]) VAR("DDPRUN_METRICS_DIR=%s", x->metrics_dir);
-    if (x->snapshot_dir && x->snapshot_dir[0]) VAR("DDPRUN_SNAPSHOT_DIR=%s", x->snapshot_dir);
+    if (x->metrics_dir && x->metrics_dir[0]) VAR(DDPRUN_ENV_METRICS_DIR "=%s", x->metrics_dir);
+    if (x->snapshot_dir && x->snapshot_dir[0]) VAR(DDPRUN_ENV_SNAPSHOT_DIR "=%s", x->snapshot_dir);
     if (x->coll_dir && x->coll_dir[0])
-        VAR("DDPRUN_COLL_RECORD=%s/local_rank_%d", x->coll_dir, local_rank);
+        VAR(DDPRUN_ENV_COLL_RECORD "=%s/local_rank_%d", x->coll_dir, local_rank);
     if (x->snapshot_disk_dir && x->snapshot_disk_dir[0])
-        VAR("DDPRUN_SNAPSHOT_DISK_DIR=%s", x->snapshot_disk_dir);
+        VAR(DDPRUN_ENV_SNAPSHOT_DISK_DIR "=%s", x->snapshot_disk_dir);
     if (x->numa && x->numa->n > local_rank && x->numa->this_system)
         VAR(NUMA_CPUS_VAR "=%s", x->numa->cpus[local_rank]);
     if (!env->omp_num_threads_set && c->nproc_per_node > 1) VAR("OMP_NUM_THREADS=1");

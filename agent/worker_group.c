@@ -17,6 +17,7 @@
 #include "agent/numa_binding.h"
 #include "agent/orphans.h"
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/log.h"
 
 #define DRAIN_MS 2000
@@ -312,9 +313,9 @@ void worker_group_free(worker_group *g) {
 int worker_exec_helper(char **argv) {
     /* Dies with the agent; if the agent is already gone, do not start. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const char *agent = getenv("DDPRUN_AGENT_PID");
+    const char *agent = getenv(DDPRUN_ENV_AGENT_PID);
     if (agent && getppid() != (pid_t)atoi(agent)) return 1;
-    unsetenv("DDPRUN_AGENT_PID");
+    unsetenv(DDPRUN_ENV_AGENT_PID);
     char why[300];
     if (numa_bind_from_env(why, sizeof why)) /* run unbound rather than not at all */
         fprintf(stderr, "ddprun: warning: --numa-binding: %s; running unbound\n", why);

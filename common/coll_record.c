@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 
 #define COLL_MAGIC 0x636f6c6c64647072ULL /* "rppddlloc": ddprun's collective record */
 #define COLL_VERSION 3
@@ -75,13 +76,15 @@ int coll_record_open(const char *path, int rank, coll_record **out) {
 }
 
 coll_record *coll_record_from_env(int rank) {
-    const char *path = getenv("DDPRUN_COLL_RECORD");
+    const char *path = getenv(DDPRUN_ENV_COLL_RECORD);
     if (!path || !path[0]) return NULL;
     coll_record *r;
     int rc = coll_record_open(path, rank, &r);
     if (rc)
-        fprintf(stderr, "warning: cannot make the collective record %s (DDPRUN_COLL_RECORD): %s; "
-                        "a hang will not be traced to a rank\n", path, strerror(-rc));
+        fprintf(stderr,
+                "warning: cannot make the collective record %s (" DDPRUN_ENV_COLL_RECORD
+                "): %s; a hang will not be traced to a rank\n",
+                path, strerror(-rc));
     return rc ? NULL : r;
 }
 

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ddprun_env.h"
+
 static const char *log_program = "ddprun";
 static log_level log_threshold = LOG_INFO;
 
@@ -18,7 +20,7 @@ static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
 void log_init(const char *program) {
     log_program = program;
-    const char *env = getenv("DDPRUN_LOG_LEVEL");
+    const char *env = getenv(DDPRUN_ENV_LOG_LEVEL);
     if (!env) return;
     for (int i = 0; i < 4; i++)
         if (strncasecmp(env, level_names[i], 4) == 0) log_threshold = (log_level)i;

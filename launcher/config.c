@@ -30,6 +30,7 @@
 
 #include "agent/worker_group.h"
 #include "agent/worker_output.h"
+#include "common/ddprun_env.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/opts.h"
@@ -893,12 +894,12 @@ static int read_agent_env(parse_state *st, agent_config *cfg, char **env) {
 #define DUP(field, name) \
     if ((v = opts_getenv(env, name)) != NULL && !(e->field = strdup(v))) return -ENOMEM
     DUP(cuda_visible_devices, "CUDA_VISIBLE_DEVICES");
-    DUP(store_token, "DDPRUN_STORE_TOKEN");
+    DUP(store_token, DDPRUN_ENV_STORE_TOKEN);
     DUP(timer_file, "TORCHELASTIC_TIMER_FILE");
 #undef DUP
     v = opts_getenv(env, "TMPDIR");
     if (!(e->tmpdir = strdup(v && *v ? v : "/tmp"))) return -ENOMEM;
-    v = opts_getenv(env, "DDPRUN_SHM_DIR");
+    v = opts_getenv(env, DDPRUN_ENV_SHM_DIR);
     if (!(e->shm_dir = strdup(v && *v ? v : "/dev/shm"))) return -ENOMEM;
     if (e->timer_file && !*e->timer_file) free(e->timer_file), e->timer_file = NULL;
     e->omp_num_threads_set = opts_getenv(env, "OMP_NUM_THREADS") != NULL;
@@ -909,11 +910,11 @@ static int read_agent_env(parse_state *st, agent_config *cfg, char **env) {
     v = opts_getenv(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
     e->workers_host_store = v && strcmp(v, "1") == 0;
     e->store_stall_s = 60;
-    if ((v = opts_getenv(env, "DDPRUN_STORE_STALL_S")) != NULL) {
+    if ((v = opts_getenv(env, DDPRUN_ENV_STORE_STALL_S)) != NULL) {
         char *end = NULL;
         double s = strtod(v, &end);
         if (!*v || *end || !(s >= 0 && s <= 1e6))
-            return fail(st, "DDPRUN_STORE_STALL_S=%s: not a number of seconds from 0 (off) to "
+            return fail(st, DDPRUN_ENV_STORE_STALL_S "=%s: not a number of seconds from 0 (off) to "
                             "1000000", v);
         e->store_stall_s = s;
     }

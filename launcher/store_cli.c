@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ddprun_env.h"
 #include "common/opts.h"
 #include "store/store_client.h"
 
@@ -78,10 +79,10 @@ static const char *hint(int rc, const cli_opts *o) {
     case EPIPE: {
         /* A store with a token drops clients that present none, and the
          * client only learns it from the hang-up. */
-        const char *tok = getenv("DDPRUN_STORE_TOKEN");
+        const char *tok = getenv(DDPRUN_ENV_STORE_TOKEN);
         return tok && *tok ? " (the server closed the connection)"
                            : " (the server closed the connection; if it requires a token, "
-                             "set DDPRUN_STORE_TOKEN)";
+                             "set " DDPRUN_ENV_STORE_TOKEN ")";
     }
     default: return "";
     }
@@ -323,7 +324,7 @@ static void usage(const opts_spec *spec) {
     usage_commands(stdout);
     printf("\n"
            "Environment:\n"
-           "  DDPRUN_STORE_TOKEN        shared secret to present when the store has one\n"
+           "  " DDPRUN_ENV_STORE_TOKEN "        shared secret to present when the store has one\n"
            "\n"
            "Exit status: 0 success, 1 the command failed (or check found a key missing),\n"
            "2 the command line was wrong.\n"
@@ -449,7 +450,7 @@ int main(int argc, char **argv) {
     int rc = store_client_connect(&copts, &c);
     if (rc) {
         say("cannot connect to %s: %s%s", o.addr, strerror(-rc),
-            rc == -EACCES        ? " (the store refused the token in DDPRUN_STORE_TOKEN)"
+            rc == -EACCES        ? " (the store refused the token in " DDPRUN_ENV_STORE_TOKEN ")"
             : rc == -EHOSTUNREACH ? " (is the host name right?)"
                                   : "");
         return EXIT_FAIL;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "common/ddprun_env.h"
 #include "common/fdlimit.h"
 #include "common/log.h"
 #include "common/opts.h"
@@ -29,8 +30,8 @@ static const char usage_head[] =
 
 static const char usage_tail[] =
     "\n"
-    "Environment: DDPRUN_STORE_TOKEN=secret makes clients present the secret\n"
-    "first (PyTorch's own clients then cannot connect). DDPRUN_LOG_LEVEL=\n"
+    "Environment: " DDPRUN_ENV_STORE_TOKEN "=secret makes clients present the secret\n"
+    "first (PyTorch's own clients then cannot connect). " DDPRUN_ENV_LOG_LEVEL "=\n"
     "error|warn|info|debug sets the log level.\n";
 
 static void print_usage(const opts_spec *spec) {
@@ -98,7 +99,7 @@ int main(int argc, char **argv) {
     store_server_opts o = {.port = 29400};
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == OPTS_HELP_GIVEN ? 0 : 2;
-    o.token = getenv("DDPRUN_STORE_TOKEN");
+    o.token = getenv(DDPRUN_ENV_STORE_TOKEN);
     fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/log.h"
 
 #define RBUF 65536
@@ -238,13 +239,13 @@ int store_client_connect(const store_client_opts *o, store_client **out) {
     c->gen = o->gen == STORE_GEN_V1 ? STORE_GEN_V1 : STORE_GEN_V2;
     /* A store that speaks only torch 1.13's generation (torchrun from torch
      * 1.13) cannot tell itself apart: the user says so. */
-    const char *proto = getenv("DDPRUN_STORE_PROTOCOL");
+    const char *proto = getenv(DDPRUN_ENV_STORE_PROTOCOL);
     if (o->gen == STORE_GEN_UNKNOWN && proto && strcmp(proto, "1.13") == 0) c->gen = STORE_GEN_V1;
     int64_t deadline = clock_now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 30000);
     int rc = connect_retry(o, deadline);
     if (rc < 0) goto fail;
     c->fd = rc;
-    const char *token = o->no_ext ? NULL : (o->token ? o->token : getenv("DDPRUN_STORE_TOKEN"));
+    const char *token = o->no_ext ? NULL : (o->token ? o->token : getenv(DDPRUN_ENV_STORE_TOKEN));
     if (token && *token) {
         /* HELLO goes first: a server with a token drops anything else. */
         store_enc_u8(&c->out, STORE_WIRE_HELLO);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ddprun_env.h"
 #include "common/log.h"
 #include "common/sock_owner.h"
 #include "store/store_internal.h"
@@ -227,8 +228,8 @@ static int conn_detect(store_conn *c, const uint8_t *p, size_t n) {
     if (c->gen != STORE_GEN_UNKNOWN || (n > 0 && p[0] == STORE_WIRE_HELLO)) return 1;
     if (!c->authed) {
         if (n == 0) return 0;
-        store_conn_drop(c, "the server requires a token (DDPRUN_STORE_TOKEN) and the client sent "
-                     "none");
+        store_conn_drop(c, "the server requires a token (" DDPRUN_ENV_STORE_TOKEN
+                           ") and the client sent none");
         return -1;
     }
     c->gen = store_detect_gen(p, n);

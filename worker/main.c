@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ddprun_env.h"
 #include "common/log.h"
 #include "common/opts.h"
 #include "worker/data/dataset.h"
@@ -131,9 +132,9 @@ static int print_usage(const opts_spec *spec) {
  * or -EINVAL with the message printed. */
 static int parse(int argc, char **argv, train_config *c) {
     train_config_defaults(c);
-    const char *snap = getenv("DDPRUN_SNAPSHOT_DIR"); /* ddprun's: this node's memory */
+    const char *snap = getenv(DDPRUN_ENV_SNAPSHOT_DIR); /* ddprun's: this node's memory */
     if (snap) snprintf(c->snapshot_dir, sizeof c->snapshot_dir, "%s", snap);
-    const char *disk = getenv("DDPRUN_SNAPSHOT_DISK_DIR"); /* for a full memory */
+    const char *disk = getenv(DDPRUN_ENV_SNAPSHOT_DISK_DIR); /* for a full memory */
     if (disk) snprintf(c->snapshot_disk_dir, sizeof c->snapshot_disk_dir, "%s", disk);
     /* The models and data sets are their tables' (arch.c, ds_table.c). An
      * unknown model is arch_build's error, after the command line. */
@@ -233,7 +234,7 @@ static int parse(int argc, char **argv, train_config *c) {
                                    "that every sample is trained once)"},
         {"snapshot-dir", 0, OPTS_BUF, .target = c->snapshot_dir, .size = sizeof c->snapshot_dir,
          .metavar = "DIR", .help = "this node's snapshots, in memory (default\n"
-                                   "$DDPRUN_SNAPSHOT_DIR, which ddprun sets)"},
+                                   "$" DDPRUN_ENV_SNAPSHOT_DIR ", which ddprun sets)"},
         {"snapshot-every", 0, OPTS_I64, .target = &c->snapshot_every, .lo = 0, .hi = 1e15,
          .metavar = "N", .help = "a snapshot every N steps (0: none; default:\n"
                                  "as often as costs at most 1% of a step)"},

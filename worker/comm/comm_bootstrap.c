@@ -5,6 +5,7 @@
  * is unique to the attempt (the launcher's restart count is part of it), so
  * a restarted group never reads its predecessor's entries. */
 #include "worker/comm/comm_bootstrap.h"
+#include "common/ddprun_env.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,7 +29,7 @@ static void read_small(const char *path, char *buf, size_t len) {
 }
 
 void comm_bootstrap_hostid(char *buf, size_t len) {
-    const char *env = getenv("DDPRUN_COMM_HOST_ID");
+    const char *env = getenv(DDPRUN_ENV_COMM_HOST_ID);
     if (env && *env) {
         snprintf(buf, len, "%s", env);
         return;

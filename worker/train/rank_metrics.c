@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/log.h"
 
 #define WRITE_EVERY_NS 1000000000LL
@@ -16,12 +17,12 @@
 void rank_metrics_init(rank_metrics *rm, int rank, int local_rank) {
     memset(rm, 0, sizeof *rm);
     rm->rank = rank, rm->local_rank = local_rank;
-    const char *dir = getenv("DDPRUN_METRICS_DIR");
+    const char *dir = getenv(DDPRUN_ENV_METRICS_DIR);
     if (!dir || !*dir) return;
     if (snprintf(rm->path, sizeof rm->path, "%s/rank_%d.prom", dir, rank) >=
         (int)sizeof rm->path) {
-        log_warn("rank %d: DDPRUN_METRICS_DIR is too long (%zu characters); no metrics", rank,
-                 strlen(dir));
+        log_warn("rank %d: " DDPRUN_ENV_METRICS_DIR " is too long (%zu characters); no metrics",
+                 rank, strlen(dir));
         rm->path[0] = '\0';
     }
 }

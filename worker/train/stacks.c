@@ -6,6 +6,7 @@
  * backtrace() is called once at installation, so that its first call's
  * loading of the unwinder does not happen inside the handler. */
 #include "worker/train/stacks.h"
+#include "common/ddprun_env.h"
 
 #include <execinfo.h>
 #include <fcntl.h>
@@ -118,7 +119,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
 }
 
 void stacks_install(int rank) {
-    const char *v = getenv("DDPRUN_STACK_SIGNAL");
+    const char *v = getenv(DDPRUN_ENV_STACK_SIGNAL);
     int sig = v ? atoi(v) : 0;
     if (sig < SIGRTMIN || sig > SIGRTMAX) return;
     void *warm[2];

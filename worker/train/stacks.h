@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/coll_record.h"
+#include "common/ddprun_env.h"
 
 /* Installs the handler when DDPRUN_STACK_SIGNAL names a signal; rank for
  * the header. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/log.h"
 #include "worker/data/sampler.h"
 #include "worker/train/error_file.h"
@@ -271,11 +272,11 @@ static int save_final(trainer *t) {
  * (a hang on the way out, killed by the watchdog) does not make the agent
  * restart a job that is complete. */
 static void say_finished(const trainer *t) {
-    const char *path = getenv("DDPRUN_FINISHED_FILE");
+    const char *path = getenv(DDPRUN_ENV_FINISHED_FILE);
     if (!path || !path[0]) return;
     FILE *f = fopen(path, "w");
     if (!f) {
-        log_warn("cannot write DDPRUN_FINISHED_FILE %s: %s", path, strerror(errno));
+        log_warn("cannot write " DDPRUN_ENV_FINISHED_FILE " %s: %s", path, strerror(errno));
         return;
     }
     fprintf(f, "step %lld\n", (long long)t->at.global_step);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/ddprun_env.h"
 #include "common/log.h"
 #include "worker/model/arch.h"
 #include "worker/train/device_choice.h"
@@ -53,7 +54,8 @@ static int setup_job(trainer *t) {
     /* Without an agent's store, rank 0 hosts one, as PyTorch's env:// does. */
     if (t->env.world > 1 && !t->env.agent_store && t->env.rank == 0) {
         int port = 0;
-        store_server_opts so = {.port = t->env.master_port, .token = getenv("DDPRUN_STORE_TOKEN")};
+        store_server_opts so = {.port = t->env.master_port,
+                                .token = getenv(DDPRUN_ENV_STORE_TOKEN)};
         if ((rc = store_thread_start(&so, &t->store, &port)))
             return trainer_fail(t, rc, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
                                 t->env.master_port, strerror(-rc));
