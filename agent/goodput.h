@@ -10,8 +10,11 @@
  *   kept        the steps' time, less the redone steps' and the waits
  *   redone      steps done again after a restart
  *   rendezvous  joining rounds
- *   restarts    a failed or changed group stopping, and a new one starting
- *               up to its first step (process start, set-up, resuming)
+ *   start-up    the first group starting, up to its first step (process
+ *               start, set-up, loading a checkpoint)
+ *   restarts    a failed or changed group stopping, and each later group
+ *               starting up to its first step (the same, and resuming); the
+ *               last group's stopping at the job's end is the end's (other)
  *   data        steps waiting for their batch
  *   checkpoints steps waiting for a checkpoint or snapshot to be handed over
  *   other       the rest: evaluation, a step cut short by a failure, the end
@@ -37,7 +40,9 @@ typedef struct {
 typedef struct {
     double start;         /* the agent started */
     double rendezvous_s;  /* rendezvous, finished rounds */
-    double restart_s;     /* groups stopping and starting up */
+    double startup_s;     /* the first group starting up */
+    double restart_s;     /* groups stopping for another, and later ones starting up */
+    double stop_s;        /* the last group's stopping: a restart's once another comes */
     double step_s, redone_s, data_s, ckpt_s, straggler_s;
     int64_t redone_steps;
     int64_t done_max;     /* the highest step finished so far (0: none) */
@@ -51,7 +56,7 @@ void goodput_attempt_end(goodput *g, const goodput_attempt *a, double gone);
 
 typedef struct {
     double wall;          /* since the agent started */
-    double kept, redone, rendezvous, restarts, data, checkpoints, other, stragglers;
+    double kept, redone, rendezvous, startup, restarts, data, checkpoints, other, stragglers;
     int64_t redone_steps;
     double ratio;         /* kept / wall */
     int recorded;         /* the steps are known (else only wall, run, rendezvous, attempts) */
@@ -60,7 +65,8 @@ typedef struct {
 } goodput_view;
 
 /* The figures now, with the running group's (live: NULL when none) and
- * the rendezvous under way since rdzv_since (0: none). */
+ * the rendezvous under way since rdzv_since (0: none; with one, the last
+ * group's stopping was a restart's). */
 void goodput_now(const goodput *g, const goodput_attempt *live, double rdzv_since, double now,
                  goodput_view *v);
 

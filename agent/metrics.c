@@ -303,8 +303,8 @@ static void render_goodput(writer *w, const agent_metrics *m) {
         sample(w, m, "ddprun_goodput_ratio", NULL, v->ratio);
     }
     family(w, "ddprun_goodput_seconds", "gauge",
-           "Where this node's wall time went, s: wall, kept, redone, rendezvous, restarts, "
-           "data, checkpoints, other; stragglers: what stragglers added to the kept steps; "
+           "Where this node's wall time went, s: wall, kept, redone, rendezvous, startup, "
+           "restarts, data, checkpoints, other; stragglers: what stragglers added to the kept steps; "
            "where the workers keep no step record, only wall, run (the workers' lives) and "
            "rendezvous.");
     typedef struct {
@@ -312,7 +312,8 @@ static void render_goodput(writer *w, const agent_metrics *m) {
         double s;
     } part;
     const part all[] = {{"wall", v->wall},       {"kept", v->kept},        {"redone", v->redone},
-                        {"rendezvous", v->rendezvous}, {"restarts", v->restarts},
+                        {"rendezvous", v->rendezvous}, {"startup", v->startup},
+                        {"restarts", v->restarts},
                         {"data", v->data},       {"checkpoints", v->checkpoints},
                         {"other", v->other},     {"stragglers", v->stragglers}},
                known[] = {{"wall", v->wall}, {"run", v->run}, {"rendezvous", v->rendezvous}};

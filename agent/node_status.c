@@ -40,10 +40,11 @@ char *node_status_json(const node_status *s) {
     if (o && g && g->recorded)
         json_object_set_new(
             o, "goodput",
-            json_pack("{s:b, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "known", 1,
-                      "ratio", g->ratio, "wall_s", g->wall, "kept_s", g->kept, "redone_s",
+            json_pack("{s:b, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "known",
+                      1, "ratio", g->ratio, "wall_s", g->wall, "kept_s", g->kept, "redone_s",
                       g->redone, "redone_steps", (json_int_t)g->redone_steps, "rendezvous_s",
-                      g->rendezvous, "restarts_s", g->restarts, "data_s", g->data,
+                      g->rendezvous, "startup_s", g->startup, "restarts_s", g->restarts,
+                      "data_s", g->data,
                       "checkpoints_s", g->checkpoints, "other_s", g->other, "stragglers_s",
                       g->stragglers));
     else if (o && g) /* no step record (a script): what is known */

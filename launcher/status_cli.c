@@ -99,10 +99,10 @@ static void print_nodes(FILE *out, json_t *nodes) {
         }
         fprintf(out,
                 "goodput of %s: %.1f%% of %.0f s in steps kept; redone %.1f s, rendezvous %.1f "
-                "s, restarts %.1f s, data %.1f s, checkpoints %.1f s, other %.1f s; "
-                "stragglers %.1f s\n",
+                "s, start-up %.1f s, restarts %.1f s, data %.1f s, checkpoints %.1f s, other "
+                "%.1f s; stragglers %.1f s\n",
                 str(n, "host"), S("ratio") * 100, S("wall_s"), S("redone_s"), S("rendezvous_s"),
-                S("restarts_s"), S("data_s"), S("checkpoints_s"), S("other_s"),
+                S("startup_s"), S("restarts_s"), S("data_s"), S("checkpoints_s"), S("other_s"),
                 S("stragglers_s"));
 #undef S
     }

@@ -44,7 +44,8 @@ for line in open(sys.argv[2]):
         cur.append((j["global_step"], j["time"]))
 for text in open(sys.argv[1]):
     g = re.search(r"goodput ([\d.]+)% of ([\d.]+) s: steps kept ([\d.]+) s, redone ([\d.]+) s "
-                  r"\((\d+) steps\), rendezvous ([\d.]+) s, restarts ([\d.]+) s, waiting for data "
+                  r"\((\d+) steps\), rendezvous ([\d.]+) s, start-up ([\d.]+) s, restarts ([\d.]+) s, "
+                  r"waiting for data "
                   r"([\d.]+) s, for checkpoints ([\d.]+) s", text)
     if g:
         agent = [float(x) for x in g.groups()]
@@ -62,7 +63,7 @@ for a, steps in enumerate(attempts):
 assert sorted(last) == list(range(1, 401)), "steps missing"
 hand = sum(last.values())
 redone = sum(c - 1 for c in done.values())
-ratio, wall, kept, red_s, red_n, rdzv, restarts, data, ckpt = agent
+ratio, wall, kept, red_s, red_n, rdzv, startup, restarts, data, ckpt = agent
 mine = kept + data + ckpt
 print(f"hand count: {hand:.2f} s in 400 steps, {redone} redone; ddprun: kept {kept:.2f} s "
       f"(+ {data:.2f} s data, {ckpt:.2f} s checkpoints = {mine:.2f} s), {int(red_n)} redone, "
@@ -70,5 +71,6 @@ print(f"hand count: {hand:.2f} s in 400 steps, {redone} redone; ddprun: kept {ke
 assert abs(mine - hand) <= 0.02 * hand, f"{mine:.3f} s against {hand:.3f} s by hand"
 assert abs(red_n - redone) <= 1, f"{red_n} redone steps against {redone} by hand"
 assert restarts > 0, "no time in restarts"
+assert startup > 0, "no time in start-up"
 assert abs(kept / wall * 100 - ratio) <= 0.5, f"goodput {ratio}% is not kept / wall"  # (rounding)
 PY

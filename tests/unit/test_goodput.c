@@ -28,36 +28,61 @@ TEST(goodput_accounts_for_every_second_once) {
     CHECK(near(v.wall, 116));
     CHECK_EQ(v.redone_steps, 10);
     CHECK(near(v.redone, 5));       /* 10 steps at 0.5 s */
-    CHECK(near(v.restarts, 1 + 1 + 1)); /* start-up, stop, start-up */
+    CHECK(near(v.startup, 1));      /* the first start, to its first step */
+    CHECK(near(v.restarts, 1 + 1)); /* the first attempt's stop, the second's start-up */
     CHECK(near(v.rendezvous, 3));
     CHECK(near(v.kept, 105 - 5 - 1 - 0.5));
-    CHECK(near(v.other, 116 - 98.5 - 5 - 3 - 3 - 1 - 0.5));
+    CHECK(near(v.other, 116 - 98.5 - 5 - 3 - 1 - 2 - 1 - 0.5));
     CHECK(near(v.ratio, 98.5 / 116));
-    /* the attempt ends: its stopping counts as restarts */
+    /* the attempt ends: at the job's end its stopping is the end's (other) */
     two.ended = 115;
     goodput_attempt_end(&g, &two, 115.5);
     goodput_now(&g, NULL, 0, 116, &v);
-    CHECK(near(v.restarts, 3.5));
+    CHECK(near(v.restarts, 2));
+    CHECK(near(v.other, 116 - 98.5 - 5 - 3 - 1 - 2 - 1 - 0.5));
     CHECK_EQ(g.done_max, 200);
     CHECK_EQ(g.attempts, 2);
-    /* a rendezvous under way counts until now */
+    /* a rendezvous under way after it: the stop was a restart's, and the
+     * rendezvous counts until now */
     goodput_now(&g, NULL, 115.75, 116, &v);
     CHECK(near(v.rendezvous, 3.25));
+    CHECK(near(v.restarts, 2.5));
 }
 
-TEST(goodput_attempt_without_a_step_is_all_restart) {
+TEST(goodput_attempt_without_a_step_is_all_start_up) {
     goodput g;
     memset(&g, 0, sizeof g);
     goodput_attempt a = {.started = 10, .ended = 14, .recorded = 1};
     goodput_attempt_end(&g, &a, 15);
     goodput_view v;
     goodput_now(&g, NULL, 0, 20, &v);
-    CHECK(near(v.restarts, 5));
+    CHECK(near(v.startup, 4));
+    CHECK(near(v.restarts, 0));
     CHECK(near(v.kept, 0));
     CHECK(near(v.ratio, 0));
     char line[512];
     goodput_line(&v, line, sizeof line);
     CHECK(strstr(line, "goodput 0.0% of 20.00 s: steps kept 0.00 s") != NULL);
+}
+
+/* A run that never restarted said "restarts 0.53 s": its first start was
+ * counted as a restart. The first start is start-up; restarts are what
+ * came after a failure or a change. */
+TEST(goodput_run_without_a_restart_has_no_restart_time) {
+    goodput g;
+    memset(&g, 0, sizeof g);
+    g.start = 0, g.rendezvous_s = 0.1;
+    goodput_attempt a = {.started = 0.1, .first_step = 0.63, .ended = 10, .first = 1,
+                         .steps = 10, .step_s = 9.3, .recorded = 1};
+    goodput_attempt_end(&g, &a, 10.05);
+    goodput_view v;
+    goodput_now(&g, NULL, 0, 10.05, &v);
+    CHECK(near(v.startup, 0.53));
+    CHECK(near(v.restarts, 0));
+    CHECK(near(v.other, 10.05 - 9.3 - 0.1 - 0.53));
+    char line[512];
+    goodput_line(&v, line, sizeof line);
+    CHECK(strstr(line, "start-up 0.53 s, restarts 0.00 s") != NULL);
 }
 
 /* A script's workers keep no step record (ddp-train's collective record):
