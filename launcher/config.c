@@ -303,35 +303,36 @@ typedef struct {
     const char *key;
     conf_kind kind;
     size_t offset; /* into rdzv_conf */
+    int older;     /* an older name of another key: not listed */
 } conf_key;
 
 /* "heartbeat" is an older name of keep_alive_interval and "timeout" is what
  * torchrun's static backend calls its join timeout; both are kept so that
  * existing command lines work. */
 static const conf_key conf_keys[] = {
-    {"join_timeout", CONF_SECONDS, offsetof(rdzv_conf, join_timeout)},
-    {"timeout", CONF_SECONDS, offsetof(rdzv_conf, join_timeout)},
-    {"last_call_timeout", CONF_SECONDS, offsetof(rdzv_conf, last_call_timeout)},
-    {"close_timeout", CONF_SECONDS, offsetof(rdzv_conf, close_timeout)},
-    {"keep_alive_interval", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval)},
-    {"heartbeat", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval)},
-    {"keep_alive_max_attempt", CONF_COUNT, offsetof(rdzv_conf, keep_alive_max_attempt)},
-    {"read_timeout", CONF_SECONDS, offsetof(rdzv_conf, read_timeout)},
-    {"is_host", CONF_BOOL, offsetof(rdzv_conf, is_host)},
+    {"join_timeout", CONF_SECONDS, offsetof(rdzv_conf, join_timeout), 0},
+    {"timeout", CONF_SECONDS, offsetof(rdzv_conf, join_timeout), .older = 1},
+    {"last_call_timeout", CONF_SECONDS, offsetof(rdzv_conf, last_call_timeout), 0},
+    {"close_timeout", CONF_SECONDS, offsetof(rdzv_conf, close_timeout), 0},
+    {"keep_alive_interval", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval), 0},
+    {"heartbeat", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval), .older = 1},
+    {"keep_alive_max_attempt", CONF_COUNT, offsetof(rdzv_conf, keep_alive_max_attempt), 0},
+    {"read_timeout", CONF_SECONDS, offsetof(rdzv_conf, read_timeout), 0},
+    {"is_host", CONF_BOOL, offsetof(rdzv_conf, is_host), 0},
     /* torch 2.x's names: heartbeat_timeout is how long a silent node lives,
      * which is our heartbeat lease */
-    {"heartbeat_timeout", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval)},
-    {"store_type", CONF_TCP, 0},
-    {"use_libuv", CONF_NO_EFFECT, 0},
-    {"cas_backoff_max_seconds", CONF_NO_EFFECT, 0},
+    {"heartbeat_timeout", CONF_SECONDS, offsetof(rdzv_conf, keep_alive_interval), 0},
+    {"store_type", CONF_TCP, 0, 0},
+    {"use_libuv", CONF_NO_EFFECT, 0, 0},
+    {"cas_backoff_max_seconds", CONF_NO_EFFECT, 0, 0},
     /* etcd-v3 (etcd's own names; torchrun's etcd backends read the first three) */
-    {"cacert", CONF_STRING, offsetof(rdzv_conf, cacert)},
-    {"cert", CONF_STRING, offsetof(rdzv_conf, cert)},
-    {"key", CONF_STRING, offsetof(rdzv_conf, key)},
-    {"protocol", CONF_NO_EFFECT, 0},
-    {"user", CONF_STRING, offsetof(rdzv_conf, user)},
-    {"password", CONF_STRING, offsetof(rdzv_conf, password)},
-    {"key_prefix", CONF_STRING, offsetof(rdzv_conf, key_prefix)},
+    {"cacert", CONF_STRING, offsetof(rdzv_conf, cacert), 0},
+    {"cert", CONF_STRING, offsetof(rdzv_conf, cert), 0},
+    {"key", CONF_STRING, offsetof(rdzv_conf, key), 0},
+    {"protocol", CONF_NO_EFFECT, 0, 0},
+    {"user", CONF_STRING, offsetof(rdzv_conf, user), 0},
+    {"password", CONF_STRING, offsetof(rdzv_conf, password), 0},
+    {"key_prefix", CONF_STRING, offsetof(rdzv_conf, key_prefix), 0},
 };
 
 /* The spellings of true and false that torchrun's get_as_bool accepts. */
@@ -390,11 +391,14 @@ static int apply_conf_item(rdzv_conf *rc, const char *s, size_t n, const opts_ar
     }
     /* As torchrun: a key it does not know is not an error (Kubeflow passes
      * whatever the user wrote in rdzvConf), but it is said. */
-    log_warn("%s: unknown key '%s' ignored (known: join_timeout, last_call_timeout, "
-             "close_timeout, keep_alive_interval, heartbeat_timeout, keep_alive_max_attempt, "
-             "read_timeout, is_host, store_type, use_libuv, cas_backoff_max_seconds, cacert, "
-             "cert, key, protocol, user, password, key_prefix)",
-             a->src, key);
+    char known[512];
+    size_t k = 0;
+    known[0] = '\0';
+    for (size_t i = 0; i < sizeof conf_keys / sizeof conf_keys[0] && k < sizeof known; i++)
+        if (!conf_keys[i].older)
+            k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "",
+                                  conf_keys[i].key);
+    log_warn("%s: unknown key '%s' ignored (known: %s)", a->src, key, known);
     return 0;
 }
 
@@ -676,64 +680,179 @@ static const opts_choice numa_modes[] = {{"node", NUMA_NODE},
                                          {"core-complex", NUMA_CORE_COMPLEX},
                                          {NULL, 0}};
 
-/* Every option, in the order its value is applied (checks that involve
- * several options run after all of them are applied) and the order
- * ambiguity messages list them. The help text is config_usage's, written
- * out below with sections, environment names and examples. ddprun always
- * starts workers as fresh processes; --start-method only exists in torchrun
- * for its Python function entry points, but it is still checked, so that a
- * typo is not silently accepted. A flag's PET_ variable holds an integer,
- * 0 for off, as torchrun's check_env reads it (the engine's rule). */
-static int read_options(parse_state *st, int argc, char **argv) {
+/* Every option, in the order --help lists them, under their headings (the
+ * order their values are applied in, and ambiguity messages list them:
+ * checks that involve several options run after all of them are applied),
+ * with the help config_usage prints: what it does, its default and its
+ * environment form. ddprun always starts workers as fresh processes;
+ * --start-method only exists in torchrun for its Python function entry
+ * points, but it is still checked, so that a typo is not silently
+ * accepted. A flag's PET_ variable holds an integer, 0 for off, as
+ * torchrun's check_env reads it (the engine's rule). The table's targets
+ * are st's; out holds OPTS_MAX entries. Returns how many. */
+static size_t option_table(parse_state *st, opts_opt *out) {
     agent_config *c = st->cfg;
+    static char backends[128]; /* static|c10d|etcd-v3 */
+    rdzv_backend_names_joined(backends, sizeof backends, "|");
     const opts_opt table[] = {
-        {"nnodes", 0, OPTS_CALL, .apply = apply_nnodes},
-        {"nproc-per-node", 0, OPTS_CALL, .apply = apply_nproc},
-        {"node-rank", 0, OPTS_CALL, .apply = apply_node_rank},
-        {"rdzv-backend", 0, OPTS_CALL, .apply = apply_rdzv_backend},
-        {"rdzv-endpoint", 0, OPTS_CALL, .apply = apply_rdzv_endpoint},
-        {"rdzv-id", 0, OPTS_CALL, .apply = apply_rdzv_id},
-        {"rdzv-conf", 0, OPTS_CALL, .apply = apply_rdzv_conf},
-        {"standalone", 0, OPTS_FLAG, .target = &c->standalone},
-        {"max-restarts", 0, OPTS_INT, .target = &c->max_restarts, .lo = 0, .hi = INT_MAX},
-        {"monitor-interval", 0, OPTS_SECONDS, .target = &c->monitor_interval, .positive = 1},
-        {"start-method", 0, OPTS_STR, .target = &st->start_method, .choices = start_methods},
-        {"role", 0, OPTS_CALL, .apply = apply_role},
-        {"log-dir", 0, OPTS_CALL, .apply = apply_log_dir},
-        {"redirects", 'r', OPTS_CALL, .apply = apply_redirects},
-        {"tee", 't', OPTS_CALL, .apply = apply_tee},
-        {"local-ranks-filter", 0, OPTS_CALL, .apply = apply_local_ranks_filter},
-        {"master-addr", 0, OPTS_CALL, .apply = apply_master_addr},
+        {"nnodes", 0, OPTS_CALL, .apply = apply_nnodes, .metavar = "N|MIN:MAX",
+         .section = "Nodes and workers:",
+         .help = "number of nodes, or the range an elastic job accepts\n"
+                 "(default 1; PET_NNODES)"},
+        {"nproc-per-node", 0, OPTS_CALL, .apply = apply_nproc, .metavar = "N|cpu|gpu|auto",
+         .help = "workers on this node: a number, one per CPU, one per GPU\n"
+                 "(/dev/nvidiaN, or the entries of CUDA_VISIBLE_DEVICES\n"
+                 "when set), or GPUs if any else CPUs (default 1;\n"
+                 "PET_NPROC_PER_NODE)"},
+        {"node-rank", 0, OPTS_CALL, .apply = apply_node_rank, .metavar = "R",
+         .help = "this node's rank, 0 to nnodes-1; needed by the static\n"
+                 "backend with several nodes (default unset;\n"
+                 "PET_NODE_RANK)"},
+        {"rdzv-backend", 0, OPTS_CALL, .apply = apply_rdzv_backend,
+         .metavar = backends, .section = "Rendezvous:",
+         .help = "static: fixed nodes with given ranks; c10d: nodes meet\n"
+                 "at --rdzv-endpoint, get ranks, may come and go;\n"
+                 "etcd-v3 (also etcd, etcd-v2): the same, kept in etcd,\n"
+                 "--rdzv-endpoint naming every member h1:2379,h2:2379\n"
+                 "(default static; PET_RDZV_BACKEND)"},
+        {"rdzv-endpoint", 0, OPTS_CALL, .apply = apply_rdzv_endpoint, .metavar = "HOST[:PORT]",
+         .help = "where the c10d store runs: node1, node1:29400,\n"
+                 "[::1]:29400 or ::1 (default port 29400;\n"
+                 "PET_RDZV_ENDPOINT)"},
+        {"rdzv-id", 0, OPTS_CALL, .apply = apply_rdzv_id, .metavar = "ID",
+         .help = "the job's id, the same on every node (default none;\n"
+                 "PET_RDZV_ID)"},
+        {"rdzv-conf", 0, OPTS_CALL, .apply = apply_rdzv_conf, .metavar = "K=V,...",
+         .help = "join_timeout (600 s), last_call_timeout (30 s),\n"
+                 "close_timeout (30 s), keep_alive_interval or\n"
+                 "heartbeat (5 s), keep_alive_max_attempt (3),\n"
+                 "read_timeout (60 s), is_host (true|false; default:\n"
+                 "decided from the endpoint); timeout is accepted for\n"
+                 "join_timeout (default empty; PET_RDZV_CONF)"},
+        {"standalone", 0, OPTS_FLAG, .target = &c->standalone,
+         .help = "a one-node job with its own store on a free local\n"
+                 "port: sets c10d, localhost:0 and a random id; needs\n"
+                 "--nnodes 1 (default off; PET_STANDALONE)"},
+        {"master-addr", 0, OPTS_CALL, .apply = apply_master_addr, .metavar = "ADDR",
+         .help = "address of node 0 for the static backend (default\n"
+                 "127.0.0.1 with one node; PET_MASTER_ADDR)"},
         {"master-port", 0, OPTS_INT, .target = &c->master_port, .lo = 0, .hi = 65535,
-         .want = "a port (0 to 65535)"},
-        {"local-addr", 0, OPTS_CALL, .apply = apply_local_addr},
+         .want = "a port (0 to 65535)", .metavar = "PORT",
+         .help = "its port, 0 to 65535 (default 29500; PET_MASTER_PORT)"},
+        {"local-addr", 0, OPTS_CALL, .apply = apply_local_addr, .metavar = "ADDR",
+         .help = "this node's name in the rendezvous (host order, logs,\n"
+                 "failure reports) (default: the host name;\n"
+                 "PET_LOCAL_ADDR)"},
+        {"max-restarts", 0, OPTS_INT, .target = &c->max_restarts, .lo = 0, .hi = INT_MAX,
+         .metavar = "N", .section = "Failures and restarts:",
+         .help = "restarts of the worker group before giving up, >= 0\n"
+                 "(default 0; PET_MAX_RESTARTS)"},
+        {"monitor-interval", 0, OPTS_SECONDS, .target = &c->monitor_interval, .positive = 1,
+         .metavar = "S",
+         .help = "seconds between checks of the workers, > 0; ddprun also\n"
+                 "sees exits at once (default 0.1; PET_MONITOR_INTERVAL)"},
         /* torchrun's own variables give these three defaults, after PET_'s */
         {"shutdown-timeout", 0, OPTS_SECONDS, .target = &c->shutdown_timeout,
-         .want = "a number of seconds (0 or more)", .env_also = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
-        {"module", 'm', OPTS_FLAG, .target = &c->run_module},
-        {"no-python", 0, OPTS_FLAG, .target = &c->no_python},
-        {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank},
-        {"tf-config", 0, OPTS_FLAG, .target = &c->tf_config},
-        {"straggler-threshold", 0, OPTS_DOUBLE, .target = &c->straggler_pct, .lo = 1, .hi = 1000,
-         .want = "a percentage (1 to 1000)"},
-        {"straggler-window", 0, OPTS_SECONDS, .target = &c->straggler_window, .positive = 1},
-        {"replace-stragglers", 0, OPTS_FLAG, .target = &c->replace_stragglers},
-        {"run-path", 0, OPTS_FLAG, .target = &c->run_path},
-        {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
-         .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
-        {"duplicate-stdout-filters", 0, OPTS_CALL, .apply = apply_dup_stdout},
-        {"duplicate-stderr-filters", 0, OPTS_CALL, .apply = apply_dup_stderr},
+         .want = "a number of seconds (0 or more)", .env_also = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+         .metavar = "S",
+         .help = "seconds a worker gets after SIGTERM before SIGKILL,\n"
+                 ">= 0 (default 30, or TORCH_ELASTIC_SHUTDOWN_TIMEOUT;\n"
+                 "PET_SHUTDOWN_TIMEOUT)"},
         {"signals-to-handle", 0, OPTS_CALL, .apply = apply_signals,
-         .env_also = "TORCHELASTIC_SIGNALS_TO_HANDLE"},
-        {"numa-binding", 0, OPTS_CHOICE, .target = &c->numa_binding, .choices = numa_modes},
+         .env_also = "TORCHELASTIC_SIGNALS_TO_HANDLE",
+         .metavar = "S,... signals that stop the job, forwarded to the workers;",
+         .help = "add SIGUSR1 for a scheduler's preemption warning\n"
+                 "(default SIGTERM,SIGINT,SIGHUP,SIGQUIT, or\n"
+                 "TORCHELASTIC_SIGNALS_TO_HANDLE; PET_SIGNALS_TO_HANDLE)"},
+        {"straggler-threshold", 0, OPTS_DOUBLE, .target = &c->straggler_pct, .lo = 1, .hi = 1000,
+         .want = "a percentage (1 to 1000)", .metavar = "P",
+         .help = "a rank whose compute per step is more than P percent\n"
+                 "over the job's median, 3 windows running, is reported\n"
+                 "as a straggler (ddp-train's ranks; default 15;\n"
+                 "PET_STRAGGLER_THRESHOLD)"},
+        {"straggler-window", 0, OPTS_SECONDS, .target = &c->straggler_window, .positive = 1,
+         .metavar = "S",
+         .help = "the straggler watch's window, s > 0 (default 10;\n"
+                 "PET_STRAGGLER_WINDOW)"},
+        {"replace-stragglers", 0, OPTS_FLAG, .target = &c->replace_stragglers,
+         .help = "a straggler's node leaves the job when a spare node\n"
+                 "stands by (--nnodes MIN:MAX, the round full), and the\n"
+                 "group re-forms with the spare (default off;\n"
+                 "PET_REPLACE_STRAGGLERS)"},
+        {"role", 0, OPTS_CALL, .apply = apply_role, .metavar = "NAME",
+         .help = "the workers' role (default default; PET_ROLE)"},
+        {"start-method", 0, OPTS_STR, .target = &st->start_method, .choices = start_methods,
+         .metavar = "M",
+         .help = "spawn|fork|forkserver: accepted for torchrun's sake;\n"
+                 "workers are always new processes (default spawn;\n"
+                 "PET_START_METHOD)"},
+        {"log-dir", 0, OPTS_CALL, .apply = apply_log_dir, .metavar = "DIR", .section = "Output:",
+         .help = "where worker logs go (default: a new directory under\n"
+                 "/tmp; PET_LOG_DIR)"},
+        {"redirects", 'r', OPTS_CALL, .apply = apply_redirects, .metavar = "V",
+         .help = "send workers' streams to files in the log directory:\n"
+                 "0 none, 1 stdout, 2 stderr, 3 both, or per local rank\n"
+                 "as 0:1,1:2 (default 0; PET_REDIRECTS)"},
+        {"tee", 't', OPTS_CALL, .apply = apply_tee, .metavar = "V",
+         .help = "copy workers' streams to files and the console; same\n"
+                 "values as --redirects (default 0; PET_TEE)"},
+        {"local-ranks-filter", 0, OPTS_CALL, .apply = apply_local_ranks_filter, .metavar = "L",
+         .help = "show only these local ranks' output on the console,\n"
+                 "e.g. 0,2; streams --redirects or --tee send to files\n"
+                 "are still written for every rank (default all;\n"
+                 "PET_LOCAL_RANKS_FILTER)"},
+        {"log-line-prefix-template", 0, OPTS_CALL, .apply = apply_prefix_template,
+         .env_also = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", .metavar = "T",
+         .help = "prefix of tee'd lines: ${role_name} ${local_rank}\n"
+                 "${rank} ${hostname} (default [${role_name}${local_rank}]:,\n"
+                 "or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"},
+        {"duplicate-stdout-filters", 0, OPTS_CALL, .apply = apply_dup_stdout, .metavar = "F,...",
+         .help = "tee'd stdout lines holding any F also go to the\n"
+                 "attempt's filtered_stdout.log (default none)"},
+        {"duplicate-stderr-filters", 0, OPTS_CALL, .apply = apply_dup_stderr, .metavar = "F,...",
+         .help = "the same for stderr, into filtered_stderr.log"},
         {"event-log-handler", 0, OPTS_CHOICE, .target = &c->event_log_console,
-         .choices = event_handlers},
-        {"metrics-port", 0, OPTS_CALL, .apply = apply_metrics_port},
+         .choices = event_handlers, .metavar = "H",
+         .help = "null, dynamic_rendezvous, or console: worker events as\n"
+                 "JSON lines on stderr (default null)"},
+        {"metrics-port", 0, OPTS_CALL, .apply = apply_metrics_port, .metavar = "[HOST:]PORT",
+         .help = "serve the agent's and the workers' metrics in\n"
+                 "Prometheus' format at http://HOST:PORT/metrics; 0: a\n"
+                 "free port, logged; HOST defaults to 127.0.0.1, and\n"
+                 "0.0.0.0 or [::] is every interface (default off;\n"
+                 "PET_METRICS_PORT)"},
         {"health-check-port", 0, OPTS_CALL, .apply = apply_health_port,
-         .env_also = "TORCHELASTIC_HEALTH_CHECK_PORT"},
+         .env_also = "TORCHELASTIC_HEALTH_CHECK_PORT", .metavar = "[HOST:]PORT",
+         .help = "GET /health: 200 while the workers run and the\n"
+                 "heartbeat is fresh, else 503 and why; HOST as for\n"
+                 "--metrics-port (default off, or\n"
+                 "TORCHELASTIC_HEALTH_CHECK_PORT; PET_HEALTH_CHECK_PORT)"},
+        {"module", 'm', OPTS_FLAG, .target = &c->run_module, .section = "The program:",
+         .help = "run PROGRAM as a Python module: python3 -u -m PROGRAM\n"
+                 "(default off; PET_MODULE)"},
+        {"no-python", 0, OPTS_FLAG, .target = &c->no_python,
+         .help = "run PROGRAM itself instead of python3 -u PROGRAM, e.g.\n"
+                 "for a compiled program (default off; PET_NO_PYTHON)"},
+        {"tf-config", 0, OPTS_FLAG, .target = &c->tf_config,
+         .help = "TensorFlow's TF_CONFIG for every worker (MultiWorkerMirrored-\n"
+                 "Strategy): the round's workers as host:port, ports picked\n"
+                 "free by each agent; index = RANK (PET_TF_CONFIG)"},
+        {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank,
+         .help = "LOCAL_RANK=0 for every worker, each seeing only its own\n"
+                 "GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"
+                 "off; PET_VIRTUAL_LOCAL_RANK)"},
+        {"run-path", 0, OPTS_FLAG, .target = &c->run_path,
+         .help = "run PROGRAM as a Python script whatever --no-python\n"
+                 "and -m say (default off)"},
+        {"numa-binding", 0, OPTS_CHOICE, .target = &c->numa_binding, .choices = numa_modes,
+         .metavar = "M",
+         .help = "node|socket|exclusive|core-complex: bind each worker\n"
+                 "to CPUs near its GPU (or a share of the NUMA nodes)"},
         {"print-completion", 0, OPTS_CALL, .apply = apply_print_completion,
-         .choices = completion_shells},
-        {"help", 'h', .type = OPTS_HELP},
+         .choices = completion_shells, .metavar = "SHELL",
+         .help = "print a bash or zsh completion script"},
+        {"help", 'h', .type = OPTS_HELP,
+         .help = "print this help"},
         {"use-env", 0, OPTS_REFUSED,
          .help = "--use-env is deprecated (it belonged to torch.distributed.launch): ddprun "
                  "always passes the local rank as LOCAL_RANK in the environment; drop the "
@@ -744,8 +863,18 @@ static int read_options(parse_state *st, int argc, char **argv) {
                  "load one: drop it (--log-dir, --redirects, --tee, --local-ranks-filter and "
                  "--duplicate-stdout-filters shape ddprun's logs)"},
     };
-    opts_spec spec = {.prog = "ddprun", .opts = table, .nopts = sizeof table / sizeof table[0],
-                      .env_prefix = "PET_", .env = st->env, .abbrev = 1, .ctx = st};
+    memcpy(out, table, sizeof table);
+    return sizeof table / sizeof table[0];
+}
+
+/* The help's column, to which the option listing lines up. */
+#define HELP_COL 28
+
+static int read_options(parse_state *st, int argc, char **argv) {
+    opts_opt table[OPTS_MAX];
+    opts_spec spec = {.prog = "ddprun", .opts = table, .nopts = option_table(st, table),
+                      .env_prefix = "PET_", .env = st->env, .abbrev = 1, .ctx = st,
+                      .help_col = HELP_COL};
     int rc = opts_parse(&spec, argc, argv, &st->prog, st->err, st->errlen);
     if (rc == 0 && st->completion) {
         if (opts_print_completion(&spec, st->completion, stdout))
@@ -973,7 +1102,7 @@ void config_free(agent_config *cfg) {
     cfg->argc = 0;
 }
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: ddprun [options] PROGRAM [ARGS...]\n"
     "\n"
     "Starts --nproc-per-node workers running PROGRAM on this node, joins them with the\n"
@@ -991,127 +1120,9 @@ static const char usage_text[] =
     "Started by srun once per node, ddprun takes the defaults of --nnodes, --node-rank,\n"
     "--rdzv-id and, with several nodes, --rdzv-backend and --rdzv-endpoint from Slurm's\n"
     "step, and says so (flags and PET_ variables still win).\n"
-    "\n"
-    "Nodes and workers:\n"
-    "  --nnodes N|MIN:MAX        number of nodes, or the range an elastic job accepts\n"
-    "                            (default 1; PET_NNODES)\n"
-    "  --nproc-per-node N|cpu|gpu|auto\n"
-    "                            workers on this node: a number, one per CPU, one per GPU\n"
-    "                            (/dev/nvidiaN, or the entries of CUDA_VISIBLE_DEVICES\n"
-    "                            when set), or GPUs if any else CPUs (default 1;\n"
-    "                            PET_NPROC_PER_NODE)\n"
-    "  --node-rank R             this node's rank, 0 to nnodes-1; needed by the static\n"
-    "                            backend with several nodes (default unset;\n"
-    "                            PET_NODE_RANK)\n"
-    "\n"
-    "Rendezvous:\n"
-    "  --rdzv-backend static|c10d|etcd-v3\n"
-    "                            static: fixed nodes with given ranks; c10d: nodes meet\n"
-    "                            at --rdzv-endpoint, get ranks, may come and go;\n"
-    "                            etcd-v3 (also etcd, etcd-v2): the same, kept in etcd,\n"
-    "                            --rdzv-endpoint naming every member h1:2379,h2:2379\n"
-    "                            (default static; PET_RDZV_BACKEND)\n"
-    "  --rdzv-endpoint HOST[:PORT]\n"
-    "                            where the c10d store runs: node1, node1:29400,\n"
-    "                            [::1]:29400 or ::1 (default port 29400;\n"
-    "                            PET_RDZV_ENDPOINT)\n"
-    "  --rdzv-id ID              the job's id, the same on every node (default none;\n"
-    "                            PET_RDZV_ID)\n"
-    "  --rdzv-conf K=V,...       join_timeout (600 s), last_call_timeout (30 s),\n"
-    "                            close_timeout (30 s), keep_alive_interval or\n"
-    "                            heartbeat (5 s), keep_alive_max_attempt (3),\n"
-    "                            read_timeout (60 s), is_host (true|false; default:\n"
-    "                            decided from the endpoint); timeout is accepted for\n"
-    "                            join_timeout (default empty; PET_RDZV_CONF)\n"
-    "  --standalone              a one-node job with its own store on a free local\n"
-    "                            port: sets c10d, localhost:0 and a random id; needs\n"
-    "                            --nnodes 1 (default off; PET_STANDALONE)\n"
-    "  --master-addr ADDR        address of node 0 for the static backend (default\n"
-    "                            127.0.0.1 with one node; PET_MASTER_ADDR)\n"
-    "  --master-port PORT        its port, 0 to 65535 (default 29500; PET_MASTER_PORT)\n"
-    "  --local-addr ADDR         this node's name in the rendezvous (host order, logs,\n"
-    "                            failure reports) (default: the host name;\n"
-    "                            PET_LOCAL_ADDR)\n"
-    "\n"
-    "Failures and restarts:\n"
-    "  --max-restarts N          restarts of the worker group before giving up, >= 0\n"
-    "                            (default 0; PET_MAX_RESTARTS)\n"
-    "  --monitor-interval S      seconds between checks of the workers, > 0; ddprun also\n"
-    "                            sees exits at once (default 0.1; PET_MONITOR_INTERVAL)\n"
-    "  --shutdown-timeout S      seconds a worker gets after SIGTERM before SIGKILL,\n"
-    "                            >= 0 (default 30, or TORCH_ELASTIC_SHUTDOWN_TIMEOUT;\n"
-    "                            PET_SHUTDOWN_TIMEOUT)\n"
-    "  --signals-to-handle S,... signals that stop the job, forwarded to the workers;\n"
-    "                            add SIGUSR1 for a scheduler's preemption warning\n"
-    "                            (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, or\n"
-    "                            TORCHELASTIC_SIGNALS_TO_HANDLE; PET_SIGNALS_TO_HANDLE)\n"
-    "  --straggler-threshold P   a rank whose compute per step is more than P percent\n"
-    "                            over the job's median, 3 windows running, is reported\n"
-    "                            as a straggler (ddp-train's ranks; default 15;\n"
-    "                            PET_STRAGGLER_THRESHOLD)\n"
-    "  --straggler-window S      the straggler watch's window, s > 0 (default 10;\n"
-    "                            PET_STRAGGLER_WINDOW)\n"
-    "  --replace-stragglers      a straggler's node leaves the job when a spare node\n"
-    "                            stands by (--nnodes MIN:MAX, the round full), and the\n"
-    "                            group re-forms with the spare (default off;\n"
-    "                            PET_REPLACE_STRAGGLERS)\n"
-    "  --role NAME               the workers' role (default default; PET_ROLE)\n"
-    "  --start-method M          spawn|fork|forkserver: accepted for torchrun's sake;\n"
-    "                            workers are always new processes (default spawn;\n"
-    "                            PET_START_METHOD)\n"
-    "\n"
-    "Output:\n"
-    "  --log-dir DIR             where worker logs go (default: a new directory under\n"
-    "                            /tmp; PET_LOG_DIR)\n"
-    "  -r, --redirects V         send workers' streams to files in the log directory:\n"
-    "                            0 none, 1 stdout, 2 stderr, 3 both, or per local rank\n"
-    "                            as 0:1,1:2 (default 0; PET_REDIRECTS)\n"
-    "  -t, --tee V               copy workers' streams to files and the console; same\n"
-    "                            values as --redirects (default 0; PET_TEE)\n"
-    "  --local-ranks-filter L    show only these local ranks' output on the console,\n"
-    "                            e.g. 0,2; streams --redirects or --tee send to files\n"
-    "                            are still written for every rank (default all;\n"
-    "                            PET_LOCAL_RANKS_FILTER)\n"
-    "  --log-line-prefix-template T\n"
-    "                            prefix of tee'd lines: ${role_name} ${local_rank}\n"
-    "                            ${rank} ${hostname} (default [${role_name}${local_rank}]:,\n"
-    "                            or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)\n"
-    "  --duplicate-stdout-filters F,...\n"
-    "                            tee'd stdout lines holding any F also go to the\n"
-    "                            attempt's filtered_stdout.log (default none)\n"
-    "  --duplicate-stderr-filters F,...\n"
-    "                            the same for stderr, into filtered_stderr.log\n"
-    "  --event-log-handler H     null, dynamic_rendezvous, or console: worker events as\n"
-    "                            JSON lines on stderr (default null)\n"
-    "  --metrics-port [HOST:]PORT\n"
-    "                            serve the agent's and the workers' metrics in\n"
-    "                            Prometheus' format at http://HOST:PORT/metrics; 0: a\n"
-    "                            free port, logged; HOST defaults to 127.0.0.1, and\n"
-    "                            0.0.0.0 or [::] is every interface (default off;\n"
-    "                            PET_METRICS_PORT)\n"
-    "  --health-check-port [HOST:]PORT\n"
-    "                            GET /health: 200 while the workers run and the\n"
-    "                            heartbeat is fresh, else 503 and why; HOST as for\n"
-    "                            --metrics-port (default off, or\n"
-    "                            TORCHELASTIC_HEALTH_CHECK_PORT; PET_HEALTH_CHECK_PORT)\n"
-    "\n"
-    "The program:\n"
-    "  -m, --module              run PROGRAM as a Python module: python3 -u -m PROGRAM\n"
-    "                            (default off; PET_MODULE)\n"
-    "  --no-python               run PROGRAM itself instead of python3 -u PROGRAM, e.g.\n"
-    "                            for a compiled program (default off; PET_NO_PYTHON)\n"
-    "  --tf-config               TensorFlow's TF_CONFIG for every worker (MultiWorkerMirrored-\n"
-    "                            Strategy): the round's workers as host:port, ports picked\n"
-    "                            free by each agent; index = RANK (PET_TF_CONFIG)\n"
-    "  --virtual-local-rank      LOCAL_RANK=0 for every worker, each seeing only its own\n"
-    "                            GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"
-    "                            off; PET_VIRTUAL_LOCAL_RANK)\n"
-    "  --run-path                run PROGRAM as a Python script whatever --no-python\n"
-    "                            and -m say (default off)\n"
-    "  --numa-binding M          node|socket|exclusive|core-complex: bind each worker\n"
-    "                            to CPUs near its GPU (or a share of the NUMA nodes)\n"
-    "  --print-completion SHELL  print a bash or zsh completion script\n"
-    "  -h, --help                print this help\n"
+    "\n";
+
+static const char usage_tail[] =
     "\n"
     "Without --no-python, PROGRAM runs as python3 -u PROGRAM ARGS, like torchrun;\n"
     "PYTHON_EXEC names another interpreter. Everything after PROGRAM goes to it\n"
@@ -1129,4 +1140,21 @@ static const char usage_text[] =
     "    ddprun --nnodes 1:4 --nproc-per-node 2 --max-restarts 3 --rdzv-backend c10d \\\n"
     "        --rdzv-endpoint node1 --rdzv-id job43 --no-python ./build/bin/ddp-train\n";
 
-const char *config_usage(void) { return usage_text; }
+/* The head, the option table's listing, the tail: made once. */
+const char *config_usage(void) {
+    static char *text;
+    if (text) return text;
+    agent_config dummy;
+    memset(&dummy, 0, sizeof dummy);
+    parse_state st = {.cfg = &dummy};
+    opts_opt table[OPTS_MAX];
+    opts_spec spec = {.prog = "ddprun", .opts = table, .nopts = option_table(&st, table),
+                      .help_col = HELP_COL};
+    size_t head = strlen(usage_head), list = opts_format_help(&spec, NULL, 0);
+    char *t = malloc(head + list + sizeof usage_tail);
+    if (!t) return usage_head; /* (out of memory: the head alone) */
+    memcpy(t, usage_head, head);
+    opts_format_help(&spec, t + head, list + 1);
+    memcpy(t + head + list, usage_tail, sizeof usage_tail);
+    return text = t;
+}

@@ -17,11 +17,12 @@
 #include "common/opts.h"
 #include "agent/local_jobs.h"
 #include "launcher/config.h"
+#include "rendezvous/rdzv_backend.h"
 #include "rendezvous/rdzv_inspect.h"
 
 static const char USAGE[] =
     "usage: ddprun status [--json] [--watch [SECONDS]] [--rdzv-endpoint HOST:PORT --rdzv-id ID]\n"
-    "                     [--rdzv-backend c10d|etcd-v3|static] [--rdzv-conf K=V,...]\n"
+    "                     [--rdzv-backend %s] [--rdzv-conf K=V,...]\n"
     "\n"
     "Shows a running (or stuck, or finished) job from its rendezvous: the round, every node\n"
     "(node rank, host, state, heartbeat age), every worker (rank, pid, state, restarts, last\n"
@@ -189,7 +190,9 @@ static int own_flags(int argc, char **argv, int *json, double *watch, char **res
                 return 2;
             }
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(USAGE, stdout);
+            char backends[128];
+            rdzv_backend_names_joined(backends, sizeof backends, "|");
+            printf(USAGE, backends);
             return OPTS_HELP_GIVEN;
         } else {
             rest[(*nrest)++] = argv[i];

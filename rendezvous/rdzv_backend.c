@@ -65,10 +65,16 @@ const rdzv_backend *rdzv_backend_find(const char *name, int *alias) {
     return NULL;
 }
 
-void rdzv_backend_names(char *out, size_t len) {
+static void names(char *out, size_t len, const char *sep, const char *last) {
     size_t k = 0;
     out[0] = '\0';
     for (size_t i = 0; i < NBACKENDS && k < len; i++)
         k += (size_t)snprintf(out + k, len - k, "%s%s",
-                              i == 0 ? "" : i + 1 == NBACKENDS ? " or " : ", ", backends[i].name);
+                              i == 0 ? "" : i + 1 == NBACKENDS ? last : sep, backends[i].name);
+}
+
+void rdzv_backend_names(char *out, size_t len) { names(out, len, ", ", " or "); }
+
+void rdzv_backend_names_joined(char *out, size_t len, const char *sep) {
+    names(out, len, sep, sep);
 }

@@ -52,5 +52,7 @@ typedef struct {
 const rdzv_backend *rdzv_backend_find(const char *name, int *alias);
 /* Every backend's name into out, for messages: "static, c10d or etcd-v3". */
 void rdzv_backend_names(char *out, size_t len);
+/* The same joined by sep, for usage texts: "static|c10d|etcd-v3". */
+void rdzv_backend_names_joined(char *out, size_t len, const char *sep);
 
 #endif

@@ -518,8 +518,8 @@ TEST(config_unique_prefixes_abbreviate_like_argparse) {
     CHECK_EQ(c.max_restarts, 2);
     config_free(&c);
     check_fails(no_env, ARGS("--ma", "1", "x.py"),
-                "option '--ma' is ambiguous: it could be --max-restarts, --master-addr, "
-                "--master-port");
+                "option '--ma' is ambiguous: it could be --master-addr, --master-port, "
+                "--max-restarts");
 }
 
 TEST(config_option_values_are_checked) {
