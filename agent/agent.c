@@ -727,11 +727,14 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->coll_timer.data = a;
     uv_timer_init(a->loop, &a->speed.timer);
     a->speed.timer.data = a;
-    agent_side_init(a);
     agent_goodput_start(a);
     agent_status_refresh_start(a);
     int code = 1;
     char why[256];
+    if (side_calls_start(a->loop, a, &a->side)) {
+        log_error("cannot set up the agent's side calls: out of memory");
+        goto out;
+    }
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
     if (worker_group_fits(cfg->nproc_per_node, why, sizeof why) != 0) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
@@ -762,7 +765,9 @@ out:
     janitor_dismiss(a->janitor_fd);
     event_log_close(a->events);
     free(a->last_exit);
-    if (!a->coll_busy && !a->speed.busy) { /* (else a side call still uses them: the exit frees) */
+    /* The side calls' thread ends (their afters run) unless the store
+     * holds its call; then what the call uses stays to the process's end. */
+    if (side_calls_stop(a->side, a->store_lost ? 0 : 1000) == 0) {
         free(a->coll);
         free(a->speed.base);
         free(a->speed.slow);

@@ -61,13 +61,15 @@ typedef struct {
     char *json;
 } coll_pub;
 
-static void publish(agent *a, void *arg) {
+static void publish(void *ctx, void *arg) {
+    agent *a = ctx;
     coll_pub *p = arg;
     int rc = rdzv_publish_node_info(a->rd, AGENT_SIDE, p->round, "coll", p->group_rank, p->json);
     if (rc) log_debug("cannot publish where the workers stand: %s", strerror(-rc));
 }
 
-static void published(agent *a, void *arg) {
+static void published(void *ctx, void *arg) {
+    agent *a = ctx;
     coll_pub *p = arg;
     free(p->json);
     free(p);
@@ -98,7 +100,7 @@ static void on_look(uv_timer_t *t) {
         coll_pub *p = calloc(1, sizeof *p);
         if (p && (p->json = coll_pos_json(ps, m, clock_wall_s()))) {
             p->round = a->cur.round, p->group_rank = a->cur.group_rank;
-            if (agent_side_run(a, publish, published, p) == 0) a->coll_busy = 1;
+            if (side_calls_run(a->side, publish, published, p) == 0) a->coll_busy = 1;
             else published(a, p);
         } else {
             free(p);

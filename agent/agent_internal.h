@@ -21,6 +21,7 @@
 #include "agent/metrics.h"
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
+#include "agent/side_calls.h"
 #include "agent/snapshot_dir.h"
 #include "agent/straggler.h"
 #include "agent/worker_group.h"
@@ -53,8 +54,6 @@ typedef struct {
     double since;  /* monotonic s: when it last moved (0: not seen yet) */
     char state;    /* its process's state letter when last seen ('T': stopped) */
 } coll_watch;
-
-typedef struct side_job side_job;
 
 typedef struct {
     const agent_config *cfg;
@@ -115,13 +114,7 @@ typedef struct {
     uv_timer_t coll_timer;   /* looks at them 4 times a second while the group runs */
     coll_watch *coll;        /* per local rank */
     char leave_why[256];     /* set (with a wake) to have the agent leave the job: why */
-    struct {                 /* the side calls (agent_side.c) */
-        pthread_mutex_t mu;
-        pthread_cond_t cv;
-        struct side_job *todo, *done;
-        uv_async_t back;
-        int started;
-    } side;
+    side_calls *side;        /* store calls off the loop (side_calls.h) */
     int coll_busy;           /* a publication of the positions is under way */
     double coll_published;   /* monotonic s: when this node's positions last went out */
     struct {
@@ -189,17 +182,10 @@ void agent_goodput_view(agent *a, goodput_view *v);
 /* Its line in the log (at the end). */
 void agent_goodput_report(agent *a);
 
-/* ---- agent_side.c: store calls off the loop ---- */
+/* ---- store calls off the loop: a->side (side_calls.h) ---- */
 
-/* The rendezvous connection the side calls use. */
+/* The rendezvous connection the side calls use (their ctx is the agent). */
 #define AGENT_SIDE 1
-/* Once, before the loop runs: its lock and its way back to the loop. */
-int agent_side_init(agent *a);
-/* Queues work(a, arg) for the side calls' thread, which may use the
- * rendezvous with side AGENT_SIDE, then after(a, arg) back on the loop
- * (NULL: none). 0, or -errno (after is not called). */
-int agent_side_run(agent *a, void (*work)(agent *, void *), void (*after)(agent *, void *),
-                   void *arg);
 
 /* ---- agent_speed.c: the straggler watch ---- */
 

@@ -49,15 +49,16 @@ typedef struct {
     char *json;
 } refresh;
 
-static void publish_aside(agent *a, void *arg) {
+static void publish_aside(void *ctx, void *arg) {
+    agent *a = ctx;
     refresh *r = arg;
     if (atomic_load(&a->status_gen) != r->gen) return; /* the loop published since */
     int rc = rdzv_publish_status(a->rd, AGENT_SIDE, r->json);
     if (rc) log_debug("cannot publish this node's status: %s", strerror(-rc));
 }
 
-static void published_aside(agent *a, void *arg) {
-    (void)a;
+static void published_aside(void *ctx, void *arg) {
+    (void)ctx;
     refresh *r = arg;
     free(r->json);
     free(r);
@@ -73,7 +74,7 @@ static void on_refresh(uv_timer_t *t) {
     if (!r) return;
     r->gen = atomic_load(&a->status_gen);
     r->json = status_json(a);
-    if (!r->json || agent_side_run(a, publish_aside, published_aside, r) != 0)
+    if (!r->json || side_calls_run(a->side, publish_aside, published_aside, r) != 0)
         published_aside(a, r);
 }
 

@@ -94,7 +94,7 @@ static void speeds_parse(const char *json, rank_speed *sp, int *n, int max) {
     json_decref(arr);
 }
 
-/* A window's store calls, off the loop (agent_side_run): this node's
+/* A window's store calls, off the loop (side_calls_run): this node's
  * speeds published; at node rank 0 every node's compared and the job's
  * stragglers published; the list read back, and the spares counted where
  * one of this node's ranks is on it. */
@@ -167,7 +167,8 @@ static int listed(json_t *arr, int rank, double *compute, double *median) {
     return 0;
 }
 
-static void window_work(agent *a, void *arg) {
+static void window_work(void *ctx, void *arg) {
+    agent *a = ctx;
     window_job *j = arg;
     char *json = speeds_json(j->mine, j->n);
     int rc = json ? rdzv_publish_node_info(a->rd, AGENT_SIDE, j->round, "speed", j->group_rank,
@@ -216,7 +217,8 @@ static void replace(agent *a, const rank_speed *s, double compute, double median
 
 /* Back on the loop: this node's ranks' standing told (event, metrics,
  * status), and a straggler replaced. */
-static void window_done(agent *a, void *arg) {
+static void window_done(void *ctx, void *arg) {
+    agent *a = ctx;
     window_job *j = arg;
     a->speed.busy = 0;
     a->gp.g.straggler_s += j->straggler_s;
@@ -267,7 +269,7 @@ void agent_speed_window(uv_timer_t *t) {
                       .group_rank = a->cur.group_rank,
                       .nodes = a->cur.group_world_size > 1 ? a->cur.group_world_size : 1,
                       .spares = -1};
-    if (agent_side_run(a, window_work, window_done, j) == 0) {
+    if (side_calls_run(a->side, window_work, window_done, j) == 0) {
         a->speed.busy = 1;
     } else {
         free(mine);
