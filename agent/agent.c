@@ -40,7 +40,8 @@ static void set_state(agent *a, agent_state st) {
         [ST_RDZV] = METRICS_RENDEZVOUS, [ST_RUNNING] = METRICS_RUNNING,
         [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
         [ST_SHUTDOWN] = METRICS_SHUTDOWN};
-    agent_goodput_state(a, a->state, st);
+    if ((st == ST_RDZV) != (a->state == ST_RDZV)) agent_goodput_rendezvous(a->gp, st == ST_RDZV);
+    if (a->state == ST_RUNNING && st != ST_RUNNING) agent_goodput_group_stopping(a->gp);
     a->state = st;
     metrics_set_state(a->metrics, as_metrics[st]);
 }
@@ -253,7 +254,9 @@ static int start_workers(agent *a) {
         a->group_started = clock_wall_s();
         agent_coll_group_started(a);
         agent_speed_group_started(a);
-        agent_goodput_group_started(a);
+        char record[640] = "";
+        if (a->coll_dir[0]) agent_coll_path(a, 0, record, sizeof record);
+        agent_goodput_group_started(a->gp, record);
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
     } else {
@@ -300,7 +303,7 @@ static void on_workers_started(worker_group *g) {
 static void finish(agent *a, int code) {
     /* The summary comes last, once every worker has stopped, so that it
      * is not lost among what the stopping workers and the agent say. */
-    agent_goodput_report(a); /* (before the summary, which is the job's last word) */
+    agent_goodput_report(a->gp); /* (before the summary, which is the job's last word) */
     agent_tell_kept_logs(a);
     if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
@@ -640,7 +643,7 @@ static void on_group_idle(worker_group *g) {
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a);
     agent_speed_group_stopped(a);
-    agent_goodput_group_gone(a);
+    agent_goodput_group_gone(a->gp);
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
         return;
@@ -727,12 +730,11 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->coll_timer.data = a;
     uv_timer_init(a->loop, &a->speed.timer);
     a->speed.timer.data = a;
-    agent_goodput_start(a);
     agent_status_refresh_start(a);
     int code = 1;
     char why[256];
-    if (side_calls_start(a->loop, a, &a->side)) {
-        log_error("cannot set up the agent's side calls: out of memory");
+    if (side_calls_start(a->loop, a, &a->side) || agent_goodput_start(a->loop, &a->gp)) {
+        log_error("cannot set up the agent: out of memory");
         goto out;
     }
     fdlimit_raise(); /* the workers' pipes and logs, and the store's connections */
@@ -773,6 +775,7 @@ out:
         free(a->speed.slow);
         free(a->speed.watch.st);
     }
+    agent_goodput_stop(a->gp);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

@@ -1,9 +1,14 @@
 /* The agent's state, shared by the files that make it up: agent.c (the
  * state machine and the rendezvous thread's mailbox), agent_report.c (what
- * it tells: `ddprun status`, the event log, the failure summary) and
+ * it tells: `ddprun status`, the event log, the failure summary),
  * agent_services.c (what it starts and stops around the workers: the log
  * directory, the event log, metrics, the watchdog, NUMA binding, the
- * rendezvous). Only these files include it. */
+ * rendezvous), agent_coll.c (the workers' collective positions) and
+ * agent_speed.c (the straggler watch). Only these five include it. The
+ * services that own their state behind an opaque type of their own (the
+ * side calls, goodput, the worker group, the file timer, metrics, the
+ * event log) are reached through their pointers here; the rest is being
+ * moved the same way (issue: the agent as a state machine of services). */
 #ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
 #define DDPRUN_AGENT_AGENT_INTERNAL_H
 
@@ -12,6 +17,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/agent_goodput.h"
 #include "agent/agent_store.h"
 #include "agent/coll_blame.h"
 #include "agent/events.h"
@@ -125,13 +131,7 @@ typedef struct {
         int busy;             /* a window's side call is under way */
         int restart;          /* a group started meanwhile: begin anew after it */
     } speed;
-    struct {
-        goodput g;
-        goodput_attempt attempt; /* the group running or last run */
-        int running;             /* attempt is the running group's */
-        double rdzv_since;       /* monotonic s: the rendezvous under way began (0: none) */
-        uv_timer_t timer;        /* the metrics' figures, each second */
-    } gp;
+    agent_goodput *gp;       /* where the node's time went (agent_goodput.h) */
 } agent;
 
 /* ---- agent_report.c: what the agent tells ---- */
@@ -168,19 +168,6 @@ void agent_coll_group_stopped(agent *a);
 /* After a failure: which rank the others waited for, from this node's
  * records and the other nodes' published positions; 1 when one is found. */
 int agent_coll_verdict(agent *a, coll_verdict *v);
-
-/* ---- agent_goodput.c: where the node's time went ---- */
-
-/* At the start (before the first state change). */
-void agent_goodput_start(agent *a);
-/* Every state change (agent_state values). */
-void agent_goodput_state(agent *a, int from, int to);
-void agent_goodput_group_started(agent *a);
-void agent_goodput_group_gone(agent *a);
-/* The figures now. */
-void agent_goodput_view(agent *a, goodput_view *v);
-/* Its line in the log (at the end). */
-void agent_goodput_report(agent *a);
 
 /* ---- store calls off the loop: a->side (side_calls.h) ---- */
 

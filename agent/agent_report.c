@@ -19,7 +19,7 @@ static char *status_json(agent *a) {
     const agent_config *c = a->cfg;
     int member = a->cur.group_world_size > 0 && a->state != ST_RDZV;
     goodput_view gp;
-    agent_goodput_view(a, &gp);
+    agent_goodput_view(a->gp, &gp);
     node_status st = {.agent_id = rdzv_agent_id(a->rd), .host = a->hostname, .role = c->role,
                       .state = a->told, .pid = (int)getpid(),
                       .node_rank = member ? a->cur.group_rank : -1, .round = a->cur.round,

@@ -341,6 +341,7 @@ int agent_start_metrics(agent *a) {
                        .heartbeat_interval = c->rdzv.keep_alive_interval,
                        .max_restarts = c->max_restarts};
     if (!(a->metrics = metrics_new(&mo))) return -ENOMEM;
+    agent_goodput_publish_to(a->gp, a->metrics);
     int shared = c->metrics_port > 0 && c->health_port == c->metrics_port;
     /* A port given without a host listens on loopback only: anyone who can
      * reach the port sees the job's state, so every interface (0.0.0.0 or

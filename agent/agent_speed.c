@@ -221,7 +221,7 @@ static void window_done(void *ctx, void *arg) {
     agent *a = ctx;
     window_job *j = arg;
     a->speed.busy = 0;
-    a->gp.g.straggler_s += j->straggler_s;
+    agent_goodput_stragglers(a->gp, j->straggler_s);
     json_t *arr = j->list ? json_loads(j->list, 0, NULL) : NULL;
     for (int i = 0; arr && !a->speed.restart && i < j->n; i++) {
         const rank_speed *s = &j->mine[i];
