@@ -207,7 +207,8 @@ static int start_workers(agent *a) {
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
                           .snapshot_dir = a->snapshots.path,
-                          .snapshot_disk_dir = a->snapshots.disk, .coll_dir = a->coll_dir};
+                          .snapshot_disk_dir = a->snapshots.disk,
+                          .coll_dir = agent_coll_dir(a->coll)};
     if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
     snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
              a->cur.restart_count);
@@ -252,10 +253,10 @@ static int start_workers(agent *a) {
                               a->cur.group_world_size, a->cur.restart_count);
         char err[512] = "";
         a->group_started = clock_wall_s();
-        agent_coll_group_started(a);
+        agent_coll_group_started(a->coll, a->rd, &a->cur);
         agent_speed_group_started(a);
         char record[640] = "";
-        if (a->coll_dir[0]) agent_coll_path(a, 0, record, sizeof record);
+        if (agent_coll_dir(a->coll)[0]) agent_coll_path(a->coll, 0, record, sizeof record);
         agent_goodput_group_started(a->gp, record);
         rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
         if (rc) log_error("%s", err);
@@ -445,6 +446,7 @@ static void on_wake(uv_async_t *h) {
         case EV_LOST:
             log_error("%s", evs[i].err);
             a->store_lost = 1;
+            agent_coll_store_lost(a->coll);
             set_state(a, ST_SHUTDOWN);
             a->exit_code = 1;
             stop_workers(a, SIGTERM);
@@ -513,7 +515,7 @@ static void settle_failures(agent *a) {
     failure *fs = a->fails + a->settle_from;
     int n = a->nfails - a->settle_from;
     coll_verdict hang;
-    int hung = n > 0 && agent_coll_verdict(a, &hang);
+    int hung = n > 0 && agent_coll_verdict(a->coll, &hang);
     if (hung) n += add_hung_ranks(a, fs, n, &hang);
     for (int i = 0; hung && i < n; i++) fs[i].hung = coll_verdict_blames(&hang, fs[i].rank);
     int root = failure_root_cause(fs, n);
@@ -641,7 +643,7 @@ static void on_group_idle(worker_group *g) {
     agent *a = g->data;
     for (int i = 0; i < g->n; i++) janitor_track(a->janitor_fd, g->w[i].pid, 0);
     settle_failures(a); /* before the group and its round are gone */
-    agent_coll_group_stopped(a);
+    agent_coll_group_stopped(a->coll);
     agent_speed_group_stopped(a);
     agent_goodput_group_gone(a->gp);
     if (a->state == ST_SHUTDOWN) {
@@ -726,8 +728,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->status_timer.data = a;
     uv_check_init(a->loop, &a->settle);
     a->settle.data = a;
-    uv_timer_init(a->loop, &a->coll_timer);
-    a->coll_timer.data = a;
     uv_timer_init(a->loop, &a->speed.timer);
     a->speed.timer.data = a;
     agent_status_refresh_start(a);
@@ -742,7 +742,9 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) || agent_coll_prepare(a) ||
+    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) ||
+        agent_coll_start(a->loop, a->side, AGENT_SIDE, a->snapshots.path, a->hostname,
+                         cfg->nproc_per_node, &a->coll) ||
         agent_open_event_log(a) ||
         agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
         agent_store_setup(cfg, a->hostname, &a->store) || agent_note_local_job(a) ||
@@ -770,12 +772,12 @@ out:
     /* The side calls' thread ends (their afters run) unless the store
      * holds its call; then what the call uses stays to the process's end. */
     if (side_calls_stop(a->side, a->store_lost ? 0 : 1000) == 0) {
-        free(a->coll);
         free(a->speed.base);
         free(a->speed.slow);
         free(a->speed.watch.st);
     }
     agent_goodput_stop(a->gp);
+    agent_coll_stop(a->coll);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
     /* The rendezvous thread may be blocked in the store: the process exit

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/agent_coll.h"
 #include "agent/agent_goodput.h"
 #include "agent/agent_store.h"
 #include "agent/coll_blame.h"
@@ -54,12 +55,6 @@ typedef struct {
     int64_t steps, step_ns, blocked_ns;
 } speed_base;
 
-/* A local rank's collective position as the agent last saw it. */
-typedef struct {
-    uint64_t entered, done;
-    double since;  /* monotonic s: when it last moved (0: not seen yet) */
-    char state;    /* its process's state letter when last seen ('T': stopped) */
-} coll_watch;
 
 typedef struct {
     const agent_config *cfg;
@@ -116,13 +111,9 @@ typedef struct {
     agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
     metrics_http *http[2];   /* /metrics; /health on a port of its own */
     char metrics_dir[480];   /* DDPRUN_METRICS_DIR: where the ranks write theirs ("": none) */
-    char coll_dir[600];      /* the workers' collective records (DDPRUN_COLL_RECORD; "": none) */
-    uv_timer_t coll_timer;   /* looks at them 4 times a second while the group runs */
-    coll_watch *coll;        /* per local rank */
     char leave_why[256];     /* set (with a wake) to have the agent leave the job: why */
     side_calls *side;        /* store calls off the loop (side_calls.h) */
-    int coll_busy;           /* a publication of the positions is under way */
-    double coll_published;   /* monotonic s: when this node's positions last went out */
+    agent_coll *coll;        /* where the workers stand in their collectives (agent_coll.h) */
     struct {
         uv_timer_t timer;     /* every --straggler-window while the group runs */
         speed_base *base;     /* per local rank */
@@ -155,19 +146,6 @@ void agent_record_worker_event(const agent *a, const worker *w, const char *stat
                                const char *raw_error);
 /* How local rank w's last worker ended, for `ddprun status`. */
 void agent_note_exit(agent *a, const worker *w);
-
-/* ---- agent_coll.c: where the workers stand in their collectives ---- */
-
-/* The records' directory, in the snapshot directory (none: a warning). */
-int agent_coll_prepare(agent *a);
-/* Local rank's record file. */
-void agent_coll_path(const agent *a, int local_rank, char *out, size_t len);
-/* A group starts (the last one's records are removed) / has stopped. */
-void agent_coll_group_started(agent *a);
-void agent_coll_group_stopped(agent *a);
-/* After a failure: which rank the others waited for, from this node's
- * records and the other nodes' published positions; 1 when one is found. */
-int agent_coll_verdict(agent *a, coll_verdict *v);
 
 /* ---- store calls off the loop: a->side (side_calls.h) ---- */
 

@@ -32,7 +32,8 @@ void agent_speed_group_started(agent *a) {
     a->speed.slow = calloc((size_t)n, sizeof *a->speed.slow);
     a->speed.watch = (straggler_watch){.threshold = a->cfg->straggler_pct / 100.0, .n = world,
                                        .st = calloc((size_t)world, sizeof(straggler_state))};
-    if (!a->speed.base || !a->speed.slow || !a->speed.watch.st || !a->coll_dir[0]) return;
+    if (!a->speed.base || !a->speed.slow || !a->speed.watch.st || !agent_coll_dir(a->coll)[0])
+        return;
     uint64_t ms = (uint64_t)(a->cfg->straggler_window * 1000);
     uv_timer_start(&a->speed.timer, agent_speed_window, ms, ms);
 }
@@ -43,8 +44,8 @@ void agent_speed_group_stopped(agent *a) { uv_timer_stop(&a->speed.timer); }
 static int local_speeds(agent *a, rank_speed *sp) {
     int n = 0;
     for (int i = 0; i < a->cfg->nproc_per_node; i++) {
-        char path[sizeof a->coll_dir + 32];
-        agent_coll_path(a, i, path, sizeof path);
+        char path[700];
+        agent_coll_path(a->coll, i, path, sizeof path);
         coll_view v;
         if (coll_record_read(path, &v) != 0) continue;
         speed_base *b = &a->speed.base[i];
