@@ -41,7 +41,10 @@ static void set_state(agent *a, agent_state st) {
         [ST_STOPPING] = METRICS_STOPPING, [ST_BARRIER] = METRICS_FINISHED,
         [ST_SHUTDOWN] = METRICS_SHUTDOWN};
     if ((st == ST_RDZV) != (a->state == ST_RDZV)) agent_goodput_rendezvous(a->gp, st == ST_RDZV);
-    if (a->state == ST_RUNNING && st != ST_RUNNING) agent_goodput_group_stopping(a->gp);
+    if (a->state == ST_RUNNING && st != ST_RUNNING) {
+        agent_goodput_group_stopping(a->gp);
+        agent_speed_group_stopping(a->speed);
+    }
     a->state = st;
     metrics_set_state(a->metrics, as_metrics[st]);
 }
@@ -254,7 +257,7 @@ static int start_workers(agent *a) {
         char err[512] = "";
         a->group_started = clock_wall_s();
         agent_coll_group_started(a->coll, a->rd, &a->cur);
-        agent_speed_group_started(a);
+        agent_speed_group_started(a->speed, a->rd, &a->cur);
         char record[640] = "";
         if (agent_coll_dir(a->coll)[0]) agent_coll_path(a->coll, 0, record, sizeof record);
         agent_goodput_group_started(a->gp, record);
@@ -447,6 +450,7 @@ static void on_wake(uv_async_t *h) {
             log_error("%s", evs[i].err);
             a->store_lost = 1;
             agent_coll_store_lost(a->coll);
+            agent_speed_store_lost(a->speed);
             set_state(a, ST_SHUTDOWN);
             a->exit_code = 1;
             stop_workers(a, SIGTERM);
@@ -644,7 +648,7 @@ static void on_group_idle(worker_group *g) {
     for (int i = 0; i < g->n; i++) janitor_track(a->janitor_fd, g->w[i].pid, 0);
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a->coll);
-    agent_speed_group_stopped(a);
+    agent_speed_group_stopped(a->speed);
     agent_goodput_group_gone(a->gp);
     if (a->state == ST_SHUTDOWN) {
         finish(a, a->shutdown_signal ? 128 + a->shutdown_signal : a->exit_code);
@@ -699,6 +703,39 @@ static void on_signal(uv_signal_t *s, int signum) {
     stop_workers(a, signum);
 }
 
+/* ---- the straggler watch's hooks ------------------------------------------------ */
+
+static void straggler_changed(void *ctx, const rank_speed *s, int slow, double compute,
+                              double median) {
+    agent *a = ctx;
+    agent_record_event(a, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
+                       json_pack("{s:i, s:i, s:f, s:f, s:f}", "straggler_rank", s->rank,
+                                 "local_rank", s->local_rank, "compute_s", compute, "median_s",
+                                 median, "threshold_pct", a->cfg->straggler_pct));
+    agent_tell(a, a->told ? a->told : "running"); /* `ddprun status` shows it */
+}
+
+static void straggler_leave(void *ctx, const char *why) {
+    agent *a = ctx;
+    snprintf(a->leave_why, sizeof a->leave_why, "%s", why); /* left at the wake */
+    uv_async_send(&a->wake);
+}
+
+static int start_speed(agent *a) {
+    const agent_config *c = a->cfg;
+    agent_speed_opts o = {.side = a->side, .side_conn = AGENT_SIDE, .coll = a->coll,
+                          .goodput = a->gp, .metrics = a->metrics, .hostname = a->hostname,
+                          .nproc = c->nproc_per_node, .threshold_pct = c->straggler_pct,
+                          .window_s = c->straggler_window, .replace = c->replace_stragglers,
+                          .serves_job_store = a->store.host &&
+                                              (c->rdzv_backend->flags & RDZV_IN_JOB_STORE),
+                          .backend = c->rdzv_backend->name};
+    agent_speed_hooks h = {.ctx = a, .changed = straggler_changed, .leave = straggler_leave};
+    int rc = agent_speed_start(a->loop, &o, &h, &a->speed);
+    if (rc) log_error("cannot start the straggler watch: %s", strerror(-rc));
+    return rc;
+}
+
 /* ---- run ------------------------------------------------------------------------- */
 
 int agent_run(const agent_config *cfg, const char *self_exe) {
@@ -728,8 +765,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->status_timer.data = a;
     uv_check_init(a->loop, &a->settle);
     a->settle.data = a;
-    uv_timer_init(a->loop, &a->speed.timer);
-    a->speed.timer.data = a;
     agent_status_refresh_start(a);
     int code = 1;
     char why[256];
@@ -747,7 +782,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
                          cfg->nproc_per_node, &a->coll) ||
         agent_open_event_log(a) ||
         agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
-        agent_store_setup(cfg, a->hostname, &a->store) || agent_note_local_job(a) ||
+        agent_store_setup(cfg, a->hostname, &a->store) || start_speed(a) ||
+        agent_note_local_job(a) ||
         agent_open_rendezvous(a))
         goto out;
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
@@ -771,12 +807,9 @@ out:
     free(a->last_exit);
     /* The side calls' thread ends (their afters run) unless the store
      * holds its call; then what the call uses stays to the process's end. */
-    if (side_calls_stop(a->side, a->store_lost ? 0 : 1000) == 0) {
-        free(a->speed.base);
-        free(a->speed.slow);
-        free(a->speed.watch.st);
-    }
+    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
     agent_goodput_stop(a->gp);
+    agent_speed_stop(a->speed);
     agent_coll_stop(a->coll);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);

@@ -3,12 +3,11 @@
  * it tells: `ddprun status`, the event log, the failure summary),
  * agent_services.c (what it starts and stops around the workers: the log
  * directory, the event log, metrics, the watchdog, NUMA binding, the
- * rendezvous), agent_coll.c (the workers' collective positions) and
- * agent_speed.c (the straggler watch). Only these five include it. The
- * services that own their state behind an opaque type of their own (the
- * side calls, goodput, the worker group, the file timer, metrics, the
- * event log) are reached through their pointers here; the rest is being
- * moved the same way (issue: the agent as a state machine of services). */
+ * rendezvous). Only these three include it. The services that own their
+ * state behind an opaque type of their own (the side calls, goodput, the
+ * collective watch, the straggler watch, the worker group, the file timer,
+ * metrics, the event log) are reached through their pointers here; the
+ * rest moves the same way (docs/architecture.md, "The agent"). */
 #ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
 #define DDPRUN_AGENT_AGENT_INTERNAL_H
 
@@ -19,6 +18,7 @@
 #include "agent/agent.h"
 #include "agent/agent_coll.h"
 #include "agent/agent_goodput.h"
+#include "agent/agent_speed.h"
 #include "agent/agent_store.h"
 #include "agent/coll_blame.h"
 #include "agent/events.h"
@@ -48,12 +48,6 @@ typedef struct {
     char *tf_cluster; /* --tf-config: the round's workers (tf_config.h), malloc'd; or NULL */
     char err[512];
 } agent_event;
-
-/* A local rank's record as the straggler watch's last window saw it. */
-typedef struct {
-    int seen;
-    int64_t steps, step_ns, blocked_ns;
-} speed_base;
 
 
 typedef struct {
@@ -114,14 +108,7 @@ typedef struct {
     char leave_why[256];     /* set (with a wake) to have the agent leave the job: why */
     side_calls *side;        /* store calls off the loop (side_calls.h) */
     agent_coll *coll;        /* where the workers stand in their collectives (agent_coll.h) */
-    struct {
-        uv_timer_t timer;     /* every --straggler-window while the group runs */
-        speed_base *base;     /* per local rank */
-        straggler_mark *slow; /* per local rank: what node rank 0 says */
-        straggler_watch watch; /* node rank 0: every rank's standing (the side calls') */
-        int busy;             /* a window's side call is under way */
-        int restart;          /* a group started meanwhile: begin anew after it */
-    } speed;
+    agent_speed *speed;      /* the straggler watch (agent_speed.h) */
     agent_goodput *gp;       /* where the node's time went (agent_goodput.h) */
 } agent;
 
@@ -151,12 +138,6 @@ void agent_note_exit(agent *a, const worker *w);
 
 /* The rendezvous connection the side calls use (their ctx is the agent). */
 #define AGENT_SIDE 1
-
-/* ---- agent_speed.c: the straggler watch ---- */
-
-void agent_speed_group_started(agent *a);
-void agent_speed_group_stopped(agent *a);
-void agent_speed_window(uv_timer_t *t);
 
 /* ---- agent_services.c: what the agent starts around its workers ---- */
 

@@ -28,7 +28,7 @@ static char *status_json(agent *a) {
                       .restart_count = a->cur.restart_count, .max_restarts = c->max_restarts,
                       .nproc = c->nproc_per_node, .min_nodes = c->min_nodes,
                       .max_nodes = c->max_nodes, .since = a->state_since, .wg = a->wg,
-                      .last_exit = a->last_exit, .slow = a->speed.slow, .goodput = &gp};
+                      .last_exit = a->last_exit, .slow = agent_speed_marks(a->speed), .goodput = &gp};
     return node_status_json(&st);
 }
 
