@@ -21,7 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/janitor.h"
 #include "agent/tf_config.h"
 #include "agent/worker_env.h"
 #include "common/clock.h"
@@ -209,16 +208,16 @@ static int start_workers(agent *a) {
                           .store_port = a->store.port, .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
-                          .snapshot_dir = a->snapshots.path,
-                          .snapshot_disk_dir = a->snapshots.disk,
+                          .snapshot_dir = node_dirs_snapshots(a->dirs)->path,
+                          .snapshot_disk_dir = node_dirs_snapshots(a->dirs)->disk,
                           .coll_dir = agent_coll_dir(a->coll)};
     if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
-    snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", a->log_root,
+    snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", node_dirs_log_root(a->dirs),
              a->cur.restart_count);
-    snprintf(dup_file[1], sizeof dup_file[1], "%s/attempt_%d/filtered_stderr.log", a->log_root,
+    snprintf(dup_file[1], sizeof dup_file[1], "%s/attempt_%d/filtered_stderr.log", node_dirs_log_root(a->dirs),
              a->cur.restart_count);
     for (int i = 0; rc == 0 && i < n; i++) {
-        snprintf(dir, sizeof dir, "%s/attempt_%d/%d", a->log_root, a->cur.restart_count, i);
+        snprintf(dir, sizeof dir, "%s/attempt_%d/%d", node_dirs_log_root(a->dirs), a->cur.restart_count, i);
         if ((rc = fs_mkdir_p(dir))) {
             log_error("cannot create the log directory %s: %s", dir, strerror(-rc));
             break;
@@ -287,7 +286,7 @@ static void on_workers_started(worker_group *g) {
     json_t *pids = json_array();
     for (int i = 0; i < n; i++) {
         json_array_append_new(pids, json_integer(g->w[i].pid));
-        janitor_track(a->janitor_fd, g->w[i].pid, 1); /* (its own group: UV_PROCESS_DETACHED) */
+        node_dirs_track(a->dirs, g->w[i].pid, 1); /* (its own group: UV_PROCESS_DETACHED) */
     }
     agent_record_event(a, "ddprun.agent.workers_started", "RUNNING",
                 json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
@@ -308,7 +307,7 @@ static void finish(agent *a, int code) {
     /* The summary comes last, once every worker has stopped, so that it
      * is not lost among what the stopping workers and the agent say. */
     agent_goodput_report(a->gp); /* (before the summary, which is the job's last word) */
-    agent_tell_kept_logs(a);
+    node_dirs_tell_kept_logs(a->dirs);
     if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
     agent_tell(a, how);
@@ -594,7 +593,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
         a->settle_from = a->nfails < MAX_FAILURES ? a->nfails : MAX_FAILURES - 1;
         uv_check_start(&a->settle, on_settle);
     }
-    a->keep_logs = 1;
+    node_dirs_keep_logs(a->dirs);
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
     failure_free(f);
     failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
@@ -645,7 +644,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
 
 static void on_group_idle(worker_group *g) {
     agent *a = g->data;
-    for (int i = 0; i < g->n; i++) janitor_track(a->janitor_fd, g->w[i].pid, 0);
+    for (int i = 0; i < g->n; i++) node_dirs_track(a->dirs, g->w[i].pid, 0);
     settle_failures(a); /* before the group and its round are gone */
     agent_coll_group_stopped(a->coll);
     agent_speed_group_stopped(a->speed);
@@ -743,7 +742,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     if (!a) return 1;
     a->cfg = cfg;
     a->exe = self_exe;
-    a->janitor_fd = -1;
     a->loop = uv_default_loop();
     pthread_mutex_init(&a->mu, NULL);
 
@@ -777,8 +775,9 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (agent_make_log_root(a) || agent_make_snapshot_dir(a) ||
-        agent_coll_start(a->loop, a->side, AGENT_SIDE, a->snapshots.path, a->hostname,
+    if (node_dirs_make(cfg->log_dir, cfg->rdzv_id, cfg->env.shm_dir, &a->dirs) ||
+        agent_coll_start(a->loop, a->side, AGENT_SIDE, node_dirs_snapshots(a->dirs)->path,
+                         a->hostname,
                          cfg->nproc_per_node, &a->coll) ||
         agent_open_event_log(a) ||
         agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
@@ -800,9 +799,7 @@ out:
     fflush(stdout);
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
-    snapshot_dir_remove(&a->snapshots);
-    agent_remove_tmp_root(a);
-    janitor_dismiss(a->janitor_fd);
+    node_dirs_close(a->dirs);
     event_log_close(a->events);
     free(a->last_exit);
     /* The side calls' thread ends (their afters run) unless the store

@@ -5,8 +5,9 @@
  * directory, the event log, metrics, the watchdog, NUMA binding, the
  * rendezvous). Only these three include it. The services that own their
  * state behind an opaque type of their own (the side calls, goodput, the
- * collective watch, the straggler watch, the worker group, the file timer,
- * metrics, the event log) are reached through their pointers here; the
+ * collective watch, the straggler watch, the node's directories, the worker
+ * group, the file timer, metrics, the event log) are reached through their
+ * pointers here; the
  * rest moves the same way (docs/architecture.md, "The agent"). */
 #ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
 #define DDPRUN_AGENT_AGENT_INTERNAL_H
@@ -29,6 +30,7 @@
 #include "agent/metrics_http.h"
 #include "agent/numa_binding.h"
 #include "agent/side_calls.h"
+#include "agent/node_dirs.h"
 #include "agent/snapshot_dir.h"
 #include "agent/straggler.h"
 #include "agent/worker_group.h"
@@ -67,13 +69,7 @@ typedef struct {
     rdzv *rd;
     agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
-    char log_root[2048];
-    char tmp_root[256]; /* without --log-dir: our own directory, removed at exit unless a
-                         * worker failed (then kept, and said where: keep_logs) */
-    int keep_logs;      /* 1: a worker failed, tmp_root stays; 2: and where was said */
-    char job_note[600]; /* this agent's note for `ddprun status` (agent/local_jobs.h) */
-    snapshot_dir snapshots; /* DDPRUN_SNAPSHOT_DIR: the workers' state in memory */
-    int janitor_fd;         /* removes the snapshot directories and tmp_root if we are killed */
+    node_dirs *dirs;         /* the log root, the snapshot directory, the janitor (node_dirs.h) */
     worker_group *wg;
     agent_state state;
     rdzv_result cur;
@@ -142,18 +138,9 @@ void agent_note_exit(agent *a, const worker *w);
 /* ---- agent_services.c: what the agent starts around its workers ---- */
 
 /* Each returns 0, or a negative errno after logging why. */
-int agent_make_log_root(agent *a);
-void agent_remove_tmp_root(agent *a);
 /* Leaves the note by which `ddprun status` finds this job from this
- * machine (its removal at the end: agent_remove_tmp_root). */
+ * machine. */
 int agent_note_local_job(agent *a);
-/* In a kept tmp_root: why it is there (and for the tests, that it was
- * kept on purpose, not leaked). */
-#define KEPT_LOGS_NOTE "why_kept.txt"
-/* Says where the workers' logs stay, once, where tmp_root is kept. */
-void agent_tell_kept_logs(agent *a);
-/* Also starts the janitor for it and the log root (none: a warning). */
-int agent_make_snapshot_dir(agent *a);
 int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);
 int agent_plan_numa_binding(agent *a);

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "agent/free_ports.h"
-#include "agent/janitor.h"
 #include "agent/local_jobs.h"
 #include "agent/stacks.h"
 #include "agent/tf_config.h"
@@ -20,39 +19,6 @@
 #include "common/ddprun_env.h"
 #include "common/fs.h"
 #include "common/log.h"
-
-/* Without --log-dir nobody asked for the files: after a run in which no
- * worker failed, nothing is left behind in /tmp. Where one failed, its
- * logs (-r/-t's files, error files: the traceback) are what the user
- * needs next, as torchrun keeps its /tmp/torchelastic_* directories. */
-void agent_remove_tmp_root(agent *a) {
-    local_job_remove(a->job_note);
-    if (!a->tmp_root[0]) return;
-    if (a->keep_logs) {
-        agent_tell_kept_logs(a);
-        janitor_keep(a->janitor_fd);
-        char why[400];
-        snprintf(why, sizeof why, "%s/" KEPT_LOGS_NOTE, a->tmp_root);
-        FILE *f = fopen(why, "w");
-        if (f) {
-            fprintf(f, "A worker of job '%s' failed: ddprun (pid %d) kept its workers' logs "
-                       "here, in %s.\nRemove this directory when done; ddprun's --log-dir "
-                       "chooses where logs go.\n",
-                    a->cfg->rdzv_id, (int)getpid(), a->log_root);
-            fclose(f);
-        }
-        return;
-    }
-    fs_remove_tree(a->tmp_root);
-}
-
-void agent_tell_kept_logs(agent *a) {
-    if (!a->tmp_root[0] || a->keep_logs != 1) return;
-    a->keep_logs = 2; /* told */
-    log_info("a worker failed: the workers' logs are kept in %s (remove it when done; "
-             "--log-dir chooses where they go)",
-             a->log_root);
-}
 
 int agent_note_local_job(agent *a) {
     const agent_config *c = a->cfg;
@@ -65,77 +31,13 @@ int agent_note_local_job(agent *a) {
                  a->store.addr, a->store.port);
     snprintf(j.run_id, sizeof j.run_id, "%s", c->rdzv_id);
     snprintf(j.key_prefix, sizeof j.key_prefix, "%s", c->rdzv.key_prefix ? c->rdzv.key_prefix : "");
-    int rc = local_job_note(&j, a->job_note, sizeof a->job_note);
-    if (rc)
-        log_debug("cannot leave this job's note for `ddprun status`: %s", strerror(-rc));
-    else
-        janitor_add_path(a->janitor_fd, a->job_note);
+    node_dirs_note_job(a->dirs, &j);
     return 0; /* (the job runs on without it) */
-}
-
-/* torchrun's layout: <log dir>/<run id>_<random>/, a new folder for each
- * run, so that a job run again with the same --rdzv-id and --log-dir does
- * not write into the last one's attempt_0. */
-int agent_make_log_root(agent *a) {
-    const agent_config *c = a->cfg;
-    if (c->log_dir) {
-        int rc = fs_mkdir_p(c->log_dir);
-        if (rc) {
-            log_error("cannot create the log directory %s: %s", c->log_dir, strerror(-rc));
-            return rc;
-        }
-        if (snprintf(a->log_root, sizeof a->log_root, "%s/%s_XXXXXX", c->log_dir, c->rdzv_id) >=
-            (int)sizeof a->log_root)
-            rc = -ENAMETOOLONG;
-        else if (!mkdtemp(a->log_root))
-            rc = -errno;
-        if (rc) {
-            log_error("cannot create a run directory in %s: %s", c->log_dir, strerror(-rc));
-            return rc;
-        }
-        log_info("log directory set to: %s", a->log_root);
-        return 0;
-    } else {
-        char tmpl[256];
-        snprintf(tmpl, sizeof tmpl, "/tmp/ddprun_%d_XXXXXX", (int)getpid());
-        if (!mkdtemp(tmpl)) return -errno;
-        snprintf(a->tmp_root, sizeof a->tmp_root, "%s", tmpl);
-        snprintf(a->log_root, sizeof a->log_root, "%s/%s", tmpl, c->rdzv_id);
-    }
-    int rc = fs_mkdir_p(a->log_root);
-    if (rc) log_error("cannot create the log directory %s: %s", a->log_root, strerror(-rc));
-    return rc;
-}
-
-static void start_janitor(agent *a) {
-    const char *paths[] = {a->snapshots.path, a->snapshots.disk, a->tmp_root, NULL};
-    a->janitor_fd = janitor_start(paths);
-    if (a->janitor_fd < 0)
-        log_warn("cannot start a shell (/bin/sh) to remove %s%s%s if this agent is killed; "
-                 "the next agent on this machine will",
-                 a->snapshots.path, a->tmp_root[0] ? " and " : "", a->tmp_root);
-}
-
-/* DDPRUN_SNAPSHOT_DIR: in memory, or (with a warning) on disk. */
-int agent_make_snapshot_dir(agent *a) {
-    char disk[2200], why[600];
-    snprintf(disk, sizeof disk, "%s/snapshots", a->log_root);
-    int rc = snapshot_dir_make(&a->snapshots, a->cfg->env.shm_dir, disk, why, sizeof why);
-    if (rc) {
-        log_error("cannot make the workers' snapshot directory under %s or %s: %s",
-                  a->cfg->env.shm_dir, disk, strerror(-rc));
-        return rc;
-    }
-    if (!a->snapshots.in_memory)
-        log_warn("%s; the workers' snapshot directory (" DDPRUN_ENV_SNAPSHOT_DIR ") is on disk: %s",
-                 why, a->snapshots.path);
-    start_janitor(a);
-    return 0;
 }
 
 int agent_open_event_log(agent *a) {
     char path[2200], err[2400];
-    snprintf(path, sizeof path, "%s/events.jsonl", a->log_root);
+    snprintf(path, sizeof path, "%s/events.jsonl", node_dirs_log_root(a->dirs));
     a->events = event_log_open(path, a->cfg->event_log_console, err, sizeof err);
     if (!a->events) {
         log_error("%s", err);
@@ -322,10 +224,10 @@ int agent_start_metrics(agent *a) {
     const agent_config *c = a->cfg;
     if (c->metrics_port < 0 && c->health_port < 0) return 0;
     if (c->metrics_port >= 0) {
-        if (snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s/metrics", a->log_root) >=
+        if (snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s/metrics", node_dirs_log_root(a->dirs)) >=
             (int)sizeof a->metrics_dir) {
             log_error("--metrics-port: the metrics directory under %s would be longer than %zu "
-                      "characters; choose a shorter --log-dir", a->log_root,
+                      "characters; choose a shorter --log-dir", node_dirs_log_root(a->dirs),
                       sizeof a->metrics_dir - 1);
             return -ENAMETOOLONG;
         }
