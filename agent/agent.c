@@ -49,71 +49,6 @@ static void set_state(agent *a, agent_state st) {
 }
 
 
-/* ---- the rendezvous thread ---------------------------------------------- */
-
-static void post(agent *a, ev_kind kind, int rc, rdzv_event why, const rdzv_result *res,
-                 const char *err) {
-    pthread_mutex_lock(&a->mu);
-    if (a->nev < MAX_EVENTS) {
-        agent_event *e = &a->evq[a->nev++];
-        memset(e, 0, sizeof *e);
-        e->kind = kind;
-        e->rc = rc;
-        e->why = why;
-        if (res) e->res = *res;
-        if (err) snprintf(e->err, sizeof e->err, "%s", err);
-        if (kind == EV_ROUND && rc == 0 && a->cfg->tf_config &&
-            !(e->tf_cluster = tf_config_cluster(res, e->err, sizeof e->err)))
-            e->rc = -EPROTO;
-        e->res.nodes = NULL;
-    }
-    pthread_mutex_unlock(&a->mu);
-    uv_async_send(&a->wake);
-}
-
-
-static void *rdzv_thread(void *arg) {
-    agent *a = arg;
-    for (;;) {
-        rdzv_result res;
-        char err[512] = "";
-        memset(&res, 0, sizeof res);
-        double t0 = clock_now_s();
-        int rc = rdzv_next(a->rd, &res, err, sizeof err);
-        if (rc == 0) metrics_round(a->metrics, clock_now_s() - t0);
-        post(a, EV_ROUND, rc, RDZV_EV_NONE, &res, err);
-        if (rc) return NULL;
-        for (;;) {
-            pthread_mutex_lock(&a->mu);
-            int barrier = a->cmd_barrier;
-            pthread_mutex_unlock(&a->mu);
-            if (barrier) {
-                pthread_mutex_lock(&a->mu);
-                int kept = a->cmd_barrier_kept;
-                pthread_mutex_unlock(&a->mu);
-                rc = rdzv_exit_barrier(a->rd, a->cfg->rdzv.join_timeout, kept);
-                post(a, EV_BARRIER, rc, RDZV_EV_NONE, NULL, NULL);
-                return NULL;
-            }
-            rdzv_event ev;
-            rc = rdzv_watch(a->rd, 1000, &ev);
-            if (rc) {
-                rdzv_lost_message(a->rd, rc, err, sizeof err);
-                post(a, EV_LOST, rc, RDZV_EV_NONE, NULL, err);
-                return NULL;
-            }
-            if (ev == RDZV_EV_FAILURE || ev == RDZV_EV_MEMBERSHIP) {
-                pthread_mutex_lock(&a->mu);
-                int leaving = a->cmd_leave;
-                pthread_mutex_unlock(&a->mu);
-                if (leaving) return NULL; /* (leaving the job: no next round for this node) */
-                post(a, EV_RESTART, 0, ev, NULL, NULL);
-                break;
-            }
-        }
-    }
-}
-
 /* ---- workers --------------------------------------------------------------- */
 
 static int console_shown(const agent_config *c, int local_rank) {
@@ -337,7 +272,7 @@ static void round_formed(agent *a) {
     a->prev_group_size = r->group_world_size;
 }
 
-static void on_round(agent *a, agent_event *e) {
+static void on_round(agent *a, rdzv_driver_event *e) {
     if (e->rc == RDZV_RESTARTS_SPENT) {
         a->spent_restarts = e->res.restart_count > 0 ? e->res.restart_count : 1;
         /* the workers still stopping get their grace period, then the agent ends */
@@ -417,50 +352,43 @@ static void leave(agent *a, const char *why) {
     agent_record_event(a, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
     set_state(a, ST_SHUTDOWN); /* exits 0 once its workers have stopped */
     agent_tell(a, "leaving");
-    pthread_mutex_lock(&a->mu);
-    a->cmd_leave = 1;
-    pthread_mutex_unlock(&a->mu);
+    rdzv_driver_leave(a->driver);
     int rc = rdzv_end_round(a->rd, 0, RDZV_EV_MEMBERSHIP); /* the others restart at once */
     if (rc) log_error("cannot tell the other nodes that this one leaves: %s", strerror(-rc));
     stop_workers(a, SIGTERM);
 }
 
+/* The agent's own wake: --replace-stragglers asked this node to leave. */
 static void on_wake(uv_async_t *h) {
     agent *a = h->data;
     if (a->leave_why[0]) {
         leave(a, a->leave_why);
         a->leave_why[0] = 0;
     }
-    agent_event evs[MAX_EVENTS];
-    pthread_mutex_lock(&a->mu);
-    int n = a->nev;
-    memcpy(evs, a->evq, (size_t)n * sizeof evs[0]);
-    a->nev = 0;
-    pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < n; i++) {
-        if (a->state == ST_SHUTDOWN && evs[i].kind != EV_ROUND) continue;
-        switch (evs[i].kind) {
-        case EV_ROUND:
-            if (a->state != ST_SHUTDOWN) on_round(a, &evs[i]);
-            break;
-        case EV_RESTART: on_restart(a, evs[i].why); break;
-        case EV_BARRIER: on_barrier(a, evs[i].rc); break;
-        case EV_LOST:
-            log_error("%s", evs[i].err);
-            a->store_lost = 1;
-            agent_coll_store_lost(a->coll);
-            agent_speed_store_lost(a->speed);
-            set_state(a, ST_SHUTDOWN);
-            a->exit_code = 1;
-            stop_workers(a, SIGTERM);
-            if (!a->wg || a->wg->idle) finish(a, 1);
-            break;
-        }
-        free(evs[i].tf_cluster); /* (NULL when the round took it) */
-    }
 }
 
-
+/* What the rendezvous thread learnt, on the loop. */
+static void on_rdzv_event(void *ctx, rdzv_driver_event *e) {
+    agent *a = ctx;
+    if (a->state == ST_SHUTDOWN && e->kind != RDZV_DRIVER_ROUND) return;
+    switch (e->kind) {
+    case RDZV_DRIVER_ROUND:
+        if (a->state != ST_SHUTDOWN) on_round(a, e);
+        break;
+    case RDZV_DRIVER_RESTART: on_restart(a, e->why); break;
+    case RDZV_DRIVER_BARRIER: on_barrier(a, e->rc); break;
+    case RDZV_DRIVER_LOST:
+        log_error("%s", e->err);
+        a->store_lost = 1;
+        agent_coll_store_lost(a->coll);
+        agent_speed_store_lost(a->speed);
+        set_state(a, ST_SHUTDOWN);
+        a->exit_code = 1;
+        stop_workers(a, SIGTERM);
+        if (!a->wg || a->wg->idle) finish(a, 1);
+        break;
+    }
+}
 
 /* The root cause's message says what the collective records found: that
  * it is the rank the others waited for, or that it waited for one. */
@@ -662,11 +590,7 @@ static void on_group_idle(worker_group *g) {
         for (int i = 0; i < g->n; i++) kept |= said_finished(&g->w[i]);
         set_state(a, ST_BARRIER);
         agent_tell(a, "finishing");
-        pthread_mutex_lock(&a->mu);
-        a->cmd_barrier = 1;
-        a->cmd_barrier_kept = kept;
-        pthread_mutex_unlock(&a->mu);
-        rdzv_poke(a->rd, 0);
+        rdzv_driver_barrier(a->driver, kept);
         return;
     }
     if (a->state != ST_STOPPING) return;
@@ -743,7 +667,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->cfg = cfg;
     a->exe = self_exe;
     a->loop = uv_default_loop();
-    pthread_mutex_init(&a->mu, NULL);
 
     /* --local-addr names this node as the others know it: in the
      * rendezvous (host order, ranks) and in failure reports. */
@@ -789,8 +712,13 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     set_state(a, ST_RDZV);
     agent_joining(a);
-    pthread_create(&a->rthread, NULL, rdzv_thread, a);
-    a->rthread_started = 1;
+    rdzv_driver_opts ro = {.metrics = a->metrics, .tf_config = cfg->tf_config,
+                           .barrier_timeout_s = cfg->rdzv.join_timeout, .ctx = a,
+                           .event = on_rdzv_event};
+    if (rdzv_driver_start(a->loop, a->rd, &ro, &a->driver)) {
+        log_error("cannot start the rendezvous thread");
+        goto out;
+    }
     uv_run(a->loop, UV_RUN_DEFAULT);
     code = a->exit_code;
     if (code < 128) /* not when a signal asked us to stop */
@@ -806,6 +734,7 @@ out:
      * holds its call; then what the call uses stays to the process's end. */
     side_calls_stop(a->side, a->store_lost ? 0 : 1000);
     agent_goodput_stop(a->gp);
+    rdzv_driver_stop(a->driver);
     agent_speed_stop(a->speed);
     agent_coll_stop(a->coll);
     numa_plan_free(&a->numa);

@@ -4,7 +4,8 @@
  * agent_services.c (what it starts and stops around the workers: the log
  * directory, the event log, metrics, the watchdog, NUMA binding, the
  * rendezvous). Only these three include it. The services that own their
- * state behind an opaque type of their own (the side calls, goodput, the
+ * state behind an opaque type of their own (the rendezvous thread, the side
+ * calls, goodput, the
  * collective watch, the straggler watch, the node's directories, the worker
  * group, the file timer, metrics, the event log) are reached through their
  * pointers here; the
@@ -31,25 +32,14 @@
 #include "agent/numa_binding.h"
 #include "agent/side_calls.h"
 #include "agent/node_dirs.h"
+#include "agent/rdzv_driver.h"
 #include "agent/snapshot_dir.h"
 #include "agent/straggler.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rdzv.h"
 
 typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent_state;
-typedef enum { EV_ROUND, EV_RESTART, EV_BARRIER, EV_LOST } ev_kind;
-
-#define MAX_EVENTS 16
 #define MAX_FAILURES 256
-
-typedef struct {
-    ev_kind kind;
-    int rc;
-    rdzv_event why;
-    rdzv_result res; /* scalars only: res.nodes belongs to the other thread */
-    char *tf_cluster; /* --tf-config: the round's workers (tf_config.h), malloc'd; or NULL */
-    char err[512];
-} agent_event;
 
 
 typedef struct {
@@ -58,14 +48,7 @@ typedef struct {
     uv_loop_t *loop;
     uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */
     uv_async_t wake;
-    pthread_t rthread;
-    int rthread_started;
-    pthread_mutex_t mu; /* guards the mailbox and the commands */
-    agent_event evq[MAX_EVENTS];
-    int nev;
-    int cmd_barrier;
-    int cmd_barrier_kept; /* the workers said the job's result is kept (DDPRUN_FINISHED_FILE) */
-    int cmd_leave; /* leaving the job: the rendezvous thread joins no next round */
+    rdzv_driver *driver;     /* the rendezvous thread and its mailbox (rdzv_driver.h) */
     rdzv *rd;
     agent_store store; /* where the job's store is; its host when this agent serves it */
     char hostname[256];
