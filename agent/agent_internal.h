@@ -1,15 +1,13 @@
 /* The agent's state, shared by the files that make it up: agent.c (the
- * state machine and the rendezvous thread's mailbox), agent_report.c (what
- * it tells: `ddprun status`, the event log, the failure summary),
- * agent_services.c (what it starts and stops around the workers: the log
- * directory, the event log, metrics, the watchdog, NUMA binding, the
- * rendezvous). Only these three include it. The services that own their
- * state behind an opaque type of their own (the rendezvous thread, the side
- * calls, goodput, the
- * collective watch, the straggler watch, the node's directories, the worker
- * group, the file timer, metrics, the event log) are reached through their
- * pointers here; the
- * rest moves the same way (docs/architecture.md, "The agent"). */
+ * state machine), agent_report.c (what it tells: `ddprun status`, the event
+ * log, the failure summary) and agent_services.c (what it starts and stops
+ * around the workers: the event log, metrics, the watchdog, NUMA binding,
+ * the rendezvous). Only these three include it. The services that own
+ * their state behind an opaque type of their own (the rendezvous thread,
+ * the side calls, goodput, the collective watch, the straggler watch, the
+ * node's directories, the worker group, the file timer, metrics, the event
+ * log) are reached through their pointers here; the rest moves the same
+ * way (docs/architecture.md, "The agent"). */
 #ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
 #define DDPRUN_AGENT_AGENT_INTERNAL_H
 
