@@ -22,12 +22,14 @@ struct rdzv_driver {
     int nev;
     int cmd_barrier, cmd_barrier_kept;
     int cmd_leave; /* leaving the job: the thread joins no next round */
-    int ended;     /* the thread has returned */
+    int ended;     /* the thread returns without blocking again (a join is short) */
 };
 
+/* last: the thread's final word (it returns without blocking after). */
 static void post(rdzv_driver *d, rdzv_driver_kind kind, int rc, rdzv_event why,
-                 const rdzv_result *res, const char *err) {
+                 const rdzv_result *res, const char *err, int last) {
     pthread_mutex_lock(&d->mu);
+    d->ended |= last;
     if (d->nev < MAX_EVENTS) {
         rdzv_driver_event *e = &d->evq[d->nev++];
         memset(e, 0, sizeof *e);
@@ -62,26 +64,26 @@ static void *run(void *arg) {
         double t0 = clock_now_s();
         int rc = rdzv_next(d->rd, &res, err, sizeof err);
         if (rc == 0) metrics_round(d->o.metrics, clock_now_s() - t0);
-        post(d, RDZV_DRIVER_ROUND, rc, RDZV_EV_NONE, &res, err);
+        post(d, RDZV_DRIVER_ROUND, rc, RDZV_EV_NONE, &res, err, rc != 0);
         if (rc) break;
         for (;;) {
             int barrier, kept;
             command(d, &barrier, &kept);
             if (barrier) {
                 rc = rdzv_exit_barrier(d->rd, d->o.barrier_timeout_s, kept);
-                post(d, RDZV_DRIVER_BARRIER, rc, RDZV_EV_NONE, NULL, NULL);
+                post(d, RDZV_DRIVER_BARRIER, rc, RDZV_EV_NONE, NULL, NULL, 1);
                 goto out;
             }
             rdzv_event ev;
             rc = rdzv_watch(d->rd, 1000, &ev);
             if (rc) {
                 rdzv_lost_message(d->rd, rc, err, sizeof err);
-                post(d, RDZV_DRIVER_LOST, rc, RDZV_EV_NONE, NULL, err);
+                post(d, RDZV_DRIVER_LOST, rc, RDZV_EV_NONE, NULL, err, 1);
                 goto out;
             }
             if (ev == RDZV_EV_FAILURE || ev == RDZV_EV_MEMBERSHIP) {
                 if (command(d, &barrier, &kept)) goto out; /* leaving: no next round */
-                post(d, RDZV_DRIVER_RESTART, 0, ev, NULL, NULL);
+                post(d, RDZV_DRIVER_RESTART, 0, ev, NULL, NULL, 0);
                 break;
             }
         }
@@ -142,6 +144,13 @@ void rdzv_driver_leave(rdzv_driver *d) {
     pthread_mutex_unlock(&d->mu);
 }
 
+int rdzv_driver_running(rdzv_driver *d) {
+    pthread_mutex_lock(&d->mu);
+    int ended = d->ended;
+    pthread_mutex_unlock(&d->mu);
+    return !ended;
+}
+
 static void on_closed(uv_handle_t *h) {
     rdzv_driver *d = h->data;
     pthread_join(d->thread, NULL);
@@ -152,9 +161,6 @@ static void on_closed(uv_handle_t *h) {
 
 void rdzv_driver_stop(rdzv_driver *d) {
     if (!d) return;
-    pthread_mutex_lock(&d->mu);
-    int ended = d->ended;
-    pthread_mutex_unlock(&d->mu);
     /* (a thread held by the store is left to the process's end, with d) */
-    uv_close((uv_handle_t *)&d->wake, ended ? on_closed : NULL);
+    uv_close((uv_handle_t *)&d->wake, rdzv_driver_running(d) ? NULL : on_closed);
 }

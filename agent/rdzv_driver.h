@@ -48,6 +48,9 @@ int rdzv_driver_start(uv_loop_t *loop, rdzv *rd, const rdzv_driver_opts *o, rdzv
 void rdzv_driver_barrier(rdzv_driver *d, int kept);
 /* This node leaves the job: no next round. */
 void rdzv_driver_leave(rdzv_driver *d);
+/* Whether the thread will still block (join or watch a round): 0 once it
+ * has said its last word or left. */
+int rdzv_driver_running(rdzv_driver *d);
 /* The end: the loop handle closed; the thread joined if it has ended (else
  * it is held by the store, and it and d are left to the process's end).
  * NULL: nothing. */

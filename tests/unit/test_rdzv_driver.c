@@ -1,0 +1,111 @@
+/* agent/rdzv_driver.c on a real rendezvous (an in-process store): the
+ * round it forms comes back to the loop; the round's end (another node's
+ * failure) comes back as a restart and the next round follows; on the
+ * agent's word it runs the exit barrier, or joins no more; its thread is
+ * joined and everything freed at the stop (LeakSanitizer in the asan
+ * runner). */
+#include <errno.h>
+#include <string.h>
+#include <uv.h>
+
+#include "agent/rdzv_driver.h"
+#include "rendezvous/rdzv_backend.h"
+#include "tests/unit/store_fixture.h"
+#include "tests/unit/test.h"
+
+typedef struct {
+    rdzv_driver_kind kind[16];
+    int rc[16], restart_count[16];
+    rdzv_event why[16];
+    int n;
+} seen;
+
+static void on_event(void *ctx, rdzv_driver_event *e) {
+    seen *s = ctx;
+    if (s->n >= 16) return;
+    s->kind[s->n] = e->kind, s->rc[s->n] = e->rc, s->why[s->n] = e->why;
+    s->restart_count[s->n] = e->res.restart_count;
+    s->n++;
+}
+
+/* Runs the loop until n events came (or 10 s). */
+static void until(uv_loop_t *loop, seen *s, int n) {
+    for (int i = 0; i < 10000 && s->n < n; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+    if (s->n < n) test_fail(__FILE__, __LINE__, "%d events of %d", s->n, n);
+}
+
+static rdzv *open_one(store_fixture *f) {
+    rdzv_opts o = {.backend = rdzv_backend_find("c10d", NULL),
+                   .where = {.host = "127.0.0.1", .port = f->port, .connect_timeout_ms = 10000},
+                   .run_id = "job", .min_nodes = 1, .max_nodes = 1, .node_rank = -1, .nproc = 1,
+                   .hostname = "node0", .join_timeout = 10, .last_call_timeout = 0.3,
+                   .heartbeat = 1, .max_restarts = 3};
+    rdzv *r;
+    char err[512];
+    if (rdzv_open(&o, &r, err, sizeof err)) test_fail(__FILE__, __LINE__, "%s", err);
+    return r;
+}
+
+TEST(rdzv_driver_forms_rounds_restarts_and_runs_the_barrier) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    rdzv *r = open_one(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    seen s = {0};
+    rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &s, .event = on_event};
+    rdzv_driver *d;
+    CHECK_EQ(rdzv_driver_start(&loop, r, &o, &d), 0);
+    until(&loop, &s, 1);
+    CHECK_EQ(s.kind[0], RDZV_DRIVER_ROUND);
+    CHECK_EQ(s.rc[0], 0);
+    CHECK_EQ(s.restart_count[0], 0);
+    /* another node's failure ends the round: a restart, then the next round */
+    CHECK_EQ(rdzv_end_round(r, 0, RDZV_EV_FAILURE), 0);
+    until(&loop, &s, 3);
+    CHECK_EQ(s.kind[1], RDZV_DRIVER_RESTART);
+    CHECK_EQ(s.why[1], RDZV_EV_FAILURE);
+    CHECK_EQ(s.kind[2], RDZV_DRIVER_ROUND);
+    CHECK_EQ(s.rc[2], 0);
+    CHECK_EQ(s.restart_count[2], 1);
+    /* the workers finished: the exit barrier, and the thread ends */
+    rdzv_driver_barrier(d, 0);
+    until(&loop, &s, 4);
+    CHECK_EQ(s.kind[3], RDZV_DRIVER_BARRIER);
+    CHECK_EQ(s.rc[3], 0);
+    rdzv_driver_stop(d);
+    uv_run(&loop, UV_RUN_DEFAULT); /* the close: the thread joined, d freed */
+    CHECK_EQ(uv_loop_close(&loop), 0);
+    rdzv_close(r);
+    fixture_stop(&f);
+}
+
+TEST(rdzv_driver_leaving_joins_no_next_round) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    rdzv *r = open_one(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    seen s = {0};
+    rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &s, .event = on_event};
+    rdzv_driver *d;
+    CHECK_EQ(rdzv_driver_start(&loop, r, &o, &d), 0);
+    until(&loop, &s, 1);
+    rdzv_driver_leave(d);
+    CHECK_EQ(rdzv_end_round(r, 0, RDZV_EV_MEMBERSHIP), 0);
+    for (int i = 0; i < 10000 && rdzv_driver_running(d); i++) { /* it sees the end */
+        uv_run(&loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+    CHECK(!rdzv_driver_running(d));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK_EQ(s.n, 1); /* no restart, no round */
+    rdzv_driver_stop(d);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&loop), 0);
+    rdzv_close(r);
+    fixture_stop(&f);
+}
