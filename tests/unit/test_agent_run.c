@@ -36,6 +36,8 @@ static int run(const char *script, int nflags, const char *const *flags) {
     int n = 0;
     argv[n++] = "ddprun";
     argv[n++] = "--standalone";
+    argv[n++] = "--log-dir"; /* (in the test's scratch directory, not /tmp) */
+    argv[n++] = (char *)test_path("logs");
     for (int i = 0; i < nflags; i++) argv[n++] = (char *)flags[i];
     argv[n++] = "--no-python";
     argv[n++] = "/bin/sh";
