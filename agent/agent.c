@@ -21,15 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/tf_config.h"
 #include "agent/worker_env.h"
+#include "agent/worker_specs.h"
 #include "common/clock.h"
 #include "common/ddprun_env.h"
 #include "common/fdlimit.h"
-#include "common/fs.h"
 #include "common/log.h"
-
-extern char **environ; /* the base of every worker's environment */
 
 
 /* Every change of the agent's state goes through here: the metrics'
@@ -51,42 +48,6 @@ static void set_state(agent *a, agent_state st) {
 
 /* ---- workers --------------------------------------------------------------- */
 
-static int console_shown(const agent_config *c, int local_rank) {
-    if (!c->local_ranks_filter) return 1;
-    for (int i = 0; i < c->n_local_ranks_filter; i++)
-        if (c->local_ranks_filter[i] == local_rank) return 1;
-    return 0;
-}
-
-/* Where one stream of one worker goes: --redirects sends it to its file
- * only, --tee to the file and the console (prefixed, and the lines that
- * match --duplicate-*-filters to the attempt's filtered_*.log too),
- * neither to the console alone. */
-static void stream_opts(agent *a, int local_rank, int which, const char *file, char *prefix,
-                        const char *dup_file, worker_output_opts *o) {
-    const agent_config *c = a->cfg;
-    int redirect = stream_for_rank(&c->redirects, local_rank) & which;
-    int tee = stream_for_rank(&c->tee, local_rank) & which;
-    o->file = redirect || tee ? file : NULL;
-    o->console_fd = (redirect && !tee) || !console_shown(c, local_rank)
-                        ? -1
-                        : (which == STREAM_OUT ? 1 : 2);
-    o->prefix = tee ? prefix : NULL;
-    o->dup_filters = c->dup_filters[which == STREAM_OUT ? 0 : 1].items;
-    o->dup_file = tee ? dup_file : NULL;
-}
-
-/* A worker's console prefix: torchrun's template, default
- * "[${role_name}${local_rank}]:". */
-static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
-    const agent_config *c = a->cfg;
-    worker_prefix_vars v = {.role_name = c->role, .local_rank = local_rank,
-                            .rank = a->cur.rank_offset + local_rank, .hostname = a->hostname};
-    const char *t = c->log_line_prefix_template ? c->log_line_prefix_template
-                                                : "[${role_name}${local_rank}]:";
-    worker_output_prefix(t, &v, out, len, NULL, 0);
-}
-
 static void on_workers_started(worker_group *g);
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
@@ -106,104 +67,47 @@ static void clear_rank_metrics(agent *a) {
     if (d) closedir(d);
 }
 
-/* A worker's environment: the agent's, its variables over it, and with
- * --tf-config its TF_CONFIG (too long for a variable of vars). */
-static char **with_tf_config(agent *a, int local_rank, char (*vars)[WORKER_ENV_LEN], int nv) {
-    if (!a->cfg->tf_config || !a->tf_cluster) return worker_env_build(environ, vars, nv);
-    int n = 0;
-    while (environ[n]) n++;
-    char **base = calloc((size_t)n + 2, sizeof *base);
-    char *tf = tf_config_var(a->tf_cluster, a->cur.rank_offset + local_rank);
-    char **env = NULL;
-    if (base && tf) {
-        int k = 0;
-        for (int i = 0; i < n; i++) /* a TF_CONFIG of the agent's own is replaced */
-            if (strncmp(environ[i], "TF_CONFIG=", 10) != 0) base[k++] = environ[i];
-        base[k] = tf;
-        env = worker_env_build(base, vars, nv);
-    }
-    free(tf);
-    free(base);
-    return env;
-}
-
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
-    int n = c->nproc_per_node, rc = 0;
+    int n = c->nproc_per_node;
     clear_rank_metrics(a);
-    char dir[3072];
-    /* Per rank: the worker group opens these files when it spawns. */
-    char(*out_file)[3200] = calloc((size_t)n, sizeof *out_file);
-    char(*err_file)[3200] = calloc((size_t)n, sizeof *err_file);
-    char(*prefix)[256] = calloc((size_t)n, sizeof *prefix);
-    char dup_file[2][3200];
-    worker_spec *specs = calloc((size_t)n, sizeof *specs);
-    char vars[WORKER_ENV_MAX][WORKER_ENV_LEN];
-    worker_env_ctx ctx = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
+    worker_env_ctx env = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
                           .store_port = a->store.port, .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
                           .snapshot_dir = node_dirs_snapshots(a->dirs)->path,
                           .snapshot_disk_dir = node_dirs_snapshots(a->dirs)->disk,
                           .coll_dir = agent_coll_dir(a->coll)};
-    if (!specs || !out_file || !err_file || !prefix) rc = -ENOMEM;
-    snprintf(dup_file[0], sizeof dup_file[0], "%s/attempt_%d/filtered_stdout.log", node_dirs_log_root(a->dirs),
-             a->cur.restart_count);
-    snprintf(dup_file[1], sizeof dup_file[1], "%s/attempt_%d/filtered_stderr.log", node_dirs_log_root(a->dirs),
-             a->cur.restart_count);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        snprintf(dir, sizeof dir, "%s/attempt_%d/%d", node_dirs_log_root(a->dirs), a->cur.restart_count, i);
-        if ((rc = fs_mkdir_p(dir))) {
-            log_error("cannot create the log directory %s: %s", dir, strerror(-rc));
-            break;
-        }
-        snprintf(specs[i].error_file, sizeof specs[i].error_file, "%s/error.json", dir);
-        unlink(specs[i].error_file); /* a stale one would be blamed for this attempt */
-        char finished[PATH_MAX];
-        if (worker_finished_file(specs[i].error_file, finished, sizeof finished) == 0)
-            unlink(finished); /* nor may a stale one excuse a failure */
-        snprintf(out_file[i], sizeof out_file[i], "%s/stdout.log", dir);
-        snprintf(err_file[i], sizeof err_file[i], "%s/stderr.log", dir);
-        line_prefix(a, i, prefix[i], sizeof prefix[i]);
-        stream_opts(a, i, STREAM_OUT, out_file[i], prefix[i], dup_file[0], &specs[i].out);
-        stream_opts(a, i, STREAM_ERR, err_file[i], prefix[i], dup_file[1], &specs[i].err);
-        int nv = worker_env_vars(&ctx, i, specs[i].error_file, vars);
-        specs[i].env = with_tf_config(a, i, vars, nv);
-        specs[i].argv = c->argv;
-        specs[i].global_rank = a->cur.rank_offset + i;
-        if (!specs[i].env) rc = -ENOMEM;
-    }
-    if (rc == 0 && !(a->wg = worker_group_new(a->loop, a->exe))) {
+    worker_specs_opts so = {.cfg = c, .round = &a->cur, .env = &env,
+                            .log_root = node_dirs_log_root(a->dirs), .hostname = a->hostname,
+                            .tf_cluster = a->tf_cluster};
+    worker_specs *specs;
+    int rc = worker_specs_make(&so, &specs);
+    if (rc) return rc;
+    if (!(a->wg = worker_group_new(a->loop, a->exe))) {
         log_error("out of memory starting the workers");
-        rc = -ENOMEM;
+        worker_specs_free(specs, 0);
+        return -ENOMEM;
     }
-    if (rc == 0) {
-        a->wg->on_started = on_workers_started;
-        a->wg->on_exit = on_worker_exit;
-        a->wg->on_idle = on_group_idle;
-        a->wg->before_kill = agent_stacks_before_kill;
-        a->wg->data = a;
-        set_state(a, ST_RUNNING); /* before the first exit can be seen */
-        for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
-        a->nfails = 0;
-        metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
-                              a->cur.group_world_size, a->cur.restart_count);
-        char err[512] = "";
-        a->group_started = clock_wall_s();
-        agent_coll_group_started(a->coll, a->rd, &a->cur);
-        agent_speed_group_started(a->speed, a->rd, &a->cur);
-        char record[640] = "";
-        if (agent_coll_dir(a->coll)[0]) agent_coll_path(a->coll, 0, record, sizeof record);
-        agent_goodput_group_started(a->gp, record);
-        rc = worker_group_start(a->wg, n, specs, err, sizeof err); /* takes the envs */
-        if (rc) log_error("%s", err);
-    } else {
-        for (int i = 0; specs && i < n; i++) free(specs[i].env);
-    }
-    free(specs);
-    free(out_file);
-    free(err_file);
-    free(prefix);
+    a->wg->on_started = on_workers_started;
+    a->wg->on_exit = on_worker_exit;
+    a->wg->on_idle = on_group_idle;
+    a->wg->before_kill = agent_stacks_before_kill;
+    a->wg->data = a;
+    set_state(a, ST_RUNNING); /* before the first exit can be seen */
+    for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
+    a->nfails = 0;
+    metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
+                          a->cur.group_world_size, a->cur.restart_count);
+    a->group_started = clock_wall_s();
+    agent_coll_group_started(a->coll, a->rd, &a->cur);
+    agent_speed_group_started(a->speed, a->rd, &a->cur);
+    char record[640] = "", err[512] = "";
+    if (agent_coll_dir(a->coll)[0]) agent_coll_path(a->coll, 0, record, sizeof record);
+    agent_goodput_group_started(a->gp, record);
+    rc = worker_group_start(a->wg, n, worker_specs_get(specs), err, sizeof err);
+    if (rc) log_error("%s", err);
+    worker_specs_free(specs, 1); /* (the group took the environments) */
     return rc;
 }
 
@@ -232,9 +136,6 @@ static void on_workers_started(worker_group *g) {
 /* ---- what the agent tells: `ddprun status` and the event log ----------------- */
 
 
-
-
-
 /* ---- decisions --------------------------------------------------------------- */
 
 
@@ -252,7 +153,6 @@ static void finish(agent *a, int code) {
     a->exit_code = code;
     uv_stop(a->loop);
 }
-
 
 
 static void stop_workers(agent *a, int sig) {
