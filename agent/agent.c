@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent/worker_env.h"
+#include "agent/worker_failure.h"
 #include "agent/worker_specs.h"
 #include "common/clock.h"
 #include "common/ddprun_env.h"
@@ -423,45 +424,7 @@ static void on_worker_exit(worker_group *g, worker *w) {
     }
     node_dirs_keep_logs(a->dirs);
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
-    failure_free(f);
-    failure_from_exit(f, a->hostname, w->global_rank, w->local_rank, w->pid, w->exit_status,
-                      w->term_signal, w->exit_time, w->error_file, a->cur.round);
-    f->watchdog = by_watchdog;
-    char *stacks = worker_output_captured(&w->err);
-    if (stacks && !f->traceback) { /* what it wrote when asked for its stacks */
-        if (asprintf(&f->traceback, "its stacks, written when the watchdog asked before its "
-                                    "kill:\n%s", stacks) < 0)
-            f->traceback = NULL;
-    }
-    free(stacks);
-    char *tail = f->traceback || f->error_file[0] ? NULL : worker_output_tail(&w->err, 12);
-    if (tail && w->term_signal == SIGABRT &&
-        strstr(tail, "terminate called without an active exception")) {
-        /* torch's, seen under torchrun alike: a gloo/NCCL thread of a process
-         * group still alive as the interpreter ends (docs/cli.md) */
-        char *why = NULL;
-        if (asprintf(&why, "%s: a C++ thread still ran as the process ended; in a "
-                           "torch.distributed script, the process group was not destroyed "
-                           "before exit (call dist.destroy_process_group() at its end)",
-                     f->message) > 0) {
-            free(f->message);
-            f->message = why;
-        }
-    }
-    if (tail) { /* no error file (no @record): what it last wrote says what happened */
-        if (asprintf(&f->traceback, "%s; the last lines it wrote to stderr:\n%s", f->message,
-                     tail) < 0)
-            f->traceback = NULL;
-        free(tail);
-    }
-    if (f->watchdog) {
-        char *why = NULL;
-        if (asprintf(&why, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
-                     f->message, scope) > 0) {
-            free(f->message);
-            f->message = why;
-        }
-    }
+    worker_failure(f, w, a->hostname, a->cur.round, by_watchdog ? scope : NULL);
     agent_record_worker_event(a, w, "FAILED", f->message);
     if (a->state == ST_RUNNING) { /* stop the others now (the last exit makes the group idle) */
         set_state(a, ST_STOPPING);

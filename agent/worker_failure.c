@@ -1,0 +1,50 @@
+/* See worker_failure.h. */
+#include "agent/worker_failure.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/worker_output.h"
+
+/* f's message := the formatted text around it (%s: the message so far). */
+static void reword(failure *f, const char *fmt, const char *extra) {
+    char *why = NULL;
+    if (asprintf(&why, fmt, f->message, extra) > 0) {
+        free(f->message);
+        f->message = why;
+    }
+}
+
+void worker_failure(failure *f, worker *w, const char *host, int round,
+                    const char *watchdog_scope) {
+    failure_free(f);
+    failure_from_exit(f, host, w->global_rank, w->local_rank, w->pid, w->exit_status,
+                      w->term_signal, w->exit_time, w->error_file, round);
+    f->watchdog = watchdog_scope != NULL;
+    char *stacks = worker_output_captured(&w->err);
+    if (stacks && !f->traceback) { /* what it wrote when asked for its stacks */
+        if (asprintf(&f->traceback, "its stacks, written when the watchdog asked before its "
+                                    "kill:\n%s", stacks) < 0)
+            f->traceback = NULL;
+    }
+    free(stacks);
+    char *tail = f->traceback || f->error_file[0] ? NULL : worker_output_tail(&w->err, 12);
+    if (tail && w->term_signal == SIGABRT &&
+        strstr(tail, "terminate called without an active exception"))
+        /* torch's, seen under torchrun alike: a gloo/NCCL thread of a process
+         * group still alive as the interpreter ends (docs/cli.md) */
+        reword(f, "%s: a C++ thread still ran as the process ended; in a torch.distributed "
+                  "script, the process group was not destroyed before exit (call "
+                  "dist.destroy_process_group() at its end)%s", "");
+    if (tail) { /* no error file (no @record): what it last wrote says what happened */
+        if (asprintf(&f->traceback, "%s; the last lines it wrote to stderr:\n%s", f->message,
+                     tail) < 0)
+            f->traceback = NULL;
+        free(tail);
+    }
+    if (watchdog_scope)
+        reword(f, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
+               watchdog_scope);
+}
