@@ -291,51 +291,6 @@ static void on_rdzv_event(void *ctx, rdzv_driver_event *e) {
     }
 }
 
-/* The root cause's message says what the collective records found: that
- * it is the rank the others waited for, or that it waited for one. */
-static void note_hang(failure *f, const coll_verdict *v) {
-    char *why = NULL;
-    if (asprintf(&why, f->hung ? "%s; the rank the others waited for: %s"
-                               : "%s; it waited for a hung rank: %s",
-                 f->message, v->text) > 0) {
-        free(f->message);
-        f->message = why;
-    }
-}
-
-/* The ranks v blames that are not among the n failures at fs (the
- * watchdog killed them with the others but their exits come later, they
- * still run, or they are another node's): each becomes a failure of its
- * own, so that the summary names it as the cause (the summary keeps one
- * failure per rank). How many were added. */
-static int add_hung_ranks(agent *a, failure *fs, int n, const coll_verdict *v) {
-    int added = 0;
-    for (int b = 0; b < v->nblamed && a->nfails < MAX_FAILURES; b++) {
-        const coll_pos *p = &v->blamed[b];
-        int known = 0;
-        for (int i = 0; i < n + added; i++) known |= fs[i].rank == p->rank;
-        if (known) continue;
-        int local = p->rank - a->cur.rank_offset;
-        const worker *w = a->wg && local >= 0 && local < a->wg->n && a->wg->w[local].pid == p->pid
-                              ? &a->wg->w[local] : NULL;
-        failure *f = &a->fails[a->nfails++];
-        failure_free(f);
-        if (w && !w->running)
-            failure_from_exit(f, a->hostname, p->rank, local, p->pid, w->exit_status,
-                              w->term_signal, w->exit_time, w->error_file, a->cur.round);
-        else /* still running, or another node's: it goes with the group, killed */
-            failure_from_exit(f, p->host, p->rank, p->local_rank, p->pid, 0, SIGKILL,
-                              clock_wall_s(), w ? w->error_file : "", a->cur.round);
-        char *why = NULL;
-        if (asprintf(&why, "%s: hung (stopped with the group)", f->message) > 0) {
-            free(f->message);
-            f->message = why;
-        }
-        added++;
-    }
-    return added;
-}
-
 /* The failures of one turn of the loop are settled: the root cause among
  * them (one worker's kill -9 and its peer's exit on the lost connection are
  * often reaped together, and the peer's comes first as often as not) is
@@ -348,14 +303,19 @@ static void settle_failures(agent *a) {
     int n = a->nfails - a->settle_from;
     coll_verdict hang;
     int hung = n > 0 && agent_coll_verdict(a->coll, &hang);
-    if (hung) n += add_hung_ranks(a, fs, n, &hang);
+    if (hung) {
+        int added = worker_failures_hung(a->fails + a->nfails, MAX_FAILURES - a->nfails, fs, n,
+                                         &hang, a->wg, a->cur.rank_offset, a->hostname,
+                                         a->cur.round);
+        a->nfails += added, n += added;
+    }
     for (int i = 0; hung && i < n; i++) fs[i].hung = coll_verdict_blames(&hang, fs[i].rank);
     int root = failure_root_cause(fs, n);
     if (root < 0) return;
     failure *f = &fs[root];
     if (hung) {
         log_error("hang in collective #%llu: %s", (unsigned long long)hang.seq, hang.text);
-        note_hang(f, &hang);
+        worker_failure_note_hang(f, &hang);
     }
     metrics_worker_failed(a->metrics, f->exitcode, f->watchdog);
     log_error("local rank %d (rank %d, pid %d) failed: %s; stopping the group", f->local_rank,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent/worker_output.h"
+#include "common/clock.h"
 
 /* f's message := the formatted text around it (%s: the message so far). */
 static void reword(failure *f, const char *fmt, const char *extra) {
@@ -47,4 +48,36 @@ void worker_failure(failure *f, worker *w, const char *host, int round,
     if (watchdog_scope)
         reword(f, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
                watchdog_scope);
+}
+
+int worker_failures_hung(failure *out, int room, const failure *known, int nknown,
+                         const coll_verdict *v, const worker_group *wg, int rank_offset,
+                         const char *host, int round) {
+    int added = 0;
+    for (int b = 0; b < v->nblamed && added < room; b++) {
+        const coll_pos *p = &v->blamed[b];
+        int seen = 0;
+        for (int i = 0; i < nknown; i++) seen |= known[i].rank == p->rank;
+        for (int i = 0; i < added; i++) seen |= out[i].rank == p->rank;
+        if (seen) continue;
+        int local = p->rank - rank_offset;
+        const worker *w = wg && local >= 0 && local < wg->n && wg->w[local].pid == p->pid
+                              ? &wg->w[local] : NULL;
+        failure *f = &out[added++];
+        failure_free(f);
+        if (w && !w->running)
+            failure_from_exit(f, host, p->rank, local, p->pid, w->exit_status, w->term_signal,
+                              w->exit_time, w->error_file, round);
+        else /* still running, or another node's: it goes with the group, killed */
+            failure_from_exit(f, p->host, p->rank, p->local_rank, p->pid, 0, SIGKILL,
+                              clock_wall_s(), w ? w->error_file : "", round);
+        reword(f, "%s: hung (stopped with the group)%s", "");
+    }
+    return added;
+}
+
+void worker_failure_note_hang(failure *f, const coll_verdict *v) {
+    reword(f, f->hung ? "%s; the rank the others waited for: %s"
+                      : "%s; it waited for a hung rank: %s",
+           v->text);
 }
