@@ -13,7 +13,6 @@
  * starts the next round while the main thread is still stopping workers. */
 #include "agent/agent_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,25 +52,10 @@ static void on_workers_started(worker_group *g);
 static void on_worker_exit(worker_group *g, worker *w);
 static void on_group_idle(worker_group *g);
 
-/* The ranks of an earlier group wrote their metrics under their old
- * ranks: gone before the new group writes its own. */
-static void clear_rank_metrics(agent *a) {
-    if (!a->metrics_dir[0]) return;
-    DIR *d = opendir(a->metrics_dir);
-    struct dirent *e;
-    char path[2600];
-    while (d && (e = readdir(d)))
-        if (strncmp(e->d_name, "rank_", 5) == 0) {
-            snprintf(path, sizeof path, "%s/%s", a->metrics_dir, e->d_name);
-            unlink(path);
-        }
-    if (d) closedir(d);
-}
-
 static int start_workers(agent *a) {
     const agent_config *c = a->cfg;
     int n = c->nproc_per_node;
-    clear_rank_metrics(a);
+    agent_clear_rank_metrics(a);
     worker_env_ctx env = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
                           .store_port = a->store.port, .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
@@ -449,39 +433,6 @@ static void on_signal(uv_signal_t *s, int signum) {
     stop_workers(a, signum);
 }
 
-/* ---- the straggler watch's hooks ------------------------------------------------ */
-
-static void straggler_changed(void *ctx, const rank_speed *s, int slow, double compute,
-                              double median) {
-    agent *a = ctx;
-    agent_record_event(a, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
-                       json_pack("{s:i, s:i, s:f, s:f, s:f}", "straggler_rank", s->rank,
-                                 "local_rank", s->local_rank, "compute_s", compute, "median_s",
-                                 median, "threshold_pct", a->cfg->straggler_pct));
-    agent_tell(a, a->told ? a->told : "running"); /* `ddprun status` shows it */
-}
-
-static void straggler_leave(void *ctx, const char *why) {
-    agent *a = ctx;
-    snprintf(a->leave_why, sizeof a->leave_why, "%s", why); /* left at the wake */
-    uv_async_send(&a->wake);
-}
-
-static int start_speed(agent *a) {
-    const agent_config *c = a->cfg;
-    agent_speed_opts o = {.side = a->side, .side_conn = AGENT_SIDE, .coll = a->coll,
-                          .goodput = a->gp, .metrics = a->metrics, .hostname = a->hostname,
-                          .nproc = c->nproc_per_node, .threshold_pct = c->straggler_pct,
-                          .window_s = c->straggler_window, .replace = c->replace_stragglers,
-                          .serves_job_store = a->store.host &&
-                                              (c->rdzv_backend->flags & RDZV_IN_JOB_STORE),
-                          .backend = c->rdzv_backend->name};
-    agent_speed_hooks h = {.ctx = a, .changed = straggler_changed, .leave = straggler_leave};
-    int rc = agent_speed_start(a->loop, &o, &h, &a->speed);
-    if (rc) log_error("cannot start the straggler watch: %s", strerror(-rc));
-    return rc;
-}
-
 /* ---- run ------------------------------------------------------------------------- */
 
 int agent_run(const agent_config *cfg, const char *self_exe) {
@@ -521,16 +472,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         log_error("--nproc-per-node %d: %s", cfg->nproc_per_node, why);
         goto out;
     }
-    if (node_dirs_make(cfg->log_dir, cfg->rdzv_id, cfg->env.shm_dir, &a->dirs) ||
-        agent_coll_start(a->loop, a->side, AGENT_SIDE, node_dirs_snapshots(a->dirs)->path,
-                         a->hostname,
-                         cfg->nproc_per_node, &a->coll) ||
-        agent_open_event_log(a) ||
-        agent_start_metrics(a) || agent_plan_numa_binding(a) || agent_start_watchdog(a) ||
-        agent_store_setup(cfg, a->hostname, &a->store) || start_speed(a) ||
-        agent_note_local_job(a) ||
-        agent_open_rendezvous(a))
-        goto out;
+    if (agent_start_services(a)) goto out;
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     set_state(a, ST_RDZV);
@@ -548,21 +490,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         agent_store_linger(&a->store, cfg->rdzv_id, rdzv_agent_id(a->rd));
 out:
     fflush(stdout);
-    metrics_http_stop(a->http[0]);
-    metrics_http_stop(a->http[1]);
-    node_dirs_close(a->dirs);
-    event_log_close(a->events);
-    free(a->last_exit);
-    /* The side calls' thread ends (their afters run) unless the store
-     * holds its call; then what the call uses stays to the process's end. */
-    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
-    agent_goodput_stop(a->gp);
-    rdzv_driver_stop(a->driver);
-    agent_speed_stop(a->speed);
-    agent_coll_stop(a->coll);
-    numa_plan_free(&a->numa);
-    file_timer_stop(a->watchdog);
-    /* The rendezvous thread may be blocked in the store: the process exit
-     * ends it. The embedded store goes with the process. */
+    agent_stop_services(a);
     return code;
 }

@@ -126,6 +126,15 @@ int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);
 int agent_plan_numa_binding(agent *a);
 int agent_start_watchdog(agent *a);
+/* Every service the agent starts around its workers, in order (0, or
+ * nonzero after logging why), and their stops at the end. */
+int agent_start_services(agent *a);
+void agent_stop_services(agent *a);
+/* The straggler watch (agent_speed.h), telling the agent through its hooks. */
+int agent_start_speed(agent *a);
+/* The ranks' metrics of an earlier group (under their old ranks), gone
+ * before the new group writes its own. */
+void agent_clear_rank_metrics(agent *a);
 /* The worker group's before_kill: workers still running after the
  * shutdown timeout are asked for their stacks, and get 2 s to write them. */
 double agent_stacks_before_kill(worker_group *g);

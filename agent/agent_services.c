@@ -1,8 +1,12 @@
 /* What the agent starts and stops around its workers (see
- * agent_internal.h): the log directory, the event log, the metrics and
- * health servers, NUMA binding, the worker watchdog, and the rendezvous. */
+ * agent_internal.h), in order: the node's directories, the collective and
+ * straggler watches (with the straggler watch's hooks), the event log, the
+ * metrics and health servers, NUMA binding, the worker watchdog, the job's
+ * store, the note for `ddprun status`, and the rendezvous; and their stops
+ * at the end. */
 #include "agent/agent_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,4 +275,87 @@ int agent_start_metrics(agent *a) {
                  v6 ? "]" : "", port, i == 0 ? "metrics" : "health");
     }
     return 0;
+}
+
+/* The straggler watch, and what it tells the agent (its hooks). */
+static void straggler_changed(void *ctx, const rank_speed *s, int slow, double compute,
+                              double median) {
+    agent *a = ctx;
+    agent_record_event(a, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
+                       json_pack("{s:i, s:i, s:f, s:f, s:f}", "straggler_rank", s->rank,
+                                 "local_rank", s->local_rank, "compute_s", compute, "median_s",
+                                 median, "threshold_pct", a->cfg->straggler_pct));
+    agent_tell(a, a->told ? a->told : "running"); /* `ddprun status` shows it */
+}
+
+static void straggler_leave(void *ctx, const char *why) {
+    agent *a = ctx;
+    snprintf(a->leave_why, sizeof a->leave_why, "%s", why); /* left at the wake */
+    uv_async_send(&a->wake);
+}
+
+int agent_start_speed(agent *a) {
+    const agent_config *c = a->cfg;
+    agent_speed_opts o = {.side = a->side, .side_conn = AGENT_SIDE, .coll = a->coll,
+                          .goodput = a->gp, .metrics = a->metrics, .hostname = a->hostname,
+                          .nproc = c->nproc_per_node, .threshold_pct = c->straggler_pct,
+                          .window_s = c->straggler_window, .replace = c->replace_stragglers,
+                          .serves_job_store = a->store.host &&
+                                              (c->rdzv_backend->flags & RDZV_IN_JOB_STORE),
+                          .backend = c->rdzv_backend->name};
+    agent_speed_hooks h = {.ctx = a, .changed = straggler_changed, .leave = straggler_leave};
+    int rc = agent_speed_start(a->loop, &o, &h, &a->speed);
+    if (rc) log_error("cannot start the straggler watch: %s", strerror(-rc));
+    return rc;
+}
+
+/* The ranks of an earlier group wrote their metrics under their old
+ * ranks: gone before the new group writes its own. */
+void agent_clear_rank_metrics(agent *a) {
+    if (!a->metrics_dir[0]) return;
+    DIR *d = opendir(a->metrics_dir);
+    struct dirent *e;
+    char path[2600];
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, "rank_", 5) == 0) {
+            snprintf(path, sizeof path, "%s/%s", a->metrics_dir, e->d_name);
+            unlink(path);
+        }
+    if (d) closedir(d);
+}
+
+/* Around the workers, in the order each needs the others: the node's
+ * directories, the collective watch in the snapshot directory, the event
+ * log, metrics, NUMA binding, the watchdog, the job's store, the straggler
+ * watch, the note for `ddprun status`, the rendezvous. */
+int agent_start_services(agent *a) {
+    const agent_config *c = a->cfg;
+    if (node_dirs_make(c->log_dir, c->rdzv_id, c->env.shm_dir, &a->dirs)) return -1;
+    if (agent_coll_start(a->loop, a->side, AGENT_SIDE, node_dirs_snapshots(a->dirs)->path,
+                         a->hostname, c->nproc_per_node, &a->coll))
+        return -ENOMEM;
+    if (agent_open_event_log(a) || agent_start_metrics(a) || agent_plan_numa_binding(a) ||
+        agent_start_watchdog(a) || agent_store_setup(c, a->hostname, &a->store) ||
+        agent_start_speed(a) || agent_note_local_job(a) || agent_open_rendezvous(a))
+        return -1;
+    return 0;
+}
+
+void agent_stop_services(agent *a) {
+    metrics_http_stop(a->http[0]);
+    metrics_http_stop(a->http[1]);
+    node_dirs_close(a->dirs);
+    event_log_close(a->events);
+    free(a->last_exit);
+    /* The side calls' thread ends (their afters run) unless the store
+     * holds its call; then what the call uses stays to the process's end. */
+    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
+    agent_goodput_stop(a->gp);
+    rdzv_driver_stop(a->driver);
+    agent_speed_stop(a->speed);
+    agent_coll_stop(a->coll);
+    numa_plan_free(&a->numa);
+    file_timer_stop(a->watchdog);
+    /* A rendezvous thread blocked in the store ends with the process; so
+     * does the embedded store. */
 }
