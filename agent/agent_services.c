@@ -342,14 +342,15 @@ int agent_start_services(agent *a) {
 }
 
 void agent_stop_services(agent *a) {
+    /* First the side calls: their thread ends and their afters run (they
+     * may still record an event or set a metric) unless the store holds
+     * its call; then what the call uses stays to the process's end. */
+    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
     node_dirs_close(a->dirs);
     event_log_close(a->events);
     free(a->last_exit);
-    /* The side calls' thread ends (their afters run) unless the store
-     * holds its call; then what the call uses stays to the process's end. */
-    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
     agent_goodput_stop(a->gp);
     rdzv_driver_stop(a->driver);
     agent_speed_stop(a->speed);
