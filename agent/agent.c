@@ -1,11 +1,12 @@
-/* The agent (see agent.h). Two threads:
- *
- *  - the main thread runs a libuv loop: signals, the worker processes and
- *    their output, and the decisions (agent_* functions below);
- *  - the rendezvous thread makes the blocking store calls: it joins a
- *    round, then watches it (peers alive, failures elsewhere, nodes
- *    waiting), and posts what it learns to the main thread through a
- *    small mailbox and a uv_async.
+/* The agent (see agent.h): a state machine (joining a round, running its
+ * workers, stopping them, at the exit barrier, shutting down) on a libuv
+ * loop, composing services that own their state: the rendezvous thread
+ * (rdzv_driver.h: it makes the blocking store calls, joins a round, watches
+ * it, and brings what it learns back as events), the worker group, the side
+ * calls, goodput, the collective and straggler watches, the node's
+ * directories (started and stopped in agent_services.c). The main thread
+ * runs the loop: signals, the worker processes and their output, and the
+ * decisions below.
  *
  * A local worker failure is announced by the main thread itself (one
  * COMPARE_SET on its own store connection) so that the other agents hear
