@@ -125,14 +125,15 @@ static void on_look(uv_timer_t *t) {
         still |= now - w->since >= COLL_STILL_S;
     }
     if (still && !c->busy && now - c->published >= COLL_STILL_S) {
-        coll_pub *p = calloc(1, sizeof *p);
-        if (p && (p->json = coll_pos_json(ps, m, clock_wall_s()))) {
+        char *json = coll_pos_json(ps, m, clock_wall_s());
+        coll_pub *p = json ? malloc(sizeof *p) : NULL;
+        if (p) {
             *p = (coll_pub){.c = c, .rd = c->rd, .round = c->round.round,
-                            .group_rank = c->round.group_rank, .json = p->json};
+                            .group_rank = c->round.group_rank, .json = json};
             c->busy = 1;
             if (side_calls_run(c->side, publish, published, p) != 0) published(NULL, p);
         } else {
-            free(p);
+            free(json);
         }
         c->published = now;
     }

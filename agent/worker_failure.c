@@ -2,6 +2,7 @@
 #include "agent/worker_failure.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,14 @@
 #include "agent/worker_output.h"
 #include "common/clock.h"
 
-/* f's message := the formatted text around it (%s: the message so far). */
-static void reword(failure *f, const char *fmt, const char *extra) {
-    char *why = NULL;
-    if (asprintf(&why, fmt, f->message, extra) > 0) {
+/* f's message := itself followed by the formatted text. */
+__attribute__((format(printf, 2, 3))) static void append(failure *f, const char *fmt, ...) {
+    char more[1200], *why = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(more, sizeof more, fmt, ap);
+    va_end(ap);
+    if (asprintf(&why, "%s%s", f->message, more) > 0) {
         free(f->message);
         f->message = why;
     }
@@ -36,9 +41,9 @@ void worker_failure(failure *f, worker *w, const char *host, int round,
         strstr(tail, "terminate called without an active exception"))
         /* torch's, seen under torchrun alike: a gloo/NCCL thread of a process
          * group still alive as the interpreter ends (docs/cli.md) */
-        reword(f, "%s: a C++ thread still ran as the process ended; in a torch.distributed "
+        append(f, ": a C++ thread still ran as the process ended; in a torch.distributed "
                   "script, the process group was not destroyed before exit (call "
-                  "dist.destroy_process_group() at its end)%s", "");
+                  "dist.destroy_process_group() at its end)");
     if (tail) { /* no error file (no @record): what it last wrote says what happened */
         if (asprintf(&f->traceback, "%s; the last lines it wrote to stderr:\n%s", f->message,
                      tail) < 0)
@@ -46,7 +51,7 @@ void worker_failure(failure *f, worker *w, const char *host, int round,
         free(tail);
     }
     if (watchdog_scope)
-        reword(f, "%s: stopped by the worker watchdog, '%s' ran past its deadline",
+        append(f, ": stopped by the worker watchdog, '%s' ran past its deadline",
                watchdog_scope);
 }
 
@@ -71,13 +76,12 @@ int worker_failures_hung(failure *out, int room, const failure *known, int nknow
         else /* still running, or another node's: it goes with the group, killed */
             failure_from_exit(f, p->host, p->rank, p->local_rank, p->pid, 0, SIGKILL,
                               clock_wall_s(), w ? w->error_file : "", round);
-        reword(f, "%s: hung (stopped with the group)%s", "");
+        append(f, ": hung (stopped with the group)");
     }
     return added;
 }
 
 void worker_failure_note_hang(failure *f, const coll_verdict *v) {
-    reword(f, f->hung ? "%s; the rank the others waited for: %s"
-                      : "%s; it waited for a hung rank: %s",
+    append(f, f->hung ? "; the rank the others waited for: %s" : "; it waited for a hung rank: %s",
            v->text);
 }

@@ -49,63 +49,68 @@ static rdzv *open_one(store_fixture *f) {
     return r;
 }
 
-TEST(rdzv_driver_forms_rounds_restarts_and_runs_the_barrier) {
+/* A one-node job on an in-process store, its driver started on a loop of
+ * the test's, its first round come back. */
+typedef struct {
     store_fixture f;
-    fixture_start(&f, NULL);
-    rdzv *r = open_one(&f);
+    rdzv *r;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    seen s = {0};
-    rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &s, .event = on_event};
+    seen s;
     rdzv_driver *d;
-    CHECK_EQ(rdzv_driver_start(&loop, r, &o, &d), 0);
-    until(&loop, &s, 1);
-    CHECK_EQ(s.kind[0], RDZV_DRIVER_ROUND);
-    CHECK_EQ(s.rc[0], 0);
-    CHECK_EQ(s.restart_count[0], 0);
+} bed;
+
+static void bed_start(bed *b) {
+    memset(b, 0, sizeof *b);
+    fixture_start(&b->f, NULL);
+    b->r = open_one(&b->f);
+    uv_loop_init(&b->loop);
+    rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &b->s, .event = on_event};
+    CHECK_EQ(rdzv_driver_start(&b->loop, b->r, &o, &b->d), 0);
+    until(&b->loop, &b->s, 1);
+    CHECK_EQ(b->s.kind[0], RDZV_DRIVER_ROUND);
+    CHECK_EQ(b->s.rc[0], 0);
+    CHECK_EQ(b->s.restart_count[0], 0);
+}
+
+/* The stop: the thread joined and the driver freed as the loop closes. */
+static void bed_stop(bed *b) {
+    rdzv_driver_stop(b->d);
+    uv_run(&b->loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&b->loop), 0);
+    rdzv_close(b->r);
+    fixture_stop(&b->f);
+}
+
+TEST(rdzv_driver_forms_rounds_restarts_and_runs_the_barrier) {
+    bed b;
+    bed_start(&b);
     /* another node's failure ends the round: a restart, then the next round */
-    CHECK_EQ(rdzv_end_round(r, 0, RDZV_EV_FAILURE), 0);
-    until(&loop, &s, 3);
-    CHECK_EQ(s.kind[1], RDZV_DRIVER_RESTART);
-    CHECK_EQ(s.why[1], RDZV_EV_FAILURE);
-    CHECK_EQ(s.kind[2], RDZV_DRIVER_ROUND);
-    CHECK_EQ(s.rc[2], 0);
-    CHECK_EQ(s.restart_count[2], 1);
+    CHECK_EQ(rdzv_end_round(b.r, 0, RDZV_EV_FAILURE), 0);
+    until(&b.loop, &b.s, 3);
+    CHECK_EQ(b.s.kind[1], RDZV_DRIVER_RESTART);
+    CHECK_EQ(b.s.why[1], RDZV_EV_FAILURE);
+    CHECK_EQ(b.s.kind[2], RDZV_DRIVER_ROUND);
+    CHECK_EQ(b.s.rc[2], 0);
+    CHECK_EQ(b.s.restart_count[2], 1);
     /* the workers finished: the exit barrier, and the thread ends */
-    rdzv_driver_barrier(d, 0);
-    until(&loop, &s, 4);
-    CHECK_EQ(s.kind[3], RDZV_DRIVER_BARRIER);
-    CHECK_EQ(s.rc[3], 0);
-    rdzv_driver_stop(d);
-    uv_run(&loop, UV_RUN_DEFAULT); /* the close: the thread joined, d freed */
-    CHECK_EQ(uv_loop_close(&loop), 0);
-    rdzv_close(r);
-    fixture_stop(&f);
+    rdzv_driver_barrier(b.d, 0);
+    until(&b.loop, &b.s, 4);
+    CHECK_EQ(b.s.kind[3], RDZV_DRIVER_BARRIER);
+    CHECK_EQ(b.s.rc[3], 0);
+    bed_stop(&b);
 }
 
 TEST(rdzv_driver_leaving_joins_no_next_round) {
-    store_fixture f;
-    fixture_start(&f, NULL);
-    rdzv *r = open_one(&f);
-    uv_loop_t loop;
-    uv_loop_init(&loop);
-    seen s = {0};
-    rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &s, .event = on_event};
-    rdzv_driver *d;
-    CHECK_EQ(rdzv_driver_start(&loop, r, &o, &d), 0);
-    until(&loop, &s, 1);
-    rdzv_driver_leave(d);
-    CHECK_EQ(rdzv_end_round(r, 0, RDZV_EV_MEMBERSHIP), 0);
-    for (int i = 0; i < 10000 && rdzv_driver_running(d); i++) { /* it sees the end */
-        uv_run(&loop, UV_RUN_NOWAIT);
+    bed b;
+    bed_start(&b);
+    rdzv_driver_leave(b.d);
+    CHECK_EQ(rdzv_end_round(b.r, 0, RDZV_EV_MEMBERSHIP), 0);
+    for (int i = 0; i < 10000 && rdzv_driver_running(b.d); i++) { /* it sees the end */
+        uv_run(&b.loop, UV_RUN_NOWAIT);
         sleep_ms(1);
     }
-    CHECK(!rdzv_driver_running(d));
-    uv_run(&loop, UV_RUN_NOWAIT);
-    CHECK_EQ(s.n, 1); /* no restart, no round */
-    rdzv_driver_stop(d);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&loop), 0);
-    rdzv_close(r);
-    fixture_stop(&f);
+    CHECK(!rdzv_driver_running(b.d));
+    uv_run(&b.loop, UV_RUN_NOWAIT);
+    CHECK_EQ(b.s.n, 1); /* no restart, no round */
+    bed_stop(&b);
 }
