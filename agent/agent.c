@@ -43,6 +43,7 @@ static void set_state(agent *a, agent_state st) {
         agent_speed_group_stopping(a->speed);
     }
     a->state = st;
+    agent_report_standing(a->report, st != ST_RDZV, st == ST_RUNNING);
     metrics_set_state(a->metrics, as_metrics[st]);
 }
 
@@ -85,7 +86,7 @@ static int start_workers(agent *a) {
     a->nfails = 0;
     metrics_group_started(a->metrics, n, a->cur.round, a->cur.world_size,
                           a->cur.group_world_size, a->cur.restart_count);
-    a->group_started = clock_wall_s();
+    agent_report_group(a->report, a->wg, clock_wall_s());
     agent_coll_group_started(a->coll, a->rd, &a->cur);
     agent_speed_group_started(a->speed, a->rd, &a->cur);
     char record[640] = "", err[512] = "";
@@ -113,10 +114,11 @@ static void on_workers_started(worker_group *g) {
         json_array_append_new(pids, json_integer(g->w[i].pid));
         node_dirs_track(a->dirs, g->w[i].pid, 1); /* (its own group: UV_PROCESS_DETACHED) */
     }
-    agent_record_event(a, "ddprun.agent.workers_started", "RUNNING",
+    agent_report_event(a->report, "ddprun.agent.workers_started", "RUNNING",
                 json_pack("{s:i, s:i, s:i, s:o}", "local_world_size", n, "first_global_rank",
                           a->cur.rank_offset, "world_size", a->cur.world_size, "pids", pids));
-    agent_tell(a, a->state == ST_RUNNING ? "running" : a->told);
+    if (a->state == ST_RUNNING) agent_report_tell(a->report, "running");
+    else agent_report_again(a->report);
 }
 
 /* ---- what the agent tells: `ddprun status` and the event log ----------------- */
@@ -130,11 +132,12 @@ static void finish(agent *a, int code) {
      * is not lost among what the stopping workers and the agent say. */
     agent_goodput_report(a->gp); /* (before the summary, which is the job's last word) */
     node_dirs_tell_kept_logs(a->dirs);
-    if (a->spent_restarts) agent_report_exhausted(a, a->spent_restarts);
+    if (a->spent_restarts)
+        agent_report_exhausted(a->report, a->spent_restarts, a->fails, a->nfails);
     const char *how = code == 0 ? "succeeded" : code >= 128 ? "stopped" : "failed";
-    agent_tell(a, how);
-    agent_publish_status(a); /* the last word, at once */
-    agent_record_event(a, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
+    agent_report_tell(a->report, how);
+    agent_report_publish(a->report); /* the last word, at once */
+    agent_report_event(a->report, "ddprun.agent.shutdown", code == 0 ? "SUCCEEDED" : "FAILED",
                 json_pack("{s:i, s:s}", "exit_code", code, "outcome", how));
     a->exit_code = code;
     uv_stop(a->loop);
@@ -147,12 +150,12 @@ static void stop_workers(agent *a, int sig) {
 
 static void round_formed(agent *a) {
     const rdzv_result *r = &a->cur;
-    agent_record_event(a, "ddprun.rendezvous.round_formed", "RUNNING",
+    agent_report_event(a->report, "ddprun.rendezvous.round_formed", "RUNNING",
                 json_pack("{s:i, s:i, s:f}", "group_world_size", r->group_world_size,
                           "world_size", r->world_size, "duration_s",
-                          clock_wall_s() - a->joining_since));
+                          clock_wall_s() - agent_report_joining_since(a->report)));
     if (a->prev_group_size && a->prev_group_size != r->group_world_size)
-        agent_record_event(a, "ddprun.agent.scale", "RUNNING",
+        agent_report_event(a->report, "ddprun.agent.scale", "RUNNING",
                     json_pack("{s:i, s:i}", "from_nodes", a->prev_group_size, "to_nodes",
                               r->group_world_size));
     a->prev_group_size = r->group_world_size;
@@ -170,7 +173,7 @@ static void on_round(agent *a, rdzv_driver_event *e) {
     }
     if (e->rc == RDZV_JOB_KEPT) { /* this node failed after the job's end elsewhere */
         log_warn("%s", e->err);
-        agent_record_event(a, "ddprun.agent.after_end", "SUCCEEDED",
+        agent_report_event(a->report, "ddprun.agent.after_end", "SUCCEEDED",
                            json_pack("{s:s}", "why", e->err));
         set_state(a, ST_SHUTDOWN);
         a->shutdown_signal = 0;
@@ -201,6 +204,7 @@ static void on_round(agent *a, rdzv_driver_event *e) {
         return;
     }
     a->cur = e->res;
+    agent_report_round(a->report, &a->cur);
     free(a->tf_cluster);
     a->tf_cluster = e->tf_cluster, e->tf_cluster = NULL;
     round_formed(a);
@@ -213,10 +217,10 @@ static void on_restart(agent *a, rdzv_event why) {
              why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                     : "the group's membership changed");
     set_state(a, ST_STOPPING);
-    agent_record_event(a, "ddprun.agent.restart", "RUNNING",
+    agent_report_event(a->report, "ddprun.agent.restart", "RUNNING",
                 json_pack("{s:s}", "why", why == RDZV_EV_FAILURE ? "a worker failed on another node"
                                                                  : "the membership changed"));
-    agent_tell(a, "stopping");
+    agent_report_tell(a->report, "stopping");
     stop_workers(a, SIGTERM);
 }
 
@@ -235,9 +239,9 @@ static void on_barrier(agent *a, int rc) {
 static void leave(agent *a, const char *why) {
     if (a->state != ST_RUNNING) return;
     log_warn("%s: this node leaves the job, for the spare to take its place", why);
-    agent_record_event(a, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
+    agent_report_event(a->report, "ddprun.agent.leave", "LEAVING", json_pack("{s:s}", "why", why));
     set_state(a, ST_SHUTDOWN); /* exits 0 once its workers have stopped */
-    agent_tell(a, "leaving");
+    agent_report_tell(a->report, "leaving");
     rdzv_driver_leave(a->driver);
     int rc = rdzv_end_round(a->rd, 0, RDZV_EV_MEMBERSHIP); /* the others restart at once */
     if (rc) log_error("cannot tell the other nodes that this one leaves: %s", strerror(-rc));
@@ -266,6 +270,7 @@ static void on_rdzv_event(void *ctx, rdzv_driver_event *e) {
     case RDZV_DRIVER_LOST:
         log_error("%s", e->err);
         a->store_lost = 1;
+        agent_report_store_lost(a->report);
         agent_coll_store_lost(a->coll);
         agent_speed_store_lost(a->speed);
         set_state(a, ST_SHUTDOWN);
@@ -309,7 +314,7 @@ static void settle_failures(agent *a) {
         if (i != root)
             log_warn("local rank %d (rank %d, pid %d) failed with it: %s", fs[i].local_rank,
                      fs[i].rank, fs[i].pid, fs[i].message);
-    agent_record_event(a, "ddprun.agent.restart", "FAILED",
+    agent_report_event(a->report, "ddprun.agent.restart", "FAILED",
                        json_pack("{s:s, s:i, s:i, s:s?}", "why", f->message, "failed_rank",
                                  f->rank, "failed_pid", f->pid, "hang",
                                  hung ? hang.text : NULL));
@@ -353,14 +358,14 @@ static void on_worker_exit(worker_group *g, worker *w) {
     int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
     /* A failure while running, or one reaped in the same turn as that one. */
     int cause = failed && (a->state == ST_RUNNING || uv_is_active((uv_handle_t *)&a->settle));
-    agent_note_exit(a, w);
+    agent_report_note_exit(a->report, w);
     metrics_worker_exited(a->metrics, w->local_rank,
                           cause                      ? METRICS_W_FAILED
                           : a->state != ST_RUNNING   ? METRICS_W_TERMINATED
                                                      : METRICS_W_SUCCEEDED);
     if (!cause) {
-        agent_record_worker_event(a, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
-        agent_tell(a, a->told ? a->told : "running");
+        agent_report_worker_event(a->report, w, a->state == ST_RUNNING ? "SUCCEEDED" : "TERMINATED", NULL);
+        agent_report_again(a->report);
         return;
     }
     if (a->state == ST_RUNNING) { /* the first: the cause is judged at the end of the turn */
@@ -370,10 +375,10 @@ static void on_worker_exit(worker_group *g, worker *w) {
     node_dirs_keep_logs(a->dirs);
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
     worker_failure(f, w, a->hostname, a->cur.round, by_watchdog ? scope : NULL);
-    agent_record_worker_event(a, w, "FAILED", f->message);
+    agent_report_worker_event(a->report, w, "FAILED", f->message);
     if (a->state == ST_RUNNING) { /* stop the others now (the last exit makes the group idle) */
         set_state(a, ST_STOPPING);
-        agent_tell(a, "stopping");
+        agent_report_tell(a->report, "stopping");
         stop_workers(a, SIGTERM);
     }
 }
@@ -397,18 +402,20 @@ static void on_group_idle(worker_group *g) {
         int kept = 0;
         for (int i = 0; i < g->n; i++) kept |= said_finished(&g->w[i]);
         set_state(a, ST_BARRIER);
-        agent_tell(a, "finishing");
+        agent_report_tell(a->report, "finishing");
         rdzv_driver_barrier(a->driver, kept);
         return;
     }
     if (a->state != ST_STOPPING) return;
+    agent_report_group(a->report, NULL, 0);
     worker_group_free(a->wg);
     a->wg = NULL;
     set_state(a, ST_RDZV);
-    agent_joining(a);
+    agent_report_joining(a->report);
     if (a->have_pending) {
         a->have_pending = 0;
         a->cur = a->pending;
+        agent_report_round(a->report, &a->cur);
         free(a->tf_cluster);
         a->tf_cluster = a->pending_tf_cluster, a->pending_tf_cluster = NULL;
         round_formed(a);
@@ -457,11 +464,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     }
     uv_async_init(a->loop, &a->wake, on_wake);
     a->wake.data = a;
-    uv_timer_init(a->loop, &a->status_timer);
-    a->status_timer.data = a;
     uv_check_init(a->loop, &a->settle);
     a->settle.data = a;
-    agent_status_refresh_start(a);
     int code = 1;
     char why[256];
     if (side_calls_start(a->loop, a, &a->side) || agent_goodput_start(a->loop, &a->gp)) {
@@ -477,7 +481,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     if (cfg->nproc_per_node > 1 && !cfg->env.omp_num_threads_set)
         log_info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     set_state(a, ST_RDZV);
-    agent_joining(a);
+    agent_report_joining(a->report);
     rdzv_driver_opts ro = {.metrics = a->metrics, .tf_config = cfg->tf_config,
                            .barrier_timeout_s = cfg->rdzv.join_timeout, .ctx = a,
                            .event = on_rdzv_event};

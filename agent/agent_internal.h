@@ -1,27 +1,25 @@
-/* The agent's state, shared by the files that make it up: agent.c (the
- * state machine), agent_report.c (what it tells: `ddprun status`, the event
- * log, the failure summary) and agent_services.c (what it starts and stops
- * around the workers: the event log, metrics, the watchdog, NUMA binding,
- * the rendezvous). Only these three include it. The services that own
- * their state behind an opaque type of their own (the rendezvous thread,
- * the side calls, goodput, the collective watch, the straggler watch, the
- * node's directories, the worker group, the file timer, metrics, the event
- * log) are reached through their pointers here; the rest moves the same
- * way (docs/architecture.md, "The agent"). */
+/* The agent's state, shared by the two files that make it up: agent.c (the
+ * state machine) and agent_services.c (what it starts and stops around the
+ * workers: the node's directories, the reporter, metrics, the watchdog,
+ * NUMA binding, the job's store, the rendezvous). Only these two include
+ * it. The services that own their state behind an opaque type of their own
+ * (the rendezvous thread, the side calls, the reporter, goodput, the
+ * collective watch, the straggler watch, the node's directories, the worker
+ * group, the file timer, metrics) are reached through their pointers here
+ * (docs/architecture.md, "The agent"). */
 #ifndef DDPRUN_AGENT_AGENT_INTERNAL_H
 #define DDPRUN_AGENT_AGENT_INTERNAL_H
 
-#include <jansson.h>
 #include <pthread.h>
 #include <uv.h>
 
 #include "agent/agent.h"
 #include "agent/agent_coll.h"
 #include "agent/agent_goodput.h"
+#include "agent/agent_report.h"
 #include "agent/agent_speed.h"
 #include "agent/agent_store.h"
 #include "agent/coll_blame.h"
-#include "agent/events.h"
 #include "agent/failure.h"
 #include "agent/file_timer.h"
 #include "agent/goodput.h"
@@ -66,18 +64,10 @@ typedef struct {
     uv_check_t settle; /* at the end of the turn a worker failed in: which failure was the cause */
     int settle_from;   /* fails[settle_from..nfails): the failed exits reaped in that turn */
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
-    double group_started; /* wall clock, s: when the current workers started */
     file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
     char watchdog_path[400];
-    event_log *events;     /* <log root>/events.jsonl (and stderr with --event-log-handler console) */
-    double joining_since;  /* wall clock, s: when it began to join the present round */
-    double state_since;    /* wall clock, s: when the published state last changed */
-    const char *told;      /* the state last published */
-    char (*last_exit)[128]; /* per local rank: how its last worker ended */
-    int store_lost;        /* the rendezvous is gone: publish nothing more */
-    uv_timer_t status_timer; /* publishes a burst of changes once (tell) */
-    uv_timer_t status_refresh; /* and again every 10 s while the workers run */
-    _Atomic int status_gen;  /* bumped by each publication from the loop */
+    int store_lost;        /* the rendezvous is gone */
+    agent_report *report;  /* what it tells: status, events, the summary (agent_report.h) */
     int prev_group_size;   /* the last round's node count (0: none yet) */
     agent_metrics *metrics;  /* --metrics-port or a health check port: NULL when neither */
     metrics_http *http[2];   /* /metrics; /health on a port of its own */
@@ -88,28 +78,6 @@ typedef struct {
     agent_speed *speed;      /* the straggler watch (agent_speed.h) */
     agent_goodput *gp;       /* where the node's time went (agent_goodput.h) */
 } agent;
-
-/* ---- agent_report.c: what the agent tells ---- */
-
-/* Publishes this agent's status now (its state: the last one told). */
-void agent_publish_status(agent *a);
-/* Starts publishing it again every 10 s while the workers run (its
- * goodput changes), off the loop. */
-void agent_status_refresh_start(agent *a);
-/* Notes this agent's state for `ddprun status`; a burst goes out once. */
-void agent_tell(agent *a, const char *state);
-/* An agent event: torchrun's rendezvous event fields, plus `extra`'s (taken). */
-void agent_record_event(agent *a, const char *name, const char *node_state, json_t *extra);
-/* The agent joins a round: told and recorded. */
-void agent_joining(agent *a);
-/* Restarts are spent: torchrun's summary from every node's failures of
- * the last round that failed. */
-void agent_report_exhausted(agent *a, int restarts);
-/* --event-log-handler console: a worker's end as torchrun's event. */
-void agent_record_worker_event(const agent *a, const worker *w, const char *state,
-                               const char *raw_error);
-/* How local rank w's last worker ended, for `ddprun status`. */
-void agent_note_exit(agent *a, const worker *w);
 
 /* ---- store calls off the loop: a->side (side_calls.h) ---- */
 
@@ -122,7 +90,6 @@ void agent_note_exit(agent *a, const worker *w);
 /* Leaves the note by which `ddprun status` finds this job from this
  * machine. */
 int agent_note_local_job(agent *a);
-int agent_open_event_log(agent *a);
 int agent_start_metrics(agent *a);
 int agent_plan_numa_binding(agent *a);
 int agent_start_watchdog(agent *a);

@@ -1,6 +1,6 @@
 /* What the agent starts and stops around its workers (see
  * agent_internal.h), in order: the node's directories, the collective and
- * straggler watches (with the straggler watch's hooks), the event log, the
+ * straggler watches (with the straggler watch's hooks), the reporter, the
  * metrics and health servers, NUMA binding, the worker watchdog, the job's
  * store, the note for `ddprun status`, and the rendezvous; and their stops
  * at the end. */
@@ -37,18 +37,6 @@ int agent_note_local_job(agent *a) {
     snprintf(j.key_prefix, sizeof j.key_prefix, "%s", c->rdzv.key_prefix ? c->rdzv.key_prefix : "");
     node_dirs_note_job(a->dirs, &j);
     return 0; /* (the job runs on without it) */
-}
-
-int agent_open_event_log(agent *a) {
-    char path[2200], err[2400];
-    snprintf(path, sizeof path, "%s/events.jsonl", node_dirs_log_root(a->dirs));
-    a->events = event_log_open(path, a->cfg->event_log_console, err, sizeof err);
-    if (!a->events) {
-        log_error("%s", err);
-        return -EIO;
-    }
-    a->last_exit = calloc((size_t)a->cfg->nproc_per_node, sizeof *a->last_exit);
-    return a->last_exit ? 0 : -ENOMEM;
 }
 
 /* The rendezvous renewed the heartbeat (on its thread). */
@@ -130,6 +118,7 @@ int agent_open_rendezvous(agent *a) {
     char err[512];
     int rc = rdzv_open(&o, &a->rd, err, sizeof err);
     if (rc) log_error("%s", err);
+    else agent_report_rendezvous(a->report, a->rd);
     return rc;
 }
 
@@ -281,11 +270,11 @@ int agent_start_metrics(agent *a) {
 static void straggler_changed(void *ctx, const rank_speed *s, int slow, double compute,
                               double median) {
     agent *a = ctx;
-    agent_record_event(a, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
+    agent_report_event(a->report, "ddprun.agent.straggler", slow ? "SLOW" : "RECOVERED",
                        json_pack("{s:i, s:i, s:f, s:f, s:f}", "straggler_rank", s->rank,
                                  "local_rank", s->local_rank, "compute_s", compute, "median_s",
                                  median, "threshold_pct", a->cfg->straggler_pct));
-    agent_tell(a, a->told ? a->told : "running"); /* `ddprun status` shows it */
+    agent_report_again(a->report); /* `ddprun status` shows it */
 }
 
 static void straggler_leave(void *ctx, const char *why) {
@@ -306,6 +295,7 @@ int agent_start_speed(agent *a) {
     agent_speed_hooks h = {.ctx = a, .changed = straggler_changed, .leave = straggler_leave};
     int rc = agent_speed_start(a->loop, &o, &h, &a->speed);
     if (rc) log_error("cannot start the straggler watch: %s", strerror(-rc));
+    else agent_report_speed(a->report, a->speed);
     return rc;
 }
 
@@ -325,8 +315,8 @@ void agent_clear_rank_metrics(agent *a) {
 }
 
 /* Around the workers, in the order each needs the others: the node's
- * directories, the collective watch in the snapshot directory, the event
- * log, metrics, NUMA binding, the watchdog, the job's store, the straggler
+ * directories, the collective watch in the snapshot directory, the
+ * reporter (status, events), metrics, NUMA binding, the watchdog, the job's store, the straggler
  * watch, the note for `ddprun status`, the rendezvous. */
 int agent_start_services(agent *a) {
     const agent_config *c = a->cfg;
@@ -334,7 +324,11 @@ int agent_start_services(agent *a) {
     if (agent_coll_start(a->loop, a->side, AGENT_SIDE, node_dirs_snapshots(a->dirs)->path,
                          a->hostname, c->nproc_per_node, &a->coll))
         return -ENOMEM;
-    if (agent_open_event_log(a) || agent_start_metrics(a) || agent_plan_numa_binding(a) ||
+    agent_report_opts ro = {.cfg = c, .hostname = a->hostname,
+                            .log_root = node_dirs_log_root(a->dirs), .store = &a->store,
+                            .gp = a->gp, .side = a->side, .side_conn = AGENT_SIDE};
+    if (agent_report_start(a->loop, &ro, &a->report)) return -1;
+    if (agent_start_metrics(a) || agent_plan_numa_binding(a) ||
         agent_start_watchdog(a) || agent_store_setup(c, a->hostname, &a->store) ||
         agent_start_speed(a) || agent_note_local_job(a) || agent_open_rendezvous(a))
         return -1;
@@ -349,8 +343,7 @@ void agent_stop_services(agent *a) {
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
     node_dirs_close(a->dirs);
-    event_log_close(a->events);
-    free(a->last_exit);
+    agent_report_stop(a->report);
     agent_goodput_stop(a->gp);
     rdzv_driver_stop(a->driver);
     agent_speed_stop(a->speed);
