@@ -443,12 +443,36 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 /* ---- run ------------------------------------------------------------------------- */
 
+static void on_handle_closed(uv_handle_t *h) { (void)h; }
+
+/* The end of agent_run, once its services have stopped: its own handles
+ * closed, the loop run until every close callback has run, and closed. */
+static void agent_free(agent *a) {
+    for (int i = 0; i < a->cfg->nsignals; i++) uv_close((uv_handle_t *)&a->sigs[i], on_handle_closed);
+    uv_close((uv_handle_t *)&a->wake, on_handle_closed);
+    uv_close((uv_handle_t *)&a->settle, on_handle_closed);
+    if (a->wg) worker_group_free(a->wg);
+    uv_run(a->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(a->loop) != 0) {
+        log_warn("the agent's loop still holds handles at its end: it is left");
+        return;
+    }
+    for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
+    free(a->tf_cluster);
+    free(a->pending_tf_cluster);
+    free(a);
+}
+
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);
-    if (!a) return 1;
+    if (!a || uv_loop_init(&a->own_loop) != 0) {
+        log_error("cannot set up the agent: out of memory");
+        free(a);
+        return 1;
+    }
     a->cfg = cfg;
     a->exe = self_exe;
-    a->loop = uv_default_loop();
+    a->loop = &a->own_loop;
 
     /* --local-addr names this node as the others know it: in the
      * rendezvous (host order, ranks) and in failure reports. */
@@ -496,5 +520,6 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
 out:
     fflush(stdout);
     agent_stop_services(a);
+    agent_free(a);
     return code;
 }

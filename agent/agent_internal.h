@@ -41,7 +41,8 @@ typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent
 typedef struct {
     const agent_config *cfg;
     const char *exe;
-    uv_loop_t *loop;
+    uv_loop_t *loop;         /* &own_loop: everything the agent starts runs on it */
+    uv_loop_t own_loop;
     uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */
     uv_async_t wake;
     rdzv_driver *driver;     /* the rendezvous thread and its mailbox (rdzv_driver.h) */

@@ -337,19 +337,29 @@ int agent_start_services(agent *a) {
 
 void agent_stop_services(agent *a) {
     /* First the side calls: their thread ends and their afters run (they
-     * may still record an event or set a metric) unless the store holds
-     * its call; then what the call uses stays to the process's end. */
-    side_calls_stop(a->side, a->store_lost ? 0 : 1000);
+     * may still record an event or set a metric). A call the store holds
+     * (its host lost) is let go after a second: the rendezvous' calls are
+     * cancelled. */
+    if (side_calls_stop(a->side, a->store_lost ? 0 : 1000) == -ETIMEDOUT) {
+        rdzv_cancel(a->rd);
+        if (side_calls_stop(a->side, 10000) == -ETIMEDOUT) {
+            log_warn("a store call does not end: the agent leaves it to the process's end");
+            return; /* (what it uses stays) */
+        }
+    }
+    /* The rendezvous thread, joining or watching a round, lets go too. */
+    rdzv_cancel(a->rd);
+    rdzv_driver_stop(a->driver);
     metrics_http_stop(a->http[0]);
     metrics_http_stop(a->http[1]);
     node_dirs_close(a->dirs);
     agent_report_stop(a->report);
     agent_goodput_stop(a->gp);
-    rdzv_driver_stop(a->driver);
     agent_speed_stop(a->speed);
     agent_coll_stop(a->coll);
     numa_plan_free(&a->numa);
     file_timer_stop(a->watchdog);
-    /* A rendezvous thread blocked in the store ends with the process; so
-     * does the embedded store. */
+    rdzv_close(a->rd);
+    metrics_free(a->metrics);
+    agent_store_stop(&a->store);
 }

@@ -178,3 +178,8 @@ void agent_store_linger(const agent_store *s, const char *rdzv_id, const char *a
     store_client_close(c);
 }
 
+
+void agent_store_stop(agent_store *s) {
+    store_thread_stop(s->host);
+    s->host = NULL;
+}

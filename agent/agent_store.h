@@ -26,4 +26,8 @@ int agent_store_setup(const agent_config *c, const char *hostname, agent_store *
  * Nothing when this agent does not host it. */
 void agent_store_linger(const agent_store *s, const char *rdzv_id, const char *agent_id);
 
+/* Stops the store this agent hosts (its thread joined). Nothing when
+ * another agent hosts it. */
+void agent_store_stop(agent_store *s);
+
 #endif

@@ -110,6 +110,13 @@ static void on_wake(uv_async_t *h) {
     }
 }
 
+static void on_closed(uv_handle_t *h) {
+    rdzv_driver *d = h->data;
+    pthread_mutex_destroy(&d->mu);
+    for (int i = 0; i < d->nev; i++) free(d->evq[i].tf_cluster);
+    free(d);
+}
+
 int rdzv_driver_start(uv_loop_t *loop, rdzv *rd, const rdzv_driver_opts *o, rdzv_driver **out) {
     rdzv_driver *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
@@ -123,7 +130,7 @@ int rdzv_driver_start(uv_loop_t *loop, rdzv *rd, const rdzv_driver_opts *o, rdzv
     }
     d->wake.data = d;
     if ((rc = pthread_create(&d->thread, NULL, run, d))) {
-        uv_close((uv_handle_t *)&d->wake, NULL); /* (d leaks: the agent ends at once) */
+        uv_close((uv_handle_t *)&d->wake, on_closed);
         return -rc;
     }
     *out = d;
@@ -151,16 +158,8 @@ int rdzv_driver_running(rdzv_driver *d) {
     return !ended;
 }
 
-static void on_closed(uv_handle_t *h) {
-    rdzv_driver *d = h->data;
-    pthread_join(d->thread, NULL);
-    pthread_mutex_destroy(&d->mu);
-    for (int i = 0; i < d->nev; i++) free(d->evq[i].tf_cluster);
-    free(d);
-}
-
 void rdzv_driver_stop(rdzv_driver *d) {
     if (!d) return;
-    /* (a thread held by the store is left to the process's end, with d) */
-    uv_close((uv_handle_t *)&d->wake, rdzv_driver_running(d) ? NULL : on_closed);
+    pthread_join(d->thread, NULL); /* (it has ended, or its store calls fail at once) */
+    uv_close((uv_handle_t *)&d->wake, on_closed);
 }

@@ -51,9 +51,10 @@ void rdzv_driver_leave(rdzv_driver *d);
 /* Whether the thread will still block (join or watch a round): 0 once it
  * has said its last word or left. */
 int rdzv_driver_running(rdzv_driver *d);
-/* The end: the loop handle closed; the thread joined if it has ended (else
- * it is held by the store, and it and d are left to the process's end).
- * NULL: nothing. */
+/* The end, on the loop's thread: joins the thread, which has said its last
+ * word or been let go (rdzv_cancel on its rendezvous: its store calls fail
+ * at once, and it ends), and closes the loop handle; d is freed when the
+ * loop next runs its close callbacks. NULL: nothing. */
 void rdzv_driver_stop(rdzv_driver *d);
 
 #endif

@@ -25,7 +25,8 @@ int side_calls_run(side_calls *s, side_fn work, side_fn after, void *arg);
  * wait_ms, every queued call's after runs (here, in order: each frees its
  * arg), the loop handle is closed and s is freed when the loop next runs
  * its close callbacks; 0. Else -ETIMEDOUT: a call is still held by the
- * store, and it and s are left to the process's end. NULL: nothing. */
+ * store; let it go (rdzv_cancel) and stop again, or leave it and s to the
+ * process's end. NULL: nothing. */
 int side_calls_stop(side_calls *s, int wait_ms);
 
 #endif

@@ -52,6 +52,7 @@ struct etcd_client {
     CURLM *multi;         /* runs the watch, which etcd_interrupt can wake and end */
     watch_state w;
     atomic_int interrupt; /* etcd_interrupt was called; the next wait for an event ends */
+    atomic_int cancelled; /* etcd_cancel was called: every request fails */
     char member[MAX_MEMBERS][256]; /* "host:port" */
     int nmembers, cur;
     char scheme[8];               /* "http" or "https" */
@@ -94,6 +95,22 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
 void etcd_interrupt(etcd_client *c) {
     atomic_store(&c->interrupt, 1);
     curl_multi_wakeup(c->multi);
+}
+
+void etcd_cancel(etcd_client *c) {
+    atomic_store(&c->cancelled, 1);
+    curl_multi_wakeup(c->multi);
+}
+
+static int cancelled(etcd_client *c) {
+    return atomic_load(&c->cancelled) ? fail(c, -ECANCELED, "the request was cancelled") : 0;
+}
+
+/* curl's progress callback, at least once a second during a transfer:
+ * nonzero aborts it (etcd_cancel). */
+static int on_progress(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return atomic_load(&((etcd_client *)ctx)->cancelled);
 }
 
 static int is_member_trouble(CURLcode e) {
@@ -163,6 +180,10 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
     int64_t start = clock_now_ms();
     int again = 0, busy = 0;
     for (int k = 0;; k++) {
+        if (atomic_load(&c->cancelled)) {
+            rc = cancelled(c);
+            break;
+        }
         if (k > 0 && k % c->nmembers == 0 &&
             (!again || !another_turn(start + (c->answered || busy ? c->patience_ms
                                                                   : 2 * c->timeout_ms))))
@@ -184,6 +205,11 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
         curl_slist_free_all(hdr);
         long status = 0;
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+        if (e != CURLE_OK && atomic_load(&c->cancelled)) {
+            rc = cancelled(c);
+            buf_free(&r.body);
+            break;
+        }
         if (e != CURLE_OK) {
             size_t len = strlen(tried);
             snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
@@ -569,6 +595,7 @@ static int drive(etcd_client *c, int64_t deadline, int until_created) {
             return fail(c, -ESTALE, "etcd at %s cancelled the watch (its start revision was "
                         "compacted?)", c->member[c->cur]);
         if (w->done) return fail(c, -EPIPE, "the watch's stream from %s ended", c->member[c->cur]);
+        if (atomic_load(&c->cancelled)) return cancelled(c);
         if (atomic_exchange(&c->interrupt, 0)) return fail(c, -EINTR, "the wait was interrupted");
         int64_t left = deadline - clock_now_ms();
         if (left <= 0) return fail(c, -ETIMEDOUT, "no change within the wait");
@@ -611,6 +638,10 @@ int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_
     int rc = -EHOSTUNREACH;
     int64_t give_up = clock_now_ms() + c->patience_ms; /* as post's */
     for (int k = 0;; k++) {
+        if (atomic_load(&c->cancelled)) {
+            rc = cancelled(c);
+            break;
+        }
         if (k > 0 && k % c->nmembers == 0 && !another_turn(give_up)) break;
         if (k % c->nmembers == 0) tried[0] = '\0';
         int m = (c->cur + k) % c->nmembers;
@@ -733,6 +764,9 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
                                                                : DEFAULT_PATIENCE_MS;
     snprintf(c->scheme, sizeof c->scheme, "%s", o->cacert ? "https" : "http");
     curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
+    curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
     if (o->cacert) curl_easy_setopt(c->curl, CURLOPT_CAINFO, o->cacert);
     if (o->cert) curl_easy_setopt(c->curl, CURLOPT_SSLCERT, o->cert);

@@ -137,6 +137,10 @@ int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t afte
  * else its next one, with -EINTR (once). Plain requests are not
  * interrupted. */
 void etcd_interrupt(etcd_client *c);
+/* From any thread, while the client is open: the request or wait under
+ * way ends (a wait at once, a request within a second), and it and every
+ * later one fail with -ECANCELED. */
+void etcd_cancel(etcd_client *c);
 
 void etcd_kv_free(etcd_kv *kv);
 void etcd_kvs_free(etcd_kv *kvs, size_t n);

@@ -253,6 +253,13 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     return 0;
 }
 
+void rdzv_cancel(rdzv *r) {
+    if (!r) return;
+    if (r->c) r->c->ops->cancel(r->c);
+    for (int i = 0; i < NSIDE; i++)
+        if (r->side[i]) r->side[i]->ops->cancel(r->side[i]);
+}
+
 void rdzv_close(rdzv *r) {
     if (!r) return;
     kv_close(r->c);

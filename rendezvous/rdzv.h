@@ -119,6 +119,10 @@ typedef struct rdzv rdzv;
 /* Connects to the store (retrying until join_timeout). 0 or -errno with
  * a message in err. */
 int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen);
+/* From another thread: every store call of r's, those under way and those
+ * after, on every connection, fails with -ECANCELED (so a thread blocked
+ * in one can be joined before rdzv_close). */
+void rdzv_cancel(rdzv *r);
 void rdzv_close(rdzv *r);
 /* This agent's id in the store. */
 const char *rdzv_agent_id(const rdzv *r);

@@ -46,6 +46,11 @@ typedef struct {
      * next one, with -EINTR (once). NULL where the backend is woken only
      * by writing a key. */
     void (*interrupt)(rdzv_kv *kv);
+    /* From another thread, while the handle is open: the call under way
+     * ends (a wait at once, an etcd request within a second) and it and
+     * every later one fail with -ECANCELED. For an orderly end: a thread
+     * blocked in the store is let go, and can be joined. */
+    void (*cancel)(rdzv_kv *kv);
     /* Several integers in one round trip (at most 64). NULL where the
      * backend reads them one by one (kv_get_longs does). */
     int (*get_longs)(rdzv_kv *kv, size_t n, kv_long *q);

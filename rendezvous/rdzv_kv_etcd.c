@@ -396,6 +396,7 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
 }
 
 static void e_interrupt(rdzv_kv *kv) { etcd_interrupt(E(kv)->c); }
+static void e_cancel(rdzv_kv *kv) { etcd_cancel(E(kv)->c); }
 
 static int e_broken(const rdzv_kv *kv) { return ((const kv_etcd *)kv)->broken; }
 
@@ -412,7 +413,7 @@ static const rdzv_kv_ops etcd_ops = {
     .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
     .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
     .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
-    .set_owned = e_set_owned, .broken = e_broken, .close = e_close,
+    .set_owned = e_set_owned, .broken = e_broken, .cancel = e_cancel, .close = e_close,
 };
 
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {

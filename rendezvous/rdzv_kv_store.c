@@ -62,6 +62,7 @@ static int s_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
     return store_set_owned(sc(kv), k, v, n, lease);
 }
 static int s_broken(const rdzv_kv *kv) { return store_client_broken(((const kv_store *)kv)->c); }
+static void s_cancel(rdzv_kv *kv) { store_client_cancel(sc(kv)); }
 static void s_close(rdzv_kv *kv) {
     store_client_close(sc(kv));
     free(kv);
@@ -72,7 +73,7 @@ static const rdzv_kv_ops store_ops = {
     .del = s_del, .append = s_append, .check = s_check, .wait_any = s_wait_any,
     .multi_get = s_multi_get, .list = s_list, .lease_grant = s_lease_grant,
     .lease_renew = s_lease_renew, .set_owned = s_set_owned, .broken = s_broken,
-    .close = s_close,
+    .cancel = s_cancel, .close = s_close,
 };
 
 int rdzv_kv_store_open(const char *host, int port, int connect_timeout_ms, rdzv_kv **out) {

@@ -4,7 +4,9 @@
  * small read buffer. After an I/O error or a timeout in the middle of a
  * reply the connection is out of step with the server, so it is marked
  * dead and every later call fails fast with -ECONNRESET
- * (store_client_broken says what broke it). */
+ * (store_client_broken says what broke it). store_client_cancel shuts the
+ * socket down from another thread: the call under way wakes, and it and
+ * every later one fail with -ECANCELED. */
 #include "store/store_client.h"
 
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@ struct store_client {
     int timeout_ms;
     store_gen gen;
     int dead;          /* 0, or the error that broke the connection */
+    atomic_int cancelled; /* store_client_cancel was called */
     buf_t out;
     size_t rpos, rlen;
     uint8_t rbuf[RBUF];
@@ -110,6 +114,7 @@ static int connect_retry(const store_client_opts *o, int64_t deadline) {
 /* ---- raw I/O ------------------------------------------------------------ */
 
 static int fail(store_client *c, int rc) {
+    if (atomic_load(&c->cancelled)) rc = -ECANCELED; /* (the shutdown is what failed) */
     c->dead = rc < 0 ? rc : -ECONNRESET;
     return rc;
 }
@@ -202,7 +207,8 @@ static int64_t deadline_of(const store_client *c, int timeout_ms) {
 
 /* Starts a request; -ENOTSUP if this generation lacks the op. */
 static int begin(store_client *c, store_op op) {
-    if (c->dead) return -ECONNRESET;
+    if (!c->dead && atomic_load(&c->cancelled)) fail(c, -ECANCELED);
+    if (c->dead) return c->dead == -ECANCELED ? -ECANCELED : -ECONNRESET;
     buf_clear(&c->out);
     return store_enc_op(&c->out, c->gen, op) == 0 ? 0 : -ENOTSUP;
 }
@@ -287,6 +293,11 @@ void store_client_close(store_client *c) {
 }
 
 int store_client_fd(const store_client *c) { return c->fd; }
+
+void store_client_cancel(store_client *c) {
+    atomic_store(&c->cancelled, 1);
+    shutdown(c->fd, SHUT_RDWR); /* wakes a poll or recv under way */
+}
 
 void store_client_set_timeout(store_client *c, int timeout_ms) {
     if (timeout_ms > 0) c->timeout_ms = timeout_ms;

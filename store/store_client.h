@@ -33,6 +33,10 @@ int store_client_connect(const store_client_opts *opts, store_client **out);
 void store_client_close(store_client *c);
 /* The socket, e.g. for a test that wants to see the server hang up. */
 int store_client_fd(const store_client *c);
+/* From another thread, while the handle is open: the call under way (a
+ * wait, a read the store holds) ends at once, and it and every later call
+ * fail with -ECANCELED. The handle still needs store_client_close. */
+void store_client_cancel(store_client *c);
 /* Change the per-call timeout. */
 void store_client_set_timeout(store_client *c, int timeout_ms);
 

@@ -37,12 +37,15 @@ static void until(uv_loop_t *loop, seen *s, int n) {
     if (s->n < n) test_fail(__FILE__, __LINE__, "%d events of %d", s->n, n);
 }
 
-static rdzv *open_one(store_fixture *f) {
+/* A node of a job of min_nodes (up to max_nodes) whose joins wait
+ * join_timeout s, on the store f. */
+static rdzv *open_node(store_fixture *f, int min_nodes, int max_nodes, double join_timeout) {
     rdzv_opts o = {.backend = rdzv_backend_find("c10d", NULL),
                    .where = {.host = "127.0.0.1", .port = f->port, .connect_timeout_ms = 10000},
-                   .run_id = "job", .min_nodes = 1, .max_nodes = 1, .node_rank = -1, .nproc = 1,
-                   .hostname = "node0", .join_timeout = 10, .last_call_timeout = 0.3,
-                   .heartbeat = 1, .max_restarts = 3};
+                   .run_id = "job", .min_nodes = min_nodes, .max_nodes = max_nodes,
+                   .node_rank = -1, .nproc = 1, .hostname = "node0",
+                   .join_timeout = join_timeout, .last_call_timeout = 0.3, .heartbeat = 1,
+                   .max_restarts = 3};
     rdzv *r;
     char err[512];
     if (rdzv_open(&o, &r, err, sizeof err)) test_fail(__FILE__, __LINE__, "%s", err);
@@ -62,7 +65,7 @@ typedef struct {
 static void bed_start(bed *b) {
     memset(b, 0, sizeof *b);
     fixture_start(&b->f, NULL);
-    b->r = open_one(&b->f);
+    b->r = open_node(&b->f, 1, 1, 10);
     uv_loop_init(&b->loop);
     rdzv_driver_opts o = {.barrier_timeout_s = 10, .ctx = &b->s, .event = on_event};
     CHECK_EQ(rdzv_driver_start(&b->loop, b->r, &o, &b->d), 0);
@@ -113,4 +116,26 @@ TEST(rdzv_driver_leaving_joins_no_next_round) {
     uv_run(&b.loop, UV_RUN_NOWAIT);
     CHECK_EQ(b.s.n, 1); /* no restart, no round */
     bed_stop(&b);
+}
+
+TEST(rdzv_driver_a_thread_blocked_in_a_join_is_let_go_by_rdzv_cancel) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    rdzv *r = open_node(&f, 2, 2, 60); /* two nodes are awaited for a minute; one comes */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    seen s = {0};
+    rdzv_driver *d;
+    rdzv_driver_opts dopt = {.barrier_timeout_s = 10, .ctx = &s, .event = on_event};
+    CHECK_EQ(rdzv_driver_start(&loop, r, &dopt, &d), 0);
+    sleep_ms(50);
+    CHECK(rdzv_driver_running(d));
+    rdzv_cancel(r);
+    for (int i = 0; i < 5000 && rdzv_driver_running(d); i++) sleep_ms(1);
+    CHECK(!rdzv_driver_running(d)); /* not the join's minute */
+    rdzv_driver_stop(d);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&loop), 0);
+    rdzv_close(r);
+    fixture_stop(&f);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/unit/store_fixture.h"
@@ -143,6 +144,32 @@ TEST(server_wait_timeout_cancels_and_connection_stays_usable) {
     const char *both[] = {"after", "never"};
     OK(store_check(c, 2, both, &ready));
     CHECK_EQ(ready, 1);
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
+static void *cancel_soon(void *arg) {
+    sleep_ms(50);
+    store_client_cancel(arg);
+    return NULL;
+}
+
+TEST(client_cancel_ends_a_wait_under_way_and_every_later_call) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    const char *keys[] = {"never"};
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_soon, c);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ(store_wait(c, 1, keys, 5000), -ECANCELED);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_join(t, NULL);
+    /* woken by the cancel, not by the wait's 5 s */
+    CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 2500);
+    CHECK_EQ(store_set(c, "after", "1", 1), -ECANCELED);
+    CHECK_EQ(store_client_broken(c), -ECANCELED);
     store_client_close(c);
     fixture_stop(&f);
 }
