@@ -330,30 +330,9 @@ static void settle_failures(agent *a) {
 
 static void on_settle(uv_check_t *c) { settle_failures(c->data); }
 
-/* Whether w said that its work is done and kept (DDPRUN_FINISHED_FILE). */
-static int said_finished(const worker *w) {
-    char path[PATH_MAX];
-    return worker_finished_file(w->error_file, path, sizeof path) == 0 && access(path, F_OK) == 0;
-}
-
-/* Whether w said it had finished its work before it failed: then its
- * failure is on its way out, and said. */
-static int finished_first(const worker *w) {
-    if (!said_finished(w)) return 0;
-    if (w->term_signal)
-        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
-                 DDPRUN_ENV_FINISHED_FILE "), then was killed on its way out (signal %d): counted "
-                 "as finished", w->local_rank, w->global_rank, w->pid, w->term_signal);
-    else
-        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
-                 DDPRUN_ENV_FINISHED_FILE "), then exited %lld on its way out: counted as finished",
-                 w->local_rank, w->global_rank, w->pid, (long long)w->exit_status);
-    return 1;
-}
-
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
-    int failed = (w->term_signal != 0 || w->exit_status != 0) && !finished_first(w);
+    int failed = (w->term_signal != 0 || w->exit_status != 0) && !worker_finished_first(w);
     char scope[256]; /* (asked at every exit: a kill the group's stop overtook is cleared) */
     int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
     /* A failure while running, or one reaped in the same turn as that one. */
@@ -400,7 +379,7 @@ static void on_group_idle(worker_group *g) {
         /* One rank's word that the result is kept covers the job: its
          * ranks hold one state (rdzv_exit_barrier). */
         int kept = 0;
-        for (int i = 0; i < g->n; i++) kept |= said_finished(&g->w[i]);
+        for (int i = 0; i < g->n; i++) kept |= worker_said_finished(&g->w[i]);
         set_state(a, ST_BARRIER);
         agent_report_tell(a->report, "finishing");
         rdzv_driver_barrier(a->driver, kept);
@@ -442,26 +421,6 @@ static void on_signal(uv_signal_t *s, int signum) {
 }
 
 /* ---- run ------------------------------------------------------------------------- */
-
-static void on_handle_closed(uv_handle_t *h) { (void)h; }
-
-/* The end of agent_run, once its services have stopped: its own handles
- * closed, the loop run until every close callback has run, and closed. */
-static void agent_free(agent *a) {
-    for (int i = 0; i < a->cfg->nsignals; i++) uv_close((uv_handle_t *)&a->sigs[i], on_handle_closed);
-    uv_close((uv_handle_t *)&a->wake, on_handle_closed);
-    uv_close((uv_handle_t *)&a->settle, on_handle_closed);
-    if (a->wg) worker_group_free(a->wg);
-    uv_run(a->loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(a->loop) != 0) {
-        log_warn("the agent's loop still holds handles at its end: it is left");
-        return;
-    }
-    for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
-    free(a->tf_cluster);
-    free(a->pending_tf_cluster);
-    free(a);
-}
 
 int agent_run(const agent_config *cfg, const char *self_exe) {
     agent *a = calloc(1, sizeof *a);

@@ -98,6 +98,9 @@ int agent_start_watchdog(agent *a);
  * nonzero after logging why), and their stops at the end. */
 int agent_start_services(agent *a);
 void agent_stop_services(agent *a);
+/* Once the services have stopped: the agent's own handles closed, the
+ * loop run until every close callback has run and closed, a freed. */
+void agent_free(agent *a);
 /* The straggler watch (agent_speed.h), telling the agent through its hooks. */
 int agent_start_speed(agent *a);
 /* The ranks' metrics of an earlier group (under their old ranks), gone

@@ -363,3 +363,22 @@ void agent_stop_services(agent *a) {
     metrics_free(a->metrics);
     agent_store_stop(&a->store);
 }
+
+static void on_handle_closed(uv_handle_t *h) { (void)h; }
+
+/* The end of agent_run (see agent_internal.h). */
+void agent_free(agent *a) {
+    for (int i = 0; i < a->cfg->nsignals; i++) uv_close((uv_handle_t *)&a->sigs[i], on_handle_closed);
+    uv_close((uv_handle_t *)&a->wake, on_handle_closed);
+    uv_close((uv_handle_t *)&a->settle, on_handle_closed);
+    if (a->wg) worker_group_free(a->wg);
+    uv_run(a->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(a->loop) != 0) {
+        log_warn("the agent's loop still holds handles at its end: it is left");
+        return;
+    }
+    for (int i = 0; i < a->nfails; i++) failure_free(&a->fails[i]);
+    free(a->tf_cluster);
+    free(a->pending_tf_cluster);
+    free(a);
+}

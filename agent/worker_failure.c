@@ -1,14 +1,19 @@
 /* See worker_failure.h. */
 #include "agent/worker_failure.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "agent/worker_env.h"
 #include "agent/worker_output.h"
 #include "common/clock.h"
+#include "common/ddprun_env.h"
+#include "common/log.h"
 
 /* f's message := itself followed by the formatted text. */
 __attribute__((format(printf, 2, 3))) static void append(failure *f, const char *fmt, ...) {
@@ -84,4 +89,25 @@ int worker_failures_hung(failure *out, int room, const failure *known, int nknow
 void worker_failure_note_hang(failure *f, const coll_verdict *v) {
     append(f, f->hung ? "; the rank the others waited for: %s" : "; it waited for a hung rank: %s",
            v->text);
+}
+
+/* Whether w said that its work is done and kept (DDPRUN_FINISHED_FILE). */
+int worker_said_finished(const worker *w) {
+    char path[PATH_MAX];
+    return worker_finished_file(w->error_file, path, sizeof path) == 0 && access(path, F_OK) == 0;
+}
+
+/* Whether w said it had finished its work before it failed: then its
+ * failure is on its way out, and said. */
+int worker_finished_first(const worker *w) {
+    if (!worker_said_finished(w)) return 0;
+    if (w->term_signal)
+        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
+                 DDPRUN_ENV_FINISHED_FILE "), then was killed on its way out (signal %d): counted "
+                 "as finished", w->local_rank, w->global_rank, w->pid, w->term_signal);
+    else
+        log_warn("local rank %d (rank %d, pid %d) had finished its work (it said so in "
+                 DDPRUN_ENV_FINISHED_FILE "), then exited %lld on its way out: counted as finished",
+                 w->local_rank, w->global_rank, w->pid, (long long)w->exit_status);
+    return 1;
 }

@@ -30,4 +30,10 @@ int worker_failures_hung(failure *out, int room, const failure *known, int nknow
  * one. */
 void worker_failure_note_hang(failure *f, const coll_verdict *v);
 
+/* Whether w said that its work is done and kept (DDPRUN_FINISHED_FILE). */
+int worker_said_finished(const worker *w);
+/* Whether w, exiting non-zero, had said it finished its work before (then
+ * its failure was on its way out; logged as such). */
+int worker_finished_first(const worker *w);
+
 #endif
