@@ -48,6 +48,7 @@ struct rdzv {
     int64_t last_renew_ms;
     int round;                  /* the round last joined or seen */
     int member_round;           /* the round this agent is a member of; -1 none */
+    int member_rank;            /* its node rank there */
     int poked_round;            /* rdzv_poke for this round, not yet seen; -1 none */
     int restart_count;
     int nnodes;
@@ -216,7 +217,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     r->in_job_store = (o->backend->flags & RDZV_IN_JOB_STORE) != 0;
     r->run_id = strdup(o->run_id);
     r->hostname = strdup(o->hostname);
-    r->member_round = -1;
+    r->member_round = r->member_rank = -1;
     r->poked_round = -1;
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->prefix, sizeof r->prefix, "%s%s/", o->key_prefix ? o->key_prefix : "/ddprun/",
@@ -345,19 +346,25 @@ static int job_closed(rdzv *r, long how, char *err, size_t errlen) {
 
 /* ---- joining a round ---------------------------------------------------- */
 
+/* A joiner's description: agent id, host, workers, the rank it asked for,
+ * its own store, its workers' ports, and the round it was last a member of
+ * with its rank there ("round:rank"; an older ddprun writes the first four
+ * or six fields). */
 static void describe_self(const rdzv *r, char *out, size_t n) {
-    snprintf(out, n, "%s\t%s\t%d\t%d\t%s\t%s", r->agent_id, r->hostname, r->o.nproc,
+    /* (member_round is written on this thread: no lock to read it here) */
+    snprintf(out, n, "%s\t%s\t%d\t%d\t%s\t%s\t%d:%d", r->agent_id, r->hostname, r->o.nproc,
              r->o.node_rank, r->o.store_addr ? r->o.store_addr : "-",
-             r->o.worker_ports ? r->o.worker_ports : "-");
+             r->o.worker_ports ? r->o.worker_ports : "-", r->member_round, r->member_rank);
 }
 
 int rdzv_parse_node(const char *s, rdzv_node *node) {
     memset(node, 0, sizeof *node);
-    int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]\t%1023[^\t]", node->agent_id,
-                   node->host, &node->nproc, &node->node_rank_hint, node->store,
-                   node->worker_ports);
+    int k = sscanf(s, "%95[^\t]\t%127[^\t]\t%d\t%d\t%159[^\t]\t%1023[^\t]\t%d:%d",
+                   node->agent_id, node->host, &node->nproc, &node->node_rank_hint, node->store,
+                   node->worker_ports, &node->prev_round, &node->prev_rank);
     if (k == 4) snprintf(node->store, sizeof node->store, "-");
     if (k <= 5) snprintf(node->worker_ports, sizeof node->worker_ports, "-");
+    if (k < 8) node->prev_round = node->prev_rank = -1;
     return k >= 4 ? 0 : -EPROTO;
 }
 
@@ -455,6 +462,41 @@ static int node_cmp(const void *a, const void *b) {
     return c ? c : strcmp(x->agent_id, y->agent_id);
 }
 
+/* Survivors of the last round keep their ranks where the round has them
+ * (their workers keep their global ranks, and their snapshots stay on
+ * their node); the other nodes fill the free ranks in node_cmp's order.
+ * Not where a node asked for a rank (--node-rank): those order the round.
+ * Every agent reads the same descriptions, so all compute the same. */
+static int keep_survivor_ranks(rdzv_node *nodes, int n) {
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        if (nodes[i].node_rank_hint >= 0) return 0;
+        if (nodes[i].prev_round > last) last = nodes[i].prev_round;
+    }
+    if (last < 0) return 0;
+    rdzv_node *out = malloc((size_t)n * sizeof *out);
+    char *taken = calloc((size_t)n, 1), *placed = calloc((size_t)n, 1);
+    if (!out || !taken || !placed) {
+        free(out), free(taken), free(placed);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        int p = nodes[i].prev_rank;
+        if (nodes[i].prev_round != last || p < 0 || p >= n || taken[p]) continue;
+        out[p] = nodes[i];
+        taken[p] = placed[i] = 1;
+    }
+    for (int i = 0, slot = 0; i < n; i++) {
+        if (placed[i]) continue;
+        while (taken[slot]) slot++;
+        out[slot] = nodes[i];
+        taken[slot] = 1;
+    }
+    memcpy(nodes, out, (size_t)n * sizeof *out);
+    free(out), free(taken), free(placed);
+    return 0;
+}
+
 /* Reads the members' descriptions and orders them into ranks. */
 static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     if (n > RDZV_MAX_NODES) {
@@ -517,6 +559,11 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     n = live;
     r->nnodes = (int)n;
     qsort(r->nodes, (size_t)n, sizeof r->nodes[0], node_cmp);
+    if (!r->o.strict_ranks && (rc = keep_survivor_ranks(r->nodes, (int)n))) {
+        snprintf(err, errlen, "rendezvous '%s': out of memory ordering round %d", r->run_id,
+                 round);
+        return rc;
+    }
     for (long i = 0; r->o.strict_ranks && i < n; i++) {
         if (r->nodes[i].node_rank_hint != i) {
             snprintf(err, errlen,
@@ -830,6 +877,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     }
     pthread_mutex_lock(&r->mu);
     r->member_round = round;
+    r->member_rank = res->group_rank;
     pthread_mutex_unlock(&r->mu);
     return 0;
 }

@@ -91,6 +91,8 @@ typedef struct {
     int node_rank_hint;
     char store[160]; /* the agent's own store "host:port" (etcd-v3), or "-" */
     char worker_ports[1024]; /* its rdzv_opts.worker_ports, or "-" */
+    int prev_round, prev_rank; /* the last round it was a member of, and its rank there */
+                               /* (-1: none) */
 } rdzv_node;
 
 typedef struct {

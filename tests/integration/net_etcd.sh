@@ -8,8 +8,9 @@
 #  1. Node rank 0's host (whose agent serves the workers' store,
 #     MASTER_ADDR) loses its link without a word: the two survivors, whose
 #     members keep a quorum of 2 of 3, see its heartbeat lapse and re-form
-#     at world size 2 with node rank 0 and MASTER_ADDR on a survivor,
-#     resume from the newest state a survivor holds, in its agent's memory
+#     at world size 2 with node rank 0 and MASTER_ADDR on a survivor (the
+#     one whose rank, 2, the smaller group lacks: the other keeps its rank
+#     1, and so its workers theirs), resume from the newest state a survivor holds, in its agent's memory
 #     or its own --ckpt-dir (at most the step under way is lost, though
 #     rank 0 was on the lost host) and finish with exit 0.
 #  2. The cut-off host's agent does not hang: its member has lost quorum
@@ -82,7 +83,11 @@ assert_eq "$(rec lost | grep -c "WORLD_SIZE=3 .*MASTER_ADDR=h$lost ")" 3 \
 wait_for 60 "step 12 on node rank 0" grep -q "step 12/" "$TMP/lost.h$lost.out"
 survivors=()
 for h in 1 2 3; do [ "$h" = "$lost" ] || survivors+=("$h"); done
-s=${survivors[0]}
+# The survivors keep their node ranks where the group of 2 has them: node
+# rank 1 stays, and node rank 2's host takes the free rank 0.
+s=$(sed -n 's/.*started 1 worker on h\([0-9]\): node rank 2 of 3.*/\1/p' "$TMP"/lost.h*.err)
+keeper=$(sed -n 's/.*started 1 worker on h\([0-9]\): node rank 1 of 3.*/\1/p' "$TMP"/lost.h*.err)
+[ -n "$s" ] && [ -n "$keeper" ] || { dump lost.h1 lost.h2 lost.h3; die "no agents say they are node ranks 1 and 2 of 3"; }
 steps_before=$(grep -c "step [0-9]*/" "$TMP/lost.h$s.out")
 t0=$(now_ms)
 netbed_link "$lost" down
@@ -111,7 +116,8 @@ for h in "${survivors[@]}"; do
     assert_rc "lost.h$h" 0
 done
 # The survivors' workers of the new round: world size 2, ranks 0 and 1,
-# node rank 0 and MASTER_ADDR on a survivor (the lower-named one).
+# node rank 0 and MASTER_ADDR on the survivor that was node rank 2, node
+# rank 1 kept by the one that had it.
 new=$(rec lost 4)
 assert_eq "$(grep -c . <<< "$new")" 2 "workers of the re-formed group ($new)"
 assert_eq "$(grep -c "WORLD_SIZE=2 .*MASTER_ADDR=h$s " <<< "$new")" 2 \
@@ -120,6 +126,7 @@ assert_eq "$(sed 's/.* RANK=\([0-9]*\) .*/\1/' <<< "$new" | sort | tr '\n' ' ')"
     "the re-formed group's ranks ($new)"
 grep -q "host=h$s RANK=0 .*GROUP_RANK=0 " <<< "$new" || die "node rank 0 did not move to h$s ($new)"
 grep -q "node rank 0 of 2, .*(round 1)" "$TMP/lost.h$s.err" || { dump "lost.h$s"; die "h$s never became node rank 0 of 2"; }
+grep -q "host=h$keeper RANK=1 .*GROUP_RANK=1 " <<< "$new" || die "h$keeper did not keep node rank 1 ($new)"
 from=$(sed -n 's/.*resuming from .*step \([0-9]*\).*/\1/p' "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" | head -n 1)
 # Every survivor holds the newest state in its agent's memory (and, at
 # checkpoint steps, on its own disk: every node writes its --ckpt-dir): at
@@ -130,7 +137,7 @@ grep -Eq "resuming from .*\((memory|disk) of node h[0-9]\)" "$TMP/lost.h$s.out" 
     ! grep -q "resuming from .* of node h$lost)" "$TMP/lost.h$s.out" "$TMP/lost.h$s.err" ||
     { dump "lost.h$s"; die "the new group did not resume from a survivor's state"; }
 grep -q "done: 60 steps" "$TMP/lost.h$s.out" || { dump "lost.h$s"; die "the job did not finish"; }
-echo "host h$lost (node rank 0) lost after step $done_before: the survivors resumed from step $from, their first step after $t_step ms, done after ${t_end[$s]} and ${t_end[${survivors[1]}]} ms; node rank 0 and MASTER_ADDR now h$s"
+echo "host h$lost (node rank 0) lost after step $done_before: the survivors resumed from step $from, their first step after $t_step ms, done after ${t_end[$s]} and ${t_end[$keeper]} ms; node rank 0 and MASTER_ADDR now h$s"
 
 # 2. The cut-off host's agent stops on its own, naming etcd.
 pid=PID_lost_h$lost

@@ -225,6 +225,43 @@ TEST(rdzv_survivors_notice_a_dead_agent_and_regroup_smaller) {
     fixture_stop(&f);
 }
 
+/* Ends the round for its survivors a[0..n) once a[dead] is gone, and
+ * has them see it. */
+static void lose_node(agent_t *a, int n, int dead) {
+    rdzv_close(a[dead].r); /* its connection closes, as when it is killed */
+    a[dead].r = NULL;
+    for (int i = 0; i < n; i++) {
+        if (i == dead) continue;
+        rdzv_event ev = RDZV_EV_NONE;
+        CHECK_EQ(rdzv_watch(a[i].r, 2000, &ev), 0);
+        CHECK_EQ(ev, RDZV_EV_MEMBERSHIP);
+    }
+}
+
+TEST(rdzv_survivors_keep_their_ranks_and_a_newcomer_takes_the_free_one) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[4];
+    agent_init(&a[0], &f, "node1", 3, 3);
+    agent_init(&a[1], &f, "node2", 3, 3);
+    agent_init(&a[2], &f, "node3", 3, 3);
+    agent_init(&a[3], &f, "node10", 3, 3); /* a spare for node2 */
+    join_all(a, 3);
+    for (int i = 0; i < 3; i++) CHECK_EQ(a[i].res.group_rank, i); /* natural order */
+    lose_node(a, 3, 1);
+    /* node2's place goes to node10, which sorts after node3: still node3
+     * keeps rank 2 (its workers their ranks 4 and 5), node10 takes rank 1 */
+    agent_t now[3] = {a[0], a[2], a[3]};
+    join_all(now, 3);
+    CHECK_EQ(now[0].res.group_rank, 0);
+    CHECK_EQ(now[1].res.group_rank, 2);
+    CHECK_EQ(now[1].res.rank_offset, 4);
+    CHECK_EQ(now[2].res.group_rank, 1);
+    CHECK_EQ(now[2].res.round, 1);
+    close_all(now, 3);
+    fixture_stop(&f);
+}
+
 TEST(rdzv_exit_barrier_waits_for_every_node) {
     store_fixture f;
     fixture_start(&f, NULL);
