@@ -1,11 +1,14 @@
 /* ddprun-store: the store server on its own, in the foreground.
  *
  *   ddprun-store [--host H] [--port P] [--max-key-bytes N] [--max-value-bytes N]
- *                [--max-conns N] [--request-timeout S] [--verbose] [--quiet]
+ *                [--max-conns N] [--request-timeout S] [--stats-every S]
+ *                [--verbose] [--quiet]
  *
  * Port 0 picks a free port; the line "ddprun-store: listening on H:P" on
  * stderr says which, once the server accepts connections. SIGINT or SIGTERM
- * stops it and it exits 0. DDPRUN_STORE_TOKEN, when set, is the secret
+ * stops it and it exits 0. --stats-every S prints its counters (requests and
+ * their rate, connections, keys) every S seconds, for operators and
+ * benchmarks. DDPRUN_STORE_TOKEN, when set, is the secret
  * every client must present first. */
 #include <errno.h>
 #include <limits.h>
@@ -40,7 +43,7 @@ static void print_usage(const opts_spec *spec) {
 
 /* Fills *o and the log level from the command line. 0; 1 after --help;
  * or -EINVAL with the message printed. */
-static int parse_args(int argc, char **argv, store_server_opts *o) {
+static int parse_args(int argc, char **argv, store_server_opts *o, int *stats_every) {
     int max_key = 0, max_value = 0, verbose = 0, quiet = 0, timeout_s = 0;
     const opts_opt table[] = {
         {"host", 0, OPTS_STR, .target = &o->host, .metavar = "H",
@@ -56,6 +59,9 @@ static int parse_args(int argc, char **argv, store_server_opts *o) {
         {"request-timeout", 0, OPTS_INT, .target = &timeout_s, .lo = 1, .hi = 86400,
          .metavar = "S", .help = "a client that begins a request and does not finish\n"
                                  "it in S seconds is dropped (default 60)"},
+        {"stats-every", 0, OPTS_INT, .target = stats_every, .lo = 1, .hi = 86400,
+         .metavar = "S", .help = "print the requests served (and their rate), the\n"
+                                 "connections and the keys every S seconds"},
         {"verbose", 'v', OPTS_FLAG, .target = &verbose,
          .help = "log every connection and disconnection"},
         {"quiet", 'q', OPTS_FLAG, .target = &quiet, .help = "log errors only"},
@@ -81,8 +87,26 @@ static int parse_args(int argc, char **argv, store_server_opts *o) {
 
 typedef struct {
     uv_signal_t sigint, sigterm;
+    uv_timer_t stats;
+    int stats_every; /* s; 0: no stats */
+    store_stats last;
     store_server srv;
 } store_main;
+
+/* --stats-every: the counters, and the requests' rate since the last line. */
+static void on_stats(uv_timer_t *t) {
+    store_main *m = t->data;
+    store_stats now;
+    store_server_stats(&m->srv, &now);
+    fprintf(stderr,
+            "ddprun-store: stats: %llu requests (%.0f/s), %llu connections open (%llu accepted, "
+            "%llu dropped), %llu keys\n",
+            (unsigned long long)now.requests,
+            (double)(now.requests - m->last.requests) / m->stats_every,
+            (unsigned long long)now.conns_open, (unsigned long long)now.conns_accepted,
+            (unsigned long long)now.conns_dropped, (unsigned long long)now.keys);
+    m->last = now;
+}
 
 static void on_closed(uv_handle_t *h) { (void)h; }
 
@@ -92,19 +116,20 @@ static void on_signal(uv_signal_t *sig, int signum) {
     store_server_close(&m->srv, NULL);
     uv_close((uv_handle_t *)&m->sigint, on_closed);
     uv_close((uv_handle_t *)&m->sigterm, on_closed);
+    uv_close((uv_handle_t *)&m->stats, on_closed);
 }
 
 int main(int argc, char **argv) {
     log_init("ddprun-store");
     store_server_opts o = {.port = 29400};
-    int rc = parse_args(argc, argv, &o);
+    store_main m = {0};
+    int rc = parse_args(argc, argv, &o, &m.stats_every);
     if (rc) return rc == OPTS_HELP_GIVEN ? 0 : 2;
     o.token = getenv(DDPRUN_ENV_STORE_TOKEN);
     fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t *loop = uv_default_loop();
-    store_main m;
     rc = store_server_init(loop, &m.srv, &o);
     if (rc) {
         fprintf(stderr, "ddprun-store: cannot listen on %s port %d: %s%s\n",
@@ -117,6 +142,11 @@ int main(int argc, char **argv) {
     m.sigint.data = m.sigterm.data = &m;
     uv_signal_start(&m.sigint, on_signal, SIGINT);
     uv_signal_start(&m.sigterm, on_signal, SIGTERM);
+    uv_timer_init(loop, &m.stats);
+    m.stats.data = &m;
+    if (m.stats_every)
+        uv_timer_start(&m.stats, on_stats, (uint64_t)m.stats_every * 1000,
+                       (uint64_t)m.stats_every * 1000);
     fprintf(stderr, "ddprun-store: listening on %s:%d%s\n", o.host ? o.host : "*",
             store_server_port(&m.srv), o.token ? " (token required)" : "");
     uv_run(loop, UV_RUN_DEFAULT);

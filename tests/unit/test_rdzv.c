@@ -262,6 +262,42 @@ TEST(rdzv_survivors_keep_their_ranks_and_a_newcomer_takes_the_free_one) {
     fixture_stop(&f);
 }
 
+static void *watch_once(void *p) {
+    agent_t *a = p;
+    rdzv_event ev = RDZV_EV_NONE;
+    a->rc = rdzv_watch(a->r, 5000, &ev);
+    if (a->rc == 0) a->res.round = (int)ev; /* (the event, for the test) */
+    return NULL;
+}
+
+TEST(rdzv_each_member_watches_two_and_every_loss_is_still_seen) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[6];
+    for (int i = 0; i < 6; i++) {
+        char h[8];
+        snprintf(h, sizeof h, "n%d", i);
+        agent_init(&a[i], &f, h, 3, 6);
+    }
+    join_all(a, 6);
+    for (int i = 0; i < 6; i++) CHECK_EQ(a[i].res.group_rank, i);
+    /* node ranks 0, 1 and 2 go: 2's watchers (0 and 1) are gone with it,
+     * but 1's second watcher, 5, sees it, and every survivor hears */
+    for (int i = 0; i < 3; i++) {
+        rdzv_close(a[i].r);
+        a[i].r = NULL;
+    }
+    pthread_t t[3];
+    for (int i = 3; i < 6; i++) pthread_create(&t[i - 3], NULL, watch_once, &a[i]);
+    for (int i = 3; i < 6; i++) {
+        pthread_join(t[i - 3], NULL);
+        CHECK_EQ(a[i].rc, 0);
+        CHECK_EQ(a[i].res.round, RDZV_EV_MEMBERSHIP);
+    }
+    close_all(a + 3, 3);
+    fixture_stop(&f);
+}
+
 TEST(rdzv_exit_barrier_waits_for_every_node) {
     store_fixture f;
     fixture_start(&f, NULL);
