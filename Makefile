@@ -236,9 +236,10 @@ demo-store: deps
 	@scripts/demo-store
 
 # bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store,
-# bench-recovery (root: test hosts in network namespaces): ours and
-# the peer's side by side (bench/NAME_bench.sh; docs/results.md).
-BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv
+# bench-recovery (root: test hosts in network namespaces), bench-scale (N
+# agents on this machine: SIZES="8 64 256 1000"): ours and the peer's side
+# by side (bench/NAME_bench.sh; docs/results.md).
+BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv scale
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$(subst -,_,$*)_bench.sh

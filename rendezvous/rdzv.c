@@ -462,39 +462,54 @@ static int node_cmp(const void *a, const void *b) {
     return c ? c : strcmp(x->agent_id, y->agent_id);
 }
 
+static int node_cmp_p(const void *a, const void *b) {
+    return node_cmp(*(const rdzv_node *const *)a, *(const rdzv_node *const *)b);
+}
+
 /* Survivors of the last round keep their ranks where the round has them
  * (their workers keep their global ranks, and their snapshots stay on
  * their node); the other nodes fill the free ranks in node_cmp's order.
  * Not where a node asked for a rank (--node-rank): those order the round.
- * Every agent reads the same descriptions, so all compute the same. */
-static int keep_survivor_ranks(rdzv_node *nodes, int n) {
+ * p: the nodes in node_cmp's order; out: the ranks' order. */
+static void keep_survivor_ranks(rdzv_node **p, int n, rdzv_node **out, char *taken) {
     int last = -1;
     for (int i = 0; i < n; i++) {
-        if (nodes[i].node_rank_hint >= 0) return 0;
-        if (nodes[i].prev_round > last) last = nodes[i].prev_round;
+        if (p[i]->node_rank_hint >= 0) last = -2;
+        if (last > -2 && p[i]->prev_round > last) last = p[i]->prev_round;
     }
-    if (last < 0) return 0;
-    rdzv_node *out = malloc((size_t)n * sizeof *out);
-    char *taken = calloc((size_t)n, 1), *placed = calloc((size_t)n, 1);
-    if (!out || !taken || !placed) {
-        free(out), free(taken), free(placed);
-        return -ENOMEM;
-    }
-    for (int i = 0; i < n; i++) {
-        int p = nodes[i].prev_rank;
-        if (nodes[i].prev_round != last || p < 0 || p >= n || taken[p]) continue;
-        out[p] = nodes[i];
-        taken[p] = placed[i] = 1;
+    memset(taken, 0, (size_t)n);
+    for (int i = 0; last >= 0 && i < n; i++) {
+        int r = p[i]->prev_rank;
+        if (p[i]->prev_round != last || r < 0 || r >= n || taken[r]) continue;
+        out[r] = p[i], taken[r] = 1, p[i] = NULL;
     }
     for (int i = 0, slot = 0; i < n; i++) {
-        if (placed[i]) continue;
+        if (!p[i]) continue;
         while (taken[slot]) slot++;
-        out[slot] = nodes[i];
-        taken[slot] = 1;
+        out[slot] = p[i], taken[slot] = 1;
     }
-    memcpy(nodes, out, (size_t)n * sizeof *out);
-    free(out), free(taken), free(placed);
-    return 0;
+}
+
+/* Orders the round's n nodes into ranks: node_cmp's order, then the
+ * survivors' ranks kept (not with strict ranks). Pointers are sorted, and
+ * the nodes (about 1.5 KB each) moved once: at 1,000 nodes sorting them
+ * in place cost each agent tens of ms. Every agent reads the same
+ * descriptions, so all compute the same. */
+static int order_nodes(rdzv_node *nodes, int n, int strict) {
+    rdzv_node **p = malloc((size_t)n * sizeof *p), **ranked = malloc((size_t)n * sizeof *ranked);
+    rdzv_node *copy = malloc((size_t)n * sizeof *copy);
+    char *taken = malloc((size_t)n + 1);
+    int rc = p && ranked && copy && taken ? 0 : -ENOMEM;
+    if (rc == 0) {
+        for (int i = 0; i < n; i++) p[i] = &nodes[i];
+        qsort(p, (size_t)n, sizeof *p, node_cmp_p);
+        if (strict) memcpy(ranked, p, (size_t)n * sizeof *p);
+        else keep_survivor_ranks(p, n, ranked, taken);
+        for (int i = 0; i < n; i++) copy[i] = *ranked[i];
+        memcpy(nodes, copy, (size_t)n * sizeof *copy);
+    }
+    free(p), free(ranked), free(copy), free(taken);
+    return rc;
 }
 
 /* Reads the members' descriptions and orders them into ranks. */
@@ -558,8 +573,7 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     }
     n = live;
     r->nnodes = (int)n;
-    qsort(r->nodes, (size_t)n, sizeof r->nodes[0], node_cmp);
-    if (!r->o.strict_ranks && (rc = keep_survivor_ranks(r->nodes, (int)n))) {
+    if ((rc = order_nodes(r->nodes, (int)n, r->o.strict_ranks))) {
         snprintf(err, errlen, "rendezvous '%s': out of memory ordering round %d", r->run_id,
                  round);
         return rc;

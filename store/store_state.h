@@ -24,6 +24,7 @@ typedef struct {
     size_t nslots, nentries;
     store_lease *leases;
     uint64_t next_lease_id;
+    uint64_t lease_due; /* when the lease timer is due (the loop's clock, ms) */
     uint64_t hash_seed;
 } store_table;
 

@@ -424,9 +424,27 @@ static void lease_free(store_server *srv, store_lease *l) {
     free(l);
 }
 
+/* A lease timer this late means the store itself did not run (its host
+ * busy, swapping, paused): the renewals sent meanwhile wait unread in its
+ * sockets, and libuv runs timers before it reads them. */
+#define LEASE_STALL_MS 100
+
 static void on_lease_timer(uv_timer_t *t) {
     store_server *srv = t->data;
-    uint64_t now = uv_now(srv->loop);
+    uint64_t now = uv_now(srv->loop), late = now - srv->table.lease_due;
+    if (now > srv->table.lease_due && late > LEASE_STALL_MS) {
+        /* Every lease gets the stalled time back, as etcd's new leader
+         * gives every lease a fresh TTL: an owner is judged by the
+         * renewals the store could read, not by the store's own pause. */
+        log_msg(late >= 1000 ? LOG_WARN : LOG_DEBUG,
+                "the store did not run for %" PRIu64 " ms (its host busy or paused): every lease "
+                "gets that time back, so that renewals sent meanwhile count", late);
+        /* (and LEASE_STALL_MS more: the timer must not fire again before
+         * this turn of the loop has read the sockets) */
+        for (store_lease *l = srv->table.leases; l; l = l->next) l->deadline += late + LEASE_STALL_MS;
+        lease_schedule(srv);
+        return;
+    }
     for (store_lease *l = srv->table.leases, *next; l; l = next) {
         next = l->next;
         if (l->deadline <= now) {
@@ -448,6 +466,7 @@ static void lease_schedule(store_server *srv) {
     uint64_t first = UINT64_MAX, now = uv_now(srv->loop);
     for (store_lease *l = srv->table.leases; l; l = l->next)
         if (l->deadline < first) first = l->deadline;
+    srv->table.lease_due = first > now ? first : now;
     uv_timer_start(&srv->lease_timer, on_lease_timer, first > now ? first - now : 0, 0);
 }
 

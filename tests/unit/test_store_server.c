@@ -4,11 +4,13 @@
  * clients, spoken as raw bytes. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "tests/unit/store_fixture.h"
 #include "tests/unit/test.h"
@@ -751,4 +753,58 @@ TEST(client_wait_any_that_completes_while_being_cancelled_succeeds) {
     pthread_join(t, NULL);
     store_client_close(c);
     close(lfd);
+}
+
+/* ---- a store that stalls ---- */
+
+typedef struct {
+    int port;
+    _Atomic int step; /* 1: the lease is granted; 2: its renewal is answered */
+    int renewed;      /* the renewal's result */
+    uint64_t lease;
+} stalled_client;
+
+static void *renew_across_a_stall(void *arg) {
+    stalled_client *s = arg;
+    store_client_opts o = {.host = "127.0.0.1", .port = s->port, .timeout_ms = 10000};
+    store_client *c;
+    s->renewed = -1;
+    if (store_client_connect(&o, &c) != 0) return NULL;
+    if (store_lease_grant(c, 300, &s->lease) == 0 &&
+        store_set_owned(c, "hb", "1", 1, s->lease) == 0) {
+        s->step = 1;
+        sleep_ms(100); /* the store stops running meanwhile: this renewal waits in its socket */
+        s->renewed = store_lease_renew(c, s->lease);
+    }
+    s->step = 2;
+    store_client_close(c);
+    return NULL;
+}
+
+static void run_until(uv_loop_t *loop, _Atomic int *step, int want) {
+    for (int i = 0; i < 10000 && *step < want; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+}
+
+TEST(server_a_stall_of_the_store_expires_no_lease_renewed_meanwhile) {
+    /* the server on the test's own loop: not running the loop is the stall */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    store_server srv;
+    store_server_opts o = {.host = "127.0.0.1"};
+    CHECK_EQ(store_server_init(&loop, &srv, &o), 0);
+    stalled_client s = {.port = store_server_port(&srv)};
+    pthread_t t;
+    pthread_create(&t, NULL, renew_across_a_stall, &s);
+    run_until(&loop, &s.step, 1);
+    CHECK_EQ(s.step, 1);
+    sleep_ms(1000); /* the store stalls for more than three of the lease's lifetimes */
+    run_until(&loop, &s.step, 2);
+    pthread_join(t, NULL);
+    CHECK_EQ(s.renewed, 0); /* the renewal sent during the stall counted */
+    store_server_close(&srv, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
 }
