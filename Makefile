@@ -64,7 +64,7 @@ WORKER_OBJ := $(WORKER_SRC:%.c=$(B)/obj/%.o) $(WORKER_CU_OBJ)
 # tests it runs are CPU tests (tests/gpu checks the GPU backend).
 WORKER_ASAN_OBJ := $(WORKER_BASE:%.c=$(B)/asan/%.o) $(NOCUDA_SRC:%.c=$(B)/asan/%.o)
 
-BINS := $(B)/bin/ddprun $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin/ddp-train \
+BINS := $(B)/bin/ddprun $(B)/bin/ddprun-exec $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli $(B)/bin/ddp-train \
 	$(B)/bin/ddp-allreduce-bench
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
@@ -129,6 +129,11 @@ $(B)/bin/ddp-train: $(B)/obj/worker/main.o $(B)/libddptrain.a $(B)/libddprun.a
 $(B)/bin/ddp-allreduce-bench: $(B)/obj/bench/allreduce_bench.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
+
+# libc alone: it starts every worker (agent/worker_exec.h).
+$(B)/bin/ddprun-exec: $(B)/obj/launcher/exec_main.o $(B)/obj/agent/worker_exec.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@
 
 $(B)/bin/ddprun-store: $(B)/obj/launcher/store_main.o $(B)/libddprun.a
 	@mkdir -p $(@D)

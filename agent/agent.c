@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent/worker_env.h"
+#include "agent/worker_exec.h"
 #include "agent/worker_failure.h"
 #include "agent/worker_specs.h"
 #include "common/clock.h"
@@ -430,7 +431,7 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
         return 1;
     }
     a->cfg = cfg;
-    a->exe = self_exe;
+    a->exe = worker_exec_program(self_exe, a->exe_buf, sizeof a->exe_buf);
     a->loop = &a->own_loop;
 
     /* --local-addr names this node as the others know it: in the

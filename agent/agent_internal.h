@@ -40,7 +40,8 @@ typedef enum { ST_RDZV, ST_RUNNING, ST_STOPPING, ST_BARRIER, ST_SHUTDOWN } agent
 
 typedef struct {
     const agent_config *cfg;
-    const char *exe;
+    const char *exe;         /* what starts each worker (worker_exec.h) */
+    char exe_buf[4096];
     uv_loop_t *loop;         /* &own_loop: everything the agent starts runs on it */
     uv_loop_t own_loop;
     uv_signal_t sigs[AGENT_MAX_SIGNALS]; /* --signals-to-handle */

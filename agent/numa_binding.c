@@ -188,34 +188,3 @@ int numa_plan_make(numa_mode mode, int nproc, const int *gpu, numa_plan *plan, c
     return rc;
 }
 
-/* Reads a Linux CPU list ("0-3,8,10-11") into set. */
-static int parse_cpu_list(const char *s, cpu_set_t *set) {
-    CPU_ZERO(set);
-    while (*s) {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        if (end == s || a < 0) return -EINVAL;
-        if (*end == '-') {
-            s = end + 1;
-            b = strtol(s, &end, 10);
-            if (end == s || b < a) return -EINVAL;
-        }
-        if (b >= CPU_SETSIZE) return -ERANGE;
-        for (long c = a; c <= b; c++) CPU_SET((int)c, set);
-        if (*end == ',') end++;
-        else if (*end) return -EINVAL;
-        s = end;
-    }
-    return CPU_COUNT(set) ? 0 : -EINVAL;
-}
-
-int numa_bind_from_env(char *err, size_t errlen) {
-    const char *v = getenv(NUMA_CPUS_VAR);
-    if (!v) return 0;
-    cpu_set_t set;
-    int rc = parse_cpu_list(v, &set);
-    if (rc == 0 && sched_setaffinity(0, sizeof set, &set) != 0) rc = -errno;
-    if (rc) snprintf(err, errlen, "cannot bind to CPUs %s: %s", v, strerror(-rc));
-    unsetenv(NUMA_CPUS_VAR);
-    return rc;
-}

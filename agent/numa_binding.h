@@ -47,9 +47,5 @@ int numa_plan_make(numa_mode mode, int nproc, const int *gpu, numa_plan *plan, c
 void numa_plan_free(numa_plan *plan);
 const char *numa_mode_name(numa_mode mode);
 
-/* In the exec helper: binds the calling process to the CPU list in
- * NUMA_CPUS_VAR, if there is one, and removes the variable. 0, or a
- * negative errno with a message in err. */
-int numa_bind_from_env(char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,8 @@
-/* See orphans.h. Linux tells a process's parent only in /proc/PID/stat
- * (children lists need CONFIG_PROC_CHILDREN, which not every kernel has),
- * so the tree below this process is read from every /proc entry. */
+/* See orphans.h. The tree below this process comes from the kernel's
+ * children lists (/proc/PID/task/TID/children, CONFIG_PROC_CHILDREN): a
+ * few files, however many processes the host runs. Where the kernel has
+ * none, from every /proc entry's parent (/proc/PID/stat): at 1,000 agents
+ * on one machine each agent's stop read 2,000 entries. */
 #include "agent/orphans.h"
 
 #include <dirent.h>
@@ -20,6 +22,9 @@
 #define ROUND_NS 10000000L
 
 void orphans_adopt(void) { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+static int use_children_lists = 1;
+void orphans_use_children_lists(int on) { use_children_lists = on; }
 
 /* One process as /proc/PID/stat has it. */
 typedef struct {
@@ -69,6 +74,36 @@ static int read_table(proc_table *t) {
     return rc;
 }
 
+/* The processes below root from the children lists: 0, or -ENOENT where
+ * the kernel keeps none. A child may be listed under any of its parent's
+ * threads. */
+static int read_below(pid_t root, proc_table *t) {
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)root, (int)root);
+    if (!use_children_lists || access(path, R_OK) != 0) return -ENOENT;
+    t->n = 0;
+    int rc = 0;
+    pid_t parent = root;
+    for (int next = 0; rc == 0; parent = t->p[next++].pid) { /* breadth first */
+        snprintf(path, sizeof path, "/proc/%d/task", (int)parent);
+        DIR *d = opendir(path);
+        for (struct dirent *e; d && rc == 0 && (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            char cpath[400];
+            snprintf(cpath, sizeof cpath, "%s/%s/children", path, e->d_name);
+            FILE *f = fopen(cpath, "r");
+            long pid;
+            proc_entry pe;
+            while (f && rc == 0 && fscanf(f, "%ld", &pid) == 1)
+                if (read_stat((pid_t)pid, &pe) == 0 && pe.ppid == parent) rc = table_add(t, &pe);
+            if (f) fclose(f);
+        }
+        if (d) closedir(d);
+        if (next >= t->n) break;
+    }
+    return rc;
+}
+
 /* Keeps in t only the processes below `root` (in place). */
 static void keep_descendants(proc_table *t, pid_t root) {
     int nbelow = 0, grew = 1;
@@ -102,8 +137,9 @@ int orphans_end(const pid_t *groups, int ngroups, pid_t *pids, int max) {
     pid_t self = getpid();
     int ended = 0;
     for (int round = 0; round < ROUNDS; round++) {
-        if (read_table(&t) != 0) break;
-        keep_descendants(&t, self);
+        int rc = read_below(self, &t);
+        if (rc == -ENOENT && (rc = read_table(&t)) == 0) keep_descendants(&t, self);
+        if (rc) break;
         if (t.n == 0) break;
         for (int i = 0; i < t.n; i++) {
             const proc_entry *e = &t.p[i];

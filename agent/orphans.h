@@ -19,4 +19,8 @@ void orphans_adopt(void);
  * something else will wait for. */
 int orphans_end(const pid_t *groups, int ngroups, pid_t *pids, int max);
 
+/* Tests: 0 reads every /proc entry, as on a kernel without children
+ * lists (CONFIG_PROC_CHILDREN); 1 (the default) uses them where they are. */
+void orphans_use_children_lists(int on);
+
 #endif

@@ -1,8 +1,8 @@
 /* See worker_group.h. Each worker runs in its own session and process
  * group (UV_PROCESS_DETACHED), so a signal to the group reaches whatever
- * it started too; it is exec'd through our own binary's `__exec-worker`
- * entry, which sets PR_SET_PDEATHSIG so the worker dies with its agent
- * even when the agent is killed with SIGKILL. */
+ * it started too; it is exec'd through ddprun-exec (worker_exec.h), which
+ * sets PR_SET_PDEATHSIG so the worker dies with its agent even when the
+ * agent is killed with SIGKILL. */
 #include "agent/worker_group.h"
 
 #include <errno.h>
@@ -14,7 +14,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "agent/numa_binding.h"
 #include "agent/orphans.h"
 #include "common/clock.h"
 #include "common/ddprun_env.h"
@@ -308,19 +307,4 @@ void worker_group_free(worker_group *g) {
     uv_close((uv_handle_t *)&g->kill_timer, on_handle_closed);
     uv_close((uv_handle_t *)&g->drain_timer, on_handle_closed);
     uv_close((uv_handle_t *)&g->spawner, on_handle_closed);
-}
-
-int worker_exec_helper(char **argv) {
-    /* Dies with the agent; if the agent is already gone, do not start. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const char *agent = getenv(DDPRUN_ENV_AGENT_PID);
-    if (agent && getppid() != (pid_t)atoi(agent)) return 1;
-    unsetenv(DDPRUN_ENV_AGENT_PID);
-    char why[300];
-    if (numa_bind_from_env(why, sizeof why)) /* run unbound rather than not at all */
-        fprintf(stderr, "ddprun: warning: --numa-binding: %s; running unbound\n", why);
-    execvp(argv[0], argv);
-    int e = errno;
-    fprintf(stderr, "ddprun: cannot run '%s': %s\n", argv[0], strerror(e));
-    return e == ENOENT ? 127 : 126;
 }

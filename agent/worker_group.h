@@ -46,7 +46,7 @@ typedef struct {
 
 struct worker_group {
     uv_loop_t *loop;
-    const char *exec_helper; /* our own binary: runs the program with PR_SET_PDEATHSIG */
+    const char *exec_helper; /* ddprun-exec: runs the program with PR_SET_PDEATHSIG */
     int n;
     worker *w;
     int nstarted;      /* workers spawned so far (in local rank order) */
@@ -93,8 +93,5 @@ void worker_group_stop(worker_group *g, int sig, double timeout_s);
 /* Closes the group's handles and frees it (after on_idle). */
 void worker_group_free(worker_group *g);
 
-/* The `__exec-worker` entry of our binary: set the parent-death signal,
- * then exec argv[0]. Returns only on failure (with the exit code to use). */
-int worker_exec_helper(char **argv);
 
 #endif

@@ -6,14 +6,15 @@
  * Exit status: 0 when every worker succeeded, 1 when the job failed
  * (restarts spent, rendezvous error), 2 for a bad command line, 128+N when
  * stopped by signal N. The binary has one hidden entry, `__exec-worker`,
- * through which the agent starts each worker (see worker_group.c). */
+ * through which the agent starts each worker when ddprun-exec is not
+ * beside it (see agent/worker_exec.h). */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
-#include "agent/worker_group.h"
+#include "agent/worker_exec.h"
 #include "common/log.h"
 #include "common/opts.h"
 #include "launcher/config.h"
