@@ -73,4 +73,5 @@ helps ddprun-store --host --port --max-conns --verbose --quiet
 helps ddprun-store-cli --host --port --timeout --protocol --no-ext
 helps ddp-allreduce-bench --min-bytes --max-bytes --iters --own-memory --timeout-ms
 helps store-load --host --port --conns --gen --no-ext
+helps ddprun-exec __exec-worker
 echo "every program answered alike"

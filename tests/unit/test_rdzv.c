@@ -33,6 +33,15 @@ static void agent_init(agent_t *a, store_fixture *f, const char *host, int min, 
                        .max_restarts = 3};
 }
 
+/* n agents of one job (min to max nodes) named n0, n1, ... */
+static void agents_init(agent_t *a, int n, store_fixture *f, int min, int max) {
+    for (int i = 0; i < n; i++) {
+        char h[8];
+        snprintf(h, sizeof h, "n%d", i);
+        agent_init(&a[i], f, h, min, max);
+    }
+}
+
 static void *agent_join(void *p) {
     agent_t *a = p;
     if (!a->r) {
@@ -203,11 +212,7 @@ TEST(rdzv_survivors_notice_a_dead_agent_and_regroup_smaller) {
     store_fixture f;
     fixture_start(&f, NULL);
     agent_t a[3];
-    for (int i = 0; i < 3; i++) {
-        char h[8];
-        snprintf(h, sizeof h, "n%d", i);
-        agent_init(&a[i], &f, h, 2, 3);
-    }
+    agents_init(a, 3, &f, 2, 3);
     join_all(a, 3);
     rdzv_close(a[2].r); /* its connection closes, as when it is killed */
     a[2].r = NULL;
@@ -274,11 +279,7 @@ TEST(rdzv_each_member_watches_two_and_every_loss_is_still_seen) {
     store_fixture f;
     fixture_start(&f, NULL);
     agent_t a[6];
-    for (int i = 0; i < 6; i++) {
-        char h[8];
-        snprintf(h, sizeof h, "n%d", i);
-        agent_init(&a[i], &f, h, 3, 6);
-    }
+    agents_init(a, 6, &f, 3, 6);
     join_all(a, 6);
     for (int i = 0; i < 6; i++) CHECK_EQ(a[i].res.group_rank, i);
     /* node ranks 0, 1 and 2 go: 2's watchers (0 and 1) are gone with it,
@@ -332,11 +333,7 @@ TEST(rdzv_exit_barrier_counts_a_lost_node_done) {
     store_fixture f;
     fixture_start(&f, NULL);
     agent_t a[3];
-    for (int i = 0; i < 3; i++) {
-        char h[8];
-        snprintf(h, sizeof h, "n%d", i);
-        agent_init(&a[i], &f, h, 2, 3);
-    }
+    agents_init(a, 3, &f, 2, 3);
     join_all(a, 3);
     rdzv_close(a[2].r); /* lost without a word at the barrier */
     a[2].r = NULL;
