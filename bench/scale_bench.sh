@@ -21,7 +21,8 @@
 # python for today's). Each phase is capped at CAP seconds ("timeout").
 # Environment: SIZES ("8 64 256"; add 1000 for the issue's largest),
 # BACKENDS ("c10d etcd-v3"), TORCH_SIZES ("8"; "" leaves torchrun out),
-# REST (5), CAP (120), KEEP (a directory: each job's files, its agents'
+# REST (5), CAP (120), HEARTBEAT (our agents' keep_alive_interval, s;
+# 5 by default), KEEP (a directory: each job's files, its agents'
 # logs and its workers' starts, are copied there). Exits 1 when a phase of ours failed or timed out,
 # so that tests/integration/scale_small.sh can run a small one in make
 # check.
@@ -105,7 +106,8 @@ job() {
         if [ "$launcher" = ddprun ]; then
             SCALE_OUT=$OUT SCALE_NODE=$i "$DDPRUN" --nnodes "$((n - 2)):$n" --nproc-per-node 1 \
                 --max-restarts 10 --rdzv-backend "$backend" --rdzv-endpoint "$endpoint" \
-                --rdzv-id "scale$n" --local-addr "node$i" --rdzv-conf "join_timeout=$CAP" \
+                --rdzv-id "scale$n" --local-addr "node$i" \
+                --rdzv-conf "join_timeout=$CAP${HEARTBEAT:+,keep_alive_interval=$HEARTBEAT}" \
                 --log-dir "$OUT/logs.$i" --no-python "$WORKER" > "$OUT/agent.$i" 2>&1 &
         else
             SCALE_OUT=$OUT SCALE_NODE=$i "$PY" -m torch.distributed.run --nnodes "$((n - 2)):$n" \
