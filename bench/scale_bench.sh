@@ -59,11 +59,9 @@ ulimit -n "$(ulimit -Hn)" 2> /dev/null
 ulimit -u unlimited 2> /dev/null
 
 now_s() { date +%s.%N; }
-# cpu_s PID: the process's CPU seconds so far (user + system).
-cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2> /dev/null || echo 0; }
 # peak_mb PID: its peak resident memory, MB.
 peak_mb() { awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2> /dev/null; }
-# cpu_sum PID...: their CPU seconds so far, summed.
+# cpu_sum PID...: their CPU seconds so far (user + system), summed.
 cpu_sum() {
     local p hz
     hz=$(getconf CLK_TCK)
@@ -143,7 +141,7 @@ run_job() {
     mkdir -p "$OUT"
     STOPPED=
     for ((i = 0; i < n; i++)); do all+=("$i"); done
-    [ -n "$spid" ] && cpu0=$(cpu_s "$spid")
+    [ -n "$spid" ] && cpu0=$(cpu_sum "$spid")
     job "$launcher" "$n" "$backend" "$endpoint"
     t0=$(now_s)
     form=$(since 1 "$t0" "${all[@]}")
@@ -154,9 +152,9 @@ run_job() {
         if [ -n "$spid" ]; then
             local c0 c1 lines
             lines=$(grep -c 'stats:' "$TMP/store.err")
-            c0=$(cpu_s "$spid")
+            c0=$(cpu_sum "$spid")
             sleep "$REST"
-            c1=$(cpu_s "$spid")
+            c1=$(cpu_sum "$spid")
             rest_cpu=$(awk -v a="$c0" -v b="$c1" -v t="$REST" 'BEGIN {printf "%.0f%%", 100 * (b - a) / t}')
             # the mean rate of the stats lines printed during the rest ("(123/s)")
             rps=$(grep 'stats:' "$TMP/store.err" | tail -n +"$((lines + 1))" |
@@ -192,7 +190,7 @@ run_job() {
     fi
     stop_job
     if [ -n "$spid" ]; then
-        cpu1=$(cpu_s "$spid")
+        cpu1=$(cpu_sum "$spid")
         total=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", b - a}')
         mem=$(peak_mb "$spid")
     fi

@@ -394,10 +394,11 @@ int rdzv_parse_node(const char *s, rdzv_node *node) {
     if (field(&p, node->store, sizeof node->store) ||
         field(&p, node->worker_ports, sizeof node->worker_ports))
         return 0; /* an older ddprun's four or six fields */
-    char prev[48];
-    int round, rank;
-    if (field(&p, prev, sizeof prev) == 0 && sscanf(prev, "%d:%d", &round, &rank) == 2)
-        node->prev_round = round, node->prev_rank = rank;
+    char prev[48], *colon, *end;
+    if (field(&p, prev, sizeof prev) == 0 && (colon = strchr(prev, ':'))) { /* "round:rank" */
+        long round = strtol(prev, &end, 10), rank = strtol(colon + 1, &end, 10);
+        if (end != colon + 1 && !*end) node->prev_round = (int)round, node->prev_rank = (int)rank;
+    }
     return 0;
 }
 
@@ -505,11 +506,11 @@ static int node_cmp_p(const void *a, const void *b) {
  * Not where a node asked for a rank (--node-rank): those order the round.
  * p: the nodes in node_cmp's order; out: the ranks' order. */
 static void keep_survivor_ranks(rdzv_node **p, int n, rdzv_node **out, char *taken) {
+    /* the latest round any of them was a member of; none where a node asked
+     * for a rank (node_cmp puts those first) */
     int last = -1;
-    for (int i = 0; i < n; i++) {
-        if (p[i]->node_rank_hint >= 0) last = -2;
-        if (last > -2 && p[i]->prev_round > last) last = p[i]->prev_round;
-    }
+    for (int i = 0; i < n && p[0]->node_rank_hint < 0; i++)
+        if (p[i]->prev_round > last) last = p[i]->prev_round;
     memset(taken, 0, (size_t)n);
     for (int i = 0; last >= 0 && i < n; i++) {
         int r = p[i]->prev_rank;
@@ -538,9 +539,9 @@ static int order_nodes(rdzv_node *nodes, int n, int strict) {
     if (rc == 0) {
         for (int i = 0; i < n; i++) p[i] = &nodes[i];
         qsort(p, (size_t)n, sizeof *p, node_cmp_p);
-        if (strict) memcpy(ranked, p, (size_t)n * sizeof *p);
-        else keep_survivor_ranks(p, n, ranked, taken);
-        for (int i = 0; i < n; i++) from[i] = (int)(ranked[i] - nodes); /* rank i's node */
+        if (!strict) keep_survivor_ranks(p, n, ranked, taken);
+        rdzv_node **order = strict ? p : ranked;
+        for (int i = 0; i < n; i++) from[i] = (int)(order[i] - nodes); /* rank i's node */
         for (int i = 0; i < n; i++) { /* each cycle of the permutation once */
             if (from[i] < 0 || from[i] == i) continue;
             *tmp = nodes[i];
