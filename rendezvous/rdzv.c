@@ -11,13 +11,16 @@
  * running round's members: one gone, and it ends the round itself (nobody
  * else may be left to: a requeued job's dead predecessor).
  *
- * Every blocking wait is sliced into pieces of a third of the heartbeat
- * interval so the agent's heartbeat lease is renewed while it waits. */
+ * The heartbeat has its own thread and store connection: its lease is
+ * renewed every third of the interval whatever the rendezvous thread is
+ * doing (a long read of the round, a wait, a starved process), so a slow
+ * rendezvous is never taken for a lost node. */
 #include "rendezvous/rdzv.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +48,14 @@ struct rdzv {
     char agent_id[96];
     rdzv_kv *c;                 /* the rendezvous thread's handle; owns alive/<id> */
     rdzv_kv *side[NSIDE];       /* handles for other threads */
+    /* The heartbeat (beat_main): its thread, its handle, its lease. */
+    rdzv_kv *hb;
+    pthread_t beat_thread;
+    int beat_started;
+    pthread_mutex_t beat_mu;
+    pthread_cond_t beat_cv;     /* signalled to stop the heartbeat */
+    int beat_stop;              /* under beat_mu */
+    atomic_int beat_err;        /* a renewal failed for good: -errno, for the rendezvous */
     uint64_t lease;
     int64_t last_renew_ms;
     int round;                  /* the round last joined or seen */
@@ -64,21 +75,21 @@ static int set_str(rdzv_kv *c, const char *k, const char *v) {
 }
 
 
-/* Notes a renewal: when (for the agent's watch slices) and, for
- * `ddprun status`, beat/<agent> the wall-clock time of it. */
+/* Notes a renewal: when, and for `ddprun status` beat/<agent> the
+ * wall-clock time of it. On the heartbeat's thread. */
 static int beat_time(rdzv *r) {
     char k[KEY_MAX], v[32];
     r->last_renew_ms = clock_now_ms();
     if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
     snprintf(v, sizeof v, "%.3f", clock_wall_s());
-    return set_str(r->c, key(r, k, "beat/%s", r->agent_id), v);
+    return set_str(r->hb, key(r, k, "beat/%s", r->agent_id), v);
 }
 
 /* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
-    int rc = kv_lease_grant(r->c, (int64_t)(r->o.heartbeat * 1000), &r->lease);
-    if (rc == 0) rc = kv_set_owned(r->c, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    int rc = kv_lease_grant(r->hb, (int64_t)(r->o.heartbeat * 1000), &r->lease);
+    if (rc == 0) rc = kv_set_owned(r->hb, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
     if (rc == 0) { /* beat/ comes with the first renewal: one write fewer per agent */
         r->last_renew_ms = clock_now_ms();
         if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
@@ -86,13 +97,12 @@ static int beat_again(rdzv *r) {
     return rc;
 }
 
-/* Renews the heartbeat lease when a third of its lifetime has passed. A
- * lease that lapsed (this node was cut off for longer than a heartbeat:
- * the others have re-formed without it) is granted anew, so the node
- * comes back as a new one, admitted at the next round. */
+/* Renews the heartbeat lease. A lease that lapsed (this node was cut off
+ * for longer than a heartbeat: the others have re-formed without it) is
+ * granted anew, so the node comes back as a new one, admitted at the next
+ * round. */
 static int renew(rdzv *r) {
-    if (clock_now_ms() - r->last_renew_ms < (int64_t)(r->o.heartbeat * 1000 / 3)) return 0;
-    int rc = kv_lease_renew(r->c, r->lease);
+    int rc = kv_lease_renew(r->hb, r->lease);
     if (rc == -ENOENT) {
         log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s); "
                  "it rejoins as a new node",
@@ -101,6 +111,67 @@ static int renew(rdzv *r) {
     }
     if (rc == 0) rc = beat_time(r);
     return rc;
+}
+
+/* The heartbeat's thread: a renewal every third of the interval until
+ * rdzv_close. A renewal that fails is tried again at the next third (a
+ * store that is slow to answer, or restarting, may still take it); a
+ * handle broken for good (the store gone, or rdzv_cancel) ends the thread,
+ * and the rendezvous thread's next wait returns the error. */
+static void *beat_main(void *p) {
+    rdzv *r = p;
+    int64_t every = (int64_t)(r->o.heartbeat * 1000 / 3);
+    if (every < 10) every = 10;
+    pthread_mutex_lock(&r->beat_mu);
+    while (!r->beat_stop) {
+        int64_t due = r->last_renew_ms + every;
+        while (!r->beat_stop && clock_now_ms() < due) {
+            int64_t ms = due - clock_now_ms();
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += ms / 1000;
+            ts.tv_nsec += (ms % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&r->beat_cv, &r->beat_mu, &ts);
+        }
+        if (r->beat_stop) break;
+        pthread_mutex_unlock(&r->beat_mu);
+        int rc = renew(r);
+        if (rc && kv_broken(r->hb)) {
+            atomic_store(&r->beat_err, rc);
+            pthread_mutex_lock(&r->beat_mu);
+            break;
+        }
+        if (rc) r->last_renew_ms = clock_now_ms(); /* try again a third later */
+        pthread_mutex_lock(&r->beat_mu);
+    }
+    pthread_mutex_unlock(&r->beat_mu);
+    return NULL;
+}
+
+static int beat_start(rdzv *r) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->beat_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&r->beat_mu, NULL);
+    int rc = pthread_create(&r->beat_thread, NULL, beat_main, r);
+    if (rc) return -rc;
+    r->beat_started = 1;
+    return 0;
+}
+
+static void beat_stop(rdzv *r) {
+    if (!r->beat_started) return;
+    pthread_mutex_lock(&r->beat_mu);
+    r->beat_stop = 1;
+    pthread_cond_signal(&r->beat_cv);
+    pthread_mutex_unlock(&r->beat_mu);
+    pthread_join(r->beat_thread, NULL);
+    r->beat_started = 0;
+    pthread_cond_destroy(&r->beat_cv);
+    pthread_mutex_destroy(&r->beat_mu);
 }
 
 /* Takes a poke for this agent's round, if one came. */
@@ -112,7 +183,8 @@ static int take_poke(rdzv *r) {
     return poked;
 }
 
-/* WAIT_ANY until `deadline_ms`, in slices that keep the heartbeat alive.
+/* WAIT_ANY until `deadline_ms`, in slices of a third of the heartbeat, so
+ * that a heartbeat broken for good (its store gone) is noticed.
  * -EINTR: rdzv_poke, where the store's handle is interrupted rather than
  * woken by a key, and only when `pokeable`; other waits go on. */
 static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *const *keys,
@@ -120,7 +192,7 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
     int slice = (int)(r->o.heartbeat * 1000 / 3);
     if (slice < 10) slice = 10;
     for (;;) {
-        int rc = renew(r);
+        int rc = atomic_load(&r->beat_err); /* the heartbeat's store is gone */
         if (rc) return rc;
         int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
@@ -227,6 +299,7 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
     /* The heartbeat's lease, the first request, finds out whether the
      * place serves us; if not, first_request_failed() asks why. */
     int rc = o->backend->open(&o->where, 1, &r->c, err, errlen);
+    if (rc == 0) rc = o->backend->open(&o->where, 1, &r->hb, err, errlen);
     for (int i = 0; rc == 0 && i < NSIDE; i++)
         rc = o->backend->open(&o->where, 1, &r->side[i], err, errlen);
     if (rc) {
@@ -247,7 +320,8 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
         rdzv_close(r);
         return rc;
     }
-    if ((rc = agree_on_settings(r, err, errlen))) {
+    if ((rc = agree_on_settings(r, err, errlen)) || (rc = beat_start(r))) {
+        if (rc == -EAGAIN) snprintf(err, errlen, "cannot start the heartbeat's thread");
         rdzv_close(r);
         return rc;
     }
@@ -258,12 +332,16 @@ int rdzv_open(const rdzv_opts *o, rdzv **out, char *err, size_t errlen) {
 void rdzv_cancel(rdzv *r) {
     if (!r) return;
     if (r->c) r->c->ops->cancel(r->c);
+    if (r->hb) r->hb->ops->cancel(r->hb);
     for (int i = 0; i < NSIDE; i++)
         if (r->side[i]) r->side[i]->ops->cancel(r->side[i]);
 }
 
 void rdzv_close(rdzv *r) {
     if (!r) return;
+    if (r->beat_started) r->hb->ops->cancel(r->hb); /* a renewal under way ends now */
+    beat_stop(r);
+    kv_close(r->hb);
     kv_close(r->c);
     for (int i = 0; i < NSIDE; i++) kv_close(r->side[i]);
     free(r->run_id);

@@ -29,7 +29,7 @@
  * "failures" (one JSON line per worker failure) and for each
  * agent "alive/<agent>" (store backends: owned by its connection, gone the
  * moment the agent dies), "hb/<agent>" (owned by a lease the agent renews:
- * gone within one heartbeat interval if the agent hangs or is cut off),
+ * gone within one heartbeat interval if the agent is stopped or cut off),
  * "beat/<agent>" (the wall-clock time of its last renewal) and
  * "status/<agent>" (what the agent says it does, JSON, for
  * `ddprun status`; both stay after the agent is gone). */
@@ -65,9 +65,10 @@ typedef struct {
     double last_call_timeout; /* s */
     double heartbeat;         /* s */
     int max_restarts;
-    /* Called on the rendezvous' thread, with ctx; each may be NULL. */
+    /* Called with ctx, each may be NULL; on the rendezvous' thread but for
+     * on_beat. */
     /* After each renewal of the heartbeat (now: the monotonic clock, ms),
-     * for the agent's metrics. */
+     * for the agent's metrics: on the heartbeat's own thread. */
     void (*on_beat)(void *ctx, int64_t now_ms);
     /* Not RDZV_IN_JOB_STORE, on node rank 0 of a round before the others'
      * workers may start: empties this agent's own store of what workers of an
@@ -155,8 +156,8 @@ typedef enum {
  * the job had finished before. */
 int rdzv_next(rdzv *r, rdzv_result *res, char *err, size_t errlen);
 
-/* Blocks up to timeout_ms watching the running round; renews the
- * heartbeat. Returns the event (RDZV_EV_NONE on timeout) or -errno. */
+/* Blocks up to timeout_ms watching the running round. Returns the event
+ * (RDZV_EV_NONE on timeout) or -errno (the heartbeat's too: its store gone). */
 int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev);
 
 /* Ends the current round for `why` (RDZV_EV_FAILURE or RDZV_EV_MEMBERSHIP)

@@ -230,6 +230,34 @@ TEST(rdzv_survivors_notice_a_dead_agent_and_regroup_smaller) {
     fixture_stop(&f);
 }
 
+/* The heartbeat is renewed on its own thread and connection: an agent
+ * whose rendezvous thread is busy elsewhere (a long read of the round, a
+ * starved process) for several heartbeats is not taken for lost. */
+TEST(rdzv_heartbeat_lives_while_the_rendezvous_thread_is_busy) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[1];
+    agents_init(a, 1, &f, 1, 1);
+    a[0].o.heartbeat = 0.3;
+    join_all(a, 1);
+    store_client *c = fixture_client(&f);
+    char hb[256];
+    snprintf(hb, sizeof hb, "/ddprun/job/hb/%s", rdzv_agent_id(a[0].r));
+    const char *keys[] = {hb};
+    for (int i = 0; i < 6; i++) {
+        sleep_ms(200); /* four heartbeats in all, and no rendezvous call */
+        int all = 0;
+        CHECK_EQ(store_check(c, 1, keys, &all), 0);
+        CHECK_EQ(all, 1);
+    }
+    rdzv_event ev = RDZV_EV_NONE;
+    CHECK_EQ(rdzv_watch(a[0].r, 100, &ev), 0);
+    CHECK_EQ(ev, RDZV_EV_NONE); /* nobody saw it lost: the round goes on */
+    store_client_close(c);
+    close_all(a, 1);
+    fixture_stop(&f);
+}
+
 /* Ends the round for its survivors a[0..n) once a[dead] is gone, and
  * has them see it. */
 static void lose_node(agent_t *a, int n, int dead) {
