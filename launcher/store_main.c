@@ -2,14 +2,18 @@
  *
  *   ddprun-store [--host H] [--port P] [--max-key-bytes N] [--max-value-bytes N]
  *                [--max-conns N] [--request-timeout S] [--stats-every S]
- *                [--verbose] [--quiet]
+ *                [--proxy-to HOST:PORT] [--verbose] [--quiet]
  *
  * Port 0 picks a free port; the line "ddprun-store: listening on H:P" on
  * stderr says which, once the server accepts connections. SIGINT or SIGTERM
  * stops it and it exits 0. --stats-every S prints its counters (requests and
  * their rate, connections, keys) every S seconds, for operators and
  * benchmarks. DDPRUN_STORE_TOKEN, when set, is the secret
- * every client must present first. */
+ * every client must present first.
+ *
+ * With --proxy-to it is a per-node store proxy instead (store/store_proxy.h):
+ * it serves this node's clients (on 127.0.0.1 unless --host says otherwise)
+ * and carries them all to the store at HOST:PORT over one connection. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,6 +26,7 @@
 #include "common/fdlimit.h"
 #include "common/log.h"
 #include "common/opts.h"
+#include "store/store_proxy.h"
 #include "store/store_server.h"
 
 static const char usage_head[] =
@@ -43,7 +48,8 @@ static void print_usage(const opts_spec *spec) {
 
 /* Fills *o and the log level from the command line. 0; 1 after --help;
  * or -EINVAL with the message printed. */
-static int parse_args(int argc, char **argv, store_server_opts *o, int *stats_every) {
+static int parse_args(int argc, char **argv, store_server_opts *o, int *stats_every,
+                      const char **proxy_to) {
     int max_key = 0, max_value = 0, verbose = 0, quiet = 0, timeout_s = 0;
     const opts_opt table[] = {
         {"host", 0, OPTS_STR, .target = &o->host, .metavar = "H",
@@ -62,6 +68,10 @@ static int parse_args(int argc, char **argv, store_server_opts *o, int *stats_ev
         {"stats-every", 0, OPTS_INT, .target = stats_every, .lo = 1, .hi = 86400,
          .metavar = "S", .help = "print the requests served (and their rate), the\n"
                                  "connections and the keys every S seconds"},
+        {"proxy-to", 0, OPTS_STR, .target = proxy_to, .metavar = "HOST:PORT",
+         .help = "be a per-node proxy: serve this node's clients\n"
+                 "(on 127.0.0.1 unless --host) and carry them all\n"
+                 "to ddprun's store at HOST:PORT over one connection"},
         {"verbose", 'v', OPTS_FLAG, .target = &verbose,
          .help = "log every connection and disconnection"},
         {"quiet", 'q', OPTS_FLAG, .target = &quiet, .help = "log errors only"},
@@ -91,7 +101,26 @@ typedef struct {
     int stats_every; /* s; 0: no stats */
     store_stats last;
     store_server srv;
+    store_proxy *proxy; /* --proxy-to: this instead of srv */
 } store_main;
+
+/* "host:port" or "[v6]:port" into host (len bytes) and *port. */
+static int split_hostport(const char *s, char *host, size_t len, int *port) {
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s) return -EINVAL;
+    const char *h = s, *hend = colon;
+    if (*s == '[') {
+        if (colon[-1] != ']') return -EINVAL;
+        h = s + 1, hend = colon - 1;
+    }
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || p < 1 || p > 65535 || (size_t)(hend - h) >= len)
+        return -EINVAL;
+    snprintf(host, len, "%.*s", (int)(hend - h), h);
+    *port = (int)p;
+    return 0;
+}
 
 /* --stats-every: the counters, and the requests' rate since the last line. */
 static void on_stats(uv_timer_t *t) {
@@ -113,7 +142,8 @@ static void on_closed(uv_handle_t *h) { (void)h; }
 static void on_signal(uv_signal_t *sig, int signum) {
     store_main *m = sig->data;
     log_info("SIG%s received; shutting down", sigabbrev_np(signum));
-    store_server_close(&m->srv, NULL);
+    if (m->proxy) store_proxy_close(m->proxy, NULL, NULL);
+    else store_server_close(&m->srv, NULL);
     uv_close((uv_handle_t *)&m->sigint, on_closed);
     uv_close((uv_handle_t *)&m->sigterm, on_closed);
     uv_close((uv_handle_t *)&m->stats, on_closed);
@@ -123,14 +153,32 @@ int main(int argc, char **argv) {
     log_init("ddprun-store");
     store_server_opts o = {.port = 29400};
     store_main m = {0};
-    int rc = parse_args(argc, argv, &o, &m.stats_every);
+    const char *proxy_to = NULL;
+    int rc = parse_args(argc, argv, &o, &m.stats_every, &proxy_to);
     if (rc) return rc == OPTS_HELP_GIVEN ? 0 : 2;
     o.token = getenv(DDPRUN_ENV_STORE_TOKEN);
+    char up_host[256];
+    int up_port = 0;
+    if (proxy_to && split_hostport(proxy_to, up_host, sizeof up_host, &up_port)) {
+        fprintf(stderr, "ddprun-store: --proxy-to: '%s' is not HOST:PORT\n", proxy_to);
+        return 2;
+    }
+    if (proxy_to && m.stats_every) {
+        fprintf(stderr, "ddprun-store: --stats-every counts the store's requests; a proxy "
+                        "(--proxy-to) has none of its own\n");
+        return 2;
+    }
     fdlimit_raise();
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t *loop = uv_default_loop();
-    rc = store_server_init(loop, &m.srv, &o);
+    if (proxy_to) {
+        store_proxy_opts po = {.host = o.host, .port = o.port, .upstream_host = up_host,
+                               .upstream_port = up_port, .token = o.token};
+        rc = store_proxy_start(loop, &po, &m.proxy);
+    } else {
+        rc = store_server_init(loop, &m.srv, &o);
+    }
     if (rc) {
         fprintf(stderr, "ddprun-store: cannot listen on %s port %d: %s%s\n",
                 o.host ? o.host : "*", o.port, uv_strerror(rc),
@@ -147,8 +195,12 @@ int main(int argc, char **argv) {
     if (m.stats_every)
         uv_timer_start(&m.stats, on_stats, (uint64_t)m.stats_every * 1000,
                        (uint64_t)m.stats_every * 1000);
-    fprintf(stderr, "ddprun-store: listening on %s:%d%s\n", o.host ? o.host : "*",
-            store_server_port(&m.srv), o.token ? " (token required)" : "");
+    if (m.proxy)
+        fprintf(stderr, "ddprun-store: a proxy to the store at %s, listening on %s:%d\n",
+                proxy_to, o.host ? o.host : "127.0.0.1", store_proxy_port(m.proxy));
+    else
+        fprintf(stderr, "ddprun-store: listening on %s:%d%s\n", o.host ? o.host : "*",
+                store_server_port(&m.srv), o.token ? " (token required)" : "");
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

@@ -13,7 +13,8 @@
     [STORE_OP_HELLO] = STORE_WIRE_HELLO, [STORE_OP_SET_OWNED] = STORE_WIRE_SET_OWNED,      \
     [STORE_OP_LEASE_GRANT] = STORE_WIRE_LEASE_GRANT,                                        \
     [STORE_OP_LEASE_RENEW] = STORE_WIRE_LEASE_RENEW,                                        \
-    [STORE_OP_LEASE_REVOKE] = STORE_WIRE_LEASE_REVOKE, [STORE_OP_WAIT_ANY] = STORE_WIRE_WAIT_ANY
+    [STORE_OP_LEASE_REVOKE] = STORE_WIRE_LEASE_REVOKE, [STORE_OP_WAIT_ANY] = STORE_WIRE_WAIT_ANY, \
+    [STORE_OP_MUX] = STORE_WIRE_MUX
 
 static const int8_t wire_v2[STORE_OP_COUNT_] = {
     [STORE_OP_VALIDATE] = 0,       [STORE_OP_SET] = 1,         [STORE_OP_COMPARE_SET] = 2,
@@ -41,7 +42,7 @@ static const char *const op_names[STORE_OP_COUNT_] = {
     "VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS",
     "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING", "QUEUE_PUSH",
     "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER", "WATCH_KEY", "HELLO", "SET_OWNED",
-    "LEASE_GRANT", "LEASE_RENEW", "LEASE_REVOKE", "WAIT_ANY",
+    "LEASE_GRANT", "LEASE_RENEW", "LEASE_REVOKE", "WAIT_ANY", "MUX",
 };
 
 const char *store_op_name(store_op op) {
@@ -52,12 +53,13 @@ int store_wire_code(store_gen gen, store_op op) {
     if ((unsigned)op >= STORE_OP_COUNT_) return -1;
     if (gen == STORE_GEN_V1) return wire_v1[op];
     if (gen == STORE_GEN_V2) return wire_v2[op];
-    return op == STORE_OP_HELLO ? STORE_WIRE_HELLO : -1;
+    return op == STORE_OP_HELLO ? STORE_WIRE_HELLO : op == STORE_OP_MUX ? STORE_WIRE_MUX : -1;
 }
 
 /* Map a wire byte back to an op for `gen`; -1 if unknown. */
 static int op_from_wire(store_gen gen, uint8_t code) {
-    if (gen == STORE_GEN_UNKNOWN) return code == STORE_WIRE_HELLO ? STORE_OP_HELLO : -1;
+    if (gen == STORE_GEN_UNKNOWN)
+        return code == STORE_WIRE_HELLO ? STORE_OP_HELLO : code == STORE_WIRE_MUX ? STORE_OP_MUX : -1;
     const int8_t *table = gen == STORE_GEN_V1 ? wire_v1 : wire_v2;
     for (int op = 0; op < STORE_OP_COUNT_; op++)
         if (table[op] >= 0 && (uint8_t)table[op] == code) return op;
@@ -148,6 +150,9 @@ static int rd_args(cursor *c, const store_limits *lim, store_req *r) {
         return r->u32 == STORE_VALIDATE_MAGIC ? 1 : STORE_PARSE_EMAGIC;
     case STORE_OP_PING:
         return rd_u32(c, &r->u32);
+    case STORE_OP_MUX:
+        TRY(rd_u32(c, &r->version));
+        return r->version == STORE_MUX_VERSION ? 1 : STORE_PARSE_EARG;
     case STORE_OP_HELLO:
         TRY(rd_u32(c, &r->u32));
         if (r->u32 != STORE_EXT_MAGIC) return STORE_PARSE_EMAGIC;

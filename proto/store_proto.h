@@ -62,6 +62,7 @@ typedef enum {
     STORE_OP_LEASE_RENEW,  /* u64 lease id -> u8 status (0 renewed, 1 unknown/expired) */
     STORE_OP_LEASE_REVOKE, /* u64 lease id -> u8 status; deletes its keys */
     STORE_OP_WAIT_ANY,     /* u64 n, n x (u8 cond, key) -> u8 STOP_WAITING, u64 index */
+    STORE_OP_MUX,          /* u32 version -> u8 status (0); then frames both ways */
     STORE_OP_COUNT_
 } store_op;
 
@@ -73,7 +74,30 @@ enum {
     STORE_WIRE_LEASE_RENEW = 0x43,
     STORE_WIRE_LEASE_REVOKE = 0x44,
     STORE_WIRE_WAIT_ANY = 0x45,
+    STORE_WIRE_MUX = 0x46,
 };
+
+/* A multiplexed connection (STORE_OP_MUX, sent first or after HELLO): one
+ * connection carries many clients' connections, as a per-node store proxy
+ * needs (store/store_proxy.h). After MUX's reply both directions are
+ * frames: u32 channel, u32 length, that many bytes of the channel's own
+ * byte stream, which the server serves exactly as a connection of its own
+ * (its generation, token, waits and owned keys). A frame of length 0
+ * closes the channel; each side sends it once per channel, and a channel
+ * number is free again once a side has both sent and received it. */
+#define STORE_MUX_VERSION 1u
+#define STORE_MUX_HDR 8u
+#define STORE_MUX_MAX_FRAME (1u << 20)
+#define STORE_MUX_MAX_CHANS 65536u
+
+static inline void store_mux_hdr(uint8_t *h, uint32_t chan, uint32_t len) {
+    for (int i = 0; i < 4; i++) h[i] = (uint8_t)(chan >> (8 * i)), h[4 + i] = (uint8_t)(len >> (8 * i));
+}
+static inline void store_mux_parse_hdr(const uint8_t *h, uint32_t *chan, uint32_t *len) {
+    *chan = *len = 0;
+    for (int i = 0; i < 4; i++)
+        *chan |= (uint32_t)h[i] << (8 * i), *len |= (uint32_t)h[4 + i] << (8 * i);
+}
 
 /* Reply bytes shared by both generations. */
 enum { STORE_CHECK_READY = 0, STORE_CHECK_NOT_READY = 1 };
@@ -141,8 +165,8 @@ enum {
  * are needed. */
 store_gen store_detect_gen(const uint8_t *buf, size_t len);
 
-/* Parse one request of generation `gen` (STORE_GEN_UNKNOWN parses only
- * HELLO) from buf[0..len). On STORE_PARSE_OK sets *req and *used (bytes
+/* Parse one request of generation `gen` (STORE_GEN_UNKNOWN parses only HELLO and MUX)
+ * from buf[0..len). On STORE_PARSE_OK sets *req and *used (bytes
  * taken). Returns one of the STORE_PARSE_* values. */
 int store_parse(store_gen gen, const uint8_t *buf, size_t len, const store_limits *lim,
                 store_req *req, size_t *used);

@@ -13,9 +13,14 @@
 
 typedef struct store_waiter store_waiter;
 typedef struct store_wnode store_wnode;
+typedef struct store_mux store_mux;
 
 struct store_conn {
-    uv_tcp_t tcp;
+    uv_tcp_t tcp;         /* unused by a channel (mux set): its bytes ride on mux's */
+    store_conn *mux;      /* a channel of a multiplexed connection: that connection */
+    uint32_t chan;        /* and its number there */
+    store_mux *chans;     /* a multiplexed connection (STORE_OP_MUX): its channels */
+    store_conn *dead_next;/* a closed channel, freed from the loop's idle phase */
     store_server *srv;
     store_conn *prev, *next;
     uint64_t id;

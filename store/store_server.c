@@ -33,6 +33,11 @@ static void store_server_maybe_closed(store_server *srv);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_pending(uv_idle_t *idle);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static long conn_consume(store_conn *c, const uint8_t *p, size_t n);
+static void chan_flush(store_conn *c);
+static void chan_closed(store_conn *c);
+static void mux_close_all(store_conn *c);
+static void free_dead_chans(store_server *srv);
 
 /* ---- write path ------------------------------------------------------- */
 
@@ -69,6 +74,10 @@ static void conn_maybe_resume(store_conn *c) {
 
 static void store_conn_flush(store_conn *c) {
     if (c->closing) return;
+    if (c->mux) {
+        chan_flush(c);
+        return;
+    }
     if (store_conn_unsent(c) > store_out_hard(c->srv)) {
         store_conn_drop(c, "it does not read its replies (%zu MiB unsent)",
                         store_conn_unsent(c) >> 20);
@@ -117,6 +126,7 @@ static void store_conn_flush(store_conn *c) {
 static void on_conn_closed(uv_handle_t *h) {
     store_conn *c = h->data;
     store_server *srv = c->srv;
+    free_dead_chans(srv); /* a multiplexed connection's channels, say */
     buf_free(&c->in);
     buf_free(&c->out);
     free(c);
@@ -134,6 +144,11 @@ static void store_conn_close(store_conn *c) {
     else srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     srv->stats.conns_open--;
+    if (c->chans) mux_close_all(c);
+    if (c->mux) {
+        chan_closed(c);
+        return;
+    }
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
@@ -219,13 +234,221 @@ static void on_connection(uv_stream_t *listener, int status) {
     log_debug("client %s connected", c->peer);
 }
 
+/* ---- multiplexed connections ------------------------------------------ */
+
+/* A per-node proxy's connection carries many clients (STORE_OP_MUX,
+ * proto/store_proto.h): each channel is a store_conn of its own, served
+ * exactly as a connection (generation, token, waits, owned keys), whose
+ * bytes come in frames on the multiplexed connection and whose replies go
+ * back in frames on it, coalesced into one write per turn of the loop. */
+
+enum { CHAN_FREE = 0, CHAN_OPEN, CHAN_CLOSING /* we sent the close, the peer has not */ };
+
+struct store_mux {
+    store_conn **conn; /* by channel number */
+    uint8_t *state;
+    uint32_t cap;
+};
+
+static void free_dead_chans(store_server *srv) {
+    while (srv->dead) {
+        store_conn *c = srv->dead;
+        srv->dead = c->dead_next;
+        buf_free(&c->in);
+        buf_free(&c->out);
+        free(c);
+    }
+}
+
+/* Appends one frame to the multiplexed connection's output; it is written
+ * from the loop's idle phase, with every other frame of this turn. */
+static void mux_frame(store_conn *m, uint32_t chan, const uint8_t *p, size_t n) {
+    uint8_t h[STORE_MUX_HDR];
+    store_mux_hdr(h, chan, (uint32_t)n);
+    if (buf_append(&m->out, h, sizeof h) != 0 || (n && buf_append(&m->out, p, n) != 0)) {
+        m->oom = 1;
+        return;
+    }
+    store_conn_mark_pending(m);
+}
+
+static void chan_flush(store_conn *c) {
+    store_conn *m = c->mux;
+    for (size_t at = 0; at < c->out.len && !m->closing && !m->oom;) {
+        size_t n = c->out.len - at;
+        if (n > STORE_MUX_MAX_FRAME) n = STORE_MUX_MAX_FRAME;
+        mux_frame(m, c->chan, c->out.data + at, n);
+        at += n;
+    }
+    buf_clear(&c->out);
+    if (m->oom && !m->closing) store_conn_drop(m, "out of memory queueing a reply");
+}
+
+/* A channel's connection closed: the peer is told (once), unless the
+ * whole multiplexed connection is going; freed once nothing on the stack
+ * can still hold it. */
+static void chan_closed(store_conn *c) {
+    store_conn *m = c->mux;
+    store_server *srv = c->srv;
+    if (!m->closing) {
+        store_mux *x = m->chans;
+        if (x->conn[c->chan] == c) { /* we close it: the peer has yet to */
+            x->conn[c->chan] = NULL;
+            x->state[c->chan] = CHAN_CLOSING;
+        }
+        mux_frame(m, c->chan, NULL, 0);
+    }
+    c->dead_next = srv->dead;
+    srv->dead = c;
+    store_conn_mark_pending(m); /* runs the idle phase, which frees it */
+}
+
+static void mux_close_all(store_conn *m) {
+    store_mux *x = m->chans;
+    for (uint32_t i = 0; i < x->cap; i++)
+        if (x->conn[i]) store_conn_close(x->conn[i]);
+    free(x->conn);
+    free(x->state);
+    free(x);
+    m->chans = NULL;
+}
+
+/* STORE_OP_MUX: the connection becomes a multiplexed one. 0, or -1 once
+ * it was dropped. */
+static int mux_begin(store_conn *c) {
+    if (c->mux || c->gen != STORE_GEN_UNKNOWN) {
+        store_conn_drop(c, "asked to multiplex %s", c->mux ? "a channel of a multiplexed connection"
+                                                          : "after its first requests");
+        return -1;
+    }
+    if (!(c->chans = calloc(1, sizeof *c->chans))) {
+        store_conn_drop(c, "out of memory");
+        return -1;
+    }
+    uint8_t ok = 0;
+    if (buf_append(&c->out, &ok, 1) != 0) {
+        store_conn_drop(c, "out of memory queueing a reply");
+        return -1;
+    }
+    log_debug("client %s: multiplexed (a store proxy)", c->peer);
+    return 0;
+}
+
+static store_conn *chan_open(store_conn *m, uint32_t chan) {
+    store_server *srv = m->srv;
+    store_mux *x = m->chans;
+    if (chan >= x->cap) {
+        uint32_t cap = x->cap ? x->cap : 64;
+        while (cap <= chan) cap *= 2;
+        store_conn **conn = realloc(x->conn, cap * sizeof *conn);
+        if (conn) x->conn = conn;
+        uint8_t *state = conn ? realloc(x->state, cap) : NULL;
+        if (!state) return NULL;
+        x->state = state;
+        memset(x->conn + x->cap, 0, (cap - x->cap) * sizeof *conn);
+        memset(x->state + x->cap, 0, cap - x->cap);
+        x->cap = cap;
+    }
+    store_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->srv = srv;
+    c->mux = m;
+    c->chan = chan;
+    snprintf(c->peer, sizeof c->peer, "%.52s#%u", m->peer, chan);
+    c->id = ++srv->next_conn_id;
+    c->progress_ms = uv_now(srv->loop);
+    c->authed = srv->token == NULL;
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
+    srv->stats.conns_open++;
+    srv->stats.conns_accepted++;
+    x->conn[chan] = c;
+    x->state[chan] = CHAN_OPEN;
+    if ((int)srv->stats.conns_open > srv->max_conns)
+        store_conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
+                        (int)srv->stats.conns_open - 1, srv->max_conns);
+    return c;
+}
+
+/* One frame's bytes for channel c: served straight from the frame when
+ * nothing of c's is buffered, the rest kept for the next frame. */
+static void chan_feed(store_conn *c, const uint8_t *p, size_t n) {
+    if (c->in.len == 0) {
+        long used = conn_consume(c, p, n);
+        if (used < 0) return;
+        p += used, n -= (size_t)used;
+        if (n && buf_append(&c->in, p, n) != 0) {
+            store_conn_drop(c, "out of memory buffering a request");
+            return;
+        }
+        store_conn_flush(c);
+        return;
+    }
+    if (buf_append(&c->in, p, n) != 0) {
+        store_conn_drop(c, "out of memory buffering a request");
+        return;
+    }
+    conn_process(c);
+}
+
+/* Frames from p[0..n): the bytes taken (whole frames), or -1 once m was
+ * dropped. */
+static long mux_consume(store_conn *m, const uint8_t *p, size_t n) {
+    size_t off = 0;
+    while (n - off >= STORE_MUX_HDR && !m->closing) {
+        if (store_conn_unsent(m) >= store_out_soft(m->srv)) {
+            if (!m->throttled) uv_read_stop((uv_stream_t *)&m->tcp);
+            m->throttled = 1;
+            break;
+        }
+        uint32_t chan, len;
+        store_mux_parse_hdr(p + off, &chan, &len);
+        if (chan >= STORE_MUX_MAX_CHANS || len > STORE_MUX_MAX_FRAME) {
+            store_conn_drop(m, "sent a frame for channel %u of %u bytes (at most %u channels "
+                            "of frames up to %u bytes)", chan, len, STORE_MUX_MAX_CHANS,
+                            STORE_MUX_MAX_FRAME);
+            return -1;
+        }
+        if (n - off < STORE_MUX_HDR + len) break;
+        const uint8_t *data = p + off + STORE_MUX_HDR;
+        off += STORE_MUX_HDR + len;
+        m->progress_ms = uv_now(m->srv->loop);
+        store_mux *x = m->chans;
+        int state = chan < x->cap ? x->state[chan] : CHAN_FREE;
+        if (len == 0) { /* the peer closes the channel */
+            if (state == CHAN_FREE) {
+                store_conn_drop(m, "closed channel %u, which was not open", chan);
+                return -1;
+            }
+            x->state[chan] = CHAN_FREE;
+            if (state == CHAN_OPEN) {
+                store_conn *c = x->conn[chan];
+                x->conn[chan] = NULL;
+                store_conn_close(c); /* and says so back */
+            }
+            continue;
+        }
+        if (state == CHAN_CLOSING) continue; /* sent before it heard of our close */
+        store_conn *c = state == CHAN_OPEN ? x->conn[chan] : chan_open(m, chan);
+        if (!c) {
+            store_conn_drop(m, "out of memory opening channel %u", chan);
+            return -1;
+        }
+        if (!c->closing) chan_feed(c, data, len);
+    }
+    return m->closing ? -1 : (long)off;
+}
+
 /* ---- the request loop ------------------------------------------------- */
 
 /* Decides the generation from the first bytes. Returns 1 when known (or a
  * HELLO is next), 0 when more bytes are needed, -1 if the client was
  * dropped. */
 static int conn_detect(store_conn *c, const uint8_t *p, size_t n) {
-    if (c->gen != STORE_GEN_UNKNOWN || (n > 0 && p[0] == STORE_WIRE_HELLO)) return 1;
+    if (c->gen != STORE_GEN_UNKNOWN ||
+        (n > 0 && (p[0] == STORE_WIRE_HELLO || p[0] == STORE_WIRE_MUX)))
+        return 1;
     if (!c->authed) {
         if (n == 0) return 0;
         store_conn_drop(c, "the server requires a token (" DDPRUN_ENV_STORE_TOKEN
@@ -253,7 +476,11 @@ static const char *torch21_hint(store_gen gen, int rc, uint8_t code) {
 static long conn_consume(store_conn *c, const uint8_t *p, size_t n) {
     size_t off = 0;
     while (off < n && !c->closing) {
-        if (store_conn_unsent(c) >= store_out_soft(c->srv)) {
+        if (c->chans) { /* the rest is frames */
+            long k = mux_consume(c, p + off, n - off);
+            return k < 0 ? -1 : (long)off + k;
+        }
+        if (!c->mux && store_conn_unsent(c) >= store_out_soft(c->srv)) {
             /* Replies pile up unread: read no more requests for now. */
             if (!c->throttled) uv_read_stop((uv_stream_t *)&c->tcp);
             c->throttled = 1;
@@ -290,6 +517,11 @@ static long conn_consume(store_conn *c, const uint8_t *p, size_t n) {
         if (!c->authed && req.op != STORE_OP_HELLO) {
             store_conn_drop(c, "sent %s before presenting the token", store_op_name(req.op));
             return -1;
+        }
+        if (req.op == STORE_OP_MUX) {
+            if (mux_begin(c) < 0) return -1;
+            off += used;
+            continue;
         }
         c->srv->stats.requests++;
         store_table_handle(c, &req);
@@ -374,6 +606,7 @@ static void store_conn_unmark_pending(store_conn *c) {
  * were held behind a wait that has now ended. */
 static void on_pending(uv_idle_t *idle) {
     store_server *srv = idle->data;
+    free_dead_chans(srv);
     while (srv->pending) {
         store_conn *c = srv->pending;
         store_conn_unmark_pending(c);
@@ -533,6 +766,7 @@ void store_server_stats(const store_server *srv, store_stats *out) { *out = srv-
 
 static void store_server_maybe_closed(store_server *srv) {
     if (!srv->closing || srv->handles_open > 0) return;
+    free_dead_chans(srv);
     store_table_free(srv);
     free(srv->rbuf);
     free(srv->token);

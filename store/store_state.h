@@ -47,6 +47,7 @@ typedef struct store_server {
     int request_timeout_ms;
     int stall_report_ms;
     store_conn *pending;
+    store_conn *dead;       /* closed channels of multiplexed connections, to free */
     store_limits limits;
     int max_conns;
     char *token;

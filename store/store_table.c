@@ -834,6 +834,7 @@ void store_table_handle(store_conn *c, const store_req *req) {
     case STORE_OP_LEASE_GRANT:
     case STORE_OP_LEASE_RENEW:
     case STORE_OP_LEASE_REVOKE: do_lease(c, req); break;
+    case STORE_OP_MUX: /* the network side's (store_server.c) */
     case STORE_OP_COUNT_: break;
     }
 }

@@ -118,6 +118,7 @@ TEST(proto_every_op_has_a_code_and_parses) {
             switch (op) {
             case STORE_OP_VALIDATE: store_enc_u32(&b, STORE_VALIDATE_MAGIC); break;
             case STORE_OP_PING: store_enc_u32(&b, 7); break;
+            case STORE_OP_MUX: store_enc_u32(&b, STORE_MUX_VERSION); break;
             case STORE_OP_HELLO:
                 store_enc_u32(&b, STORE_EXT_MAGIC);
                 store_enc_u32(&b, 1);

@@ -808,3 +808,83 @@ TEST(server_a_stall_of_the_store_expires_no_lease_renewed_meanwhile) {
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
 }
+
+/* Sends one frame of a multiplexed connection. */
+static void mux_send(int s, uint32_t chan, const void *p, uint32_t n) {
+    uint8_t h[STORE_MUX_HDR];
+    store_mux_hdr(h, chan, n);
+    raw_send(s, h, sizeof h);
+    if (n) raw_send(s, p, n);
+}
+
+/* Reads one frame (payload up to cap bytes): its channel and length. */
+static int mux_recv(int s, uint32_t *chan, uint8_t *p, uint32_t cap) {
+    uint8_t h[STORE_MUX_HDR];
+    uint32_t n;
+    if (raw_recv(s, h, sizeof h, 2000) != sizeof h) return -1;
+    store_mux_parse_hdr(h, chan, &n);
+    if (n > cap || raw_recv(s, p, n, 2000) != n) return -1;
+    return (int)n;
+}
+
+/* One connection, channels served as connections of their own: a request
+ * split across frames, two channels' waits, a channel the server drops for
+ * bad input while its neighbour goes on, and the close said by both sides. */
+TEST(server_multiplexed_channels_are_connections_of_their_own) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    int s = fixture_raw(&f);
+    const uint8_t mux[] = {STORE_WIRE_MUX, 1, 0, 0, 0};
+    raw_send(s, mux, sizeof mux);
+    uint8_t ok = 9;
+    CHECK_EQ(raw_recv(s, &ok, 1, 2000), 1);
+    CHECK_EQ(ok, 0);
+    /* channel 3: torch 2.x's VALIDATE, then WAIT ["k"] cut in two frames;
+     * channel 5: torch 1.13's WAIT ["k"] */
+    const uint8_t v2[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 6, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,
+                          0, 0, 'k'};
+    mux_send(s, 3, v2, 9);
+    mux_send(s, 3, v2 + 9, sizeof v2 - 9);
+    const uint8_t v1[] = {5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'k'};
+    mux_send(s, 5, v1, sizeof v1);
+    uint8_t buf[64];
+    uint32_t chan;
+    CHECK_EQ(raw_recv(s, buf, 1, 200), 0); /* both wait */
+    store_client *c = fixture_client(&f);
+    OK(store_set(c, "k", "v", 1));
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(mux_recv(s, &chan, buf, sizeof buf), 1);
+        CHECK_EQ(buf[0], STORE_WAIT_STOP_WAITING);
+        seen |= chan == 3 ? 1 : chan == 5 ? 2 : 4;
+    }
+    CHECK_EQ(seen, 3);
+    /* channel 5 sends an unknown query: it alone is dropped, and says so */
+    const uint8_t bad = 0xEE;
+    mux_send(s, 5, &bad, 1);
+    CHECK_EQ(mux_recv(s, &chan, buf, sizeof buf), 0);
+    CHECK_EQ(chan, 5);
+    mux_send(s, 5, NULL, 0); /* our side of its close */
+    /* channel 3 goes on: GETNUMKEYS */
+    const uint8_t nkeys = 7;
+    mux_send(s, 3, &nkeys, 1);
+    CHECK_EQ(mux_recv(s, &chan, buf, sizeof buf), 8);
+    CHECK_EQ(chan, 3);
+    CHECK_EQ(buf[0], 1);
+    /* we close channel 3: the server says it back */
+    mux_send(s, 3, NULL, 0);
+    CHECK_EQ(mux_recv(s, &chan, buf, sizeof buf), 0);
+    CHECK_EQ(chan, 3);
+    /* closing a channel that is not open is a protocol error */
+    mux_send(s, 8, NULL, 0);
+    CHECK(raw_closed(s, 2000));
+    close(s);
+    /* MUX after a connection's first request: refused */
+    s = fixture_raw(&f);
+    const uint8_t late[] = {0, 0xCE, 0xF7, 0x85, 0x3C, STORE_WIRE_MUX, 1, 0, 0, 0};
+    raw_send(s, late, sizeof late);
+    CHECK(raw_closed(s, 2000));
+    close(s);
+    store_client_close(c);
+    fixture_stop(&f);
+}

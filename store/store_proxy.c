@@ -1,0 +1,585 @@
+/* The per-node store proxy (store_proxy.h): local clients in, one
+ * multiplexed connection to the job's store out.
+ *
+ * Each local client is a channel. Its bytes go up as frames, appended to
+ * one output buffer that is written once per turn of the loop (the idle
+ * phase), so a turn that read a hundred clients' requests makes one write
+ * to the store. Frames coming down are written to their client at once. A
+ * channel's number is reused only once both sides have said it is closed
+ * (proto/store_proto.h), so no late reply of a gone client reaches a new
+ * one. */
+#include "store/store_proxy.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "proto/store_proto.h"
+
+#define RBUF (64 * 1024)
+/* Past this many bytes unsent to the store, the clients' reads pause; they
+ * resume below half of it. */
+#define UP_SOFT ((size_t)16 << 20)
+/* A client that leaves this many reply bytes unread is dropped. */
+#define CLIENT_HARD ((size_t)64 << 20)
+
+enum { CHAN_FREE = 0, CHAN_OPEN, CHAN_CLOSING /* we sent the close, the store has not */ };
+enum { UP_DOWN = 0, UP_CONNECTING, UP_CONNECTED, UP_CLOSING };
+
+typedef struct client {
+    uv_tcp_t tcp;
+    store_proxy *p;
+    uint32_t chan;
+    int closing;
+    int paused;      /* reading stopped: the store's side is backed up */
+    int spoke;       /* sent a byte: the store knows its channel */
+    size_t inflight; /* reply bytes handed to libuv, not yet written */
+} client;
+
+typedef struct {
+    uv_write_t req;
+    buf_t data;
+    client *c; /* NULL: the upstream connection's */
+} wreq;
+
+struct store_proxy {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    uv_idle_t flush;
+    uv_tcp_t up;
+    uv_connect_t connect_req;
+    int up_state;
+    int reconnect;    /* a client came while the old upstream handle was closing */
+    size_t handshake; /* reply bytes of HELLO/MUX still to read */
+    buf_t up_in, up_out;
+    size_t up_inflight;
+    client **conn; /* by channel */
+    uint8_t *state;
+    uint32_t cap;
+    char *host, *token, *listen_host;
+    int port, listen_port;
+    store_proxy_stats st;
+    int closing, handles;
+    void (*close_cb)(void *);
+    void *close_arg;
+    log_rate log;
+    char rbuf[RBUF];
+    int rbuf_busy;
+};
+
+static void up_reset(store_proxy *p, const char *why);
+static void client_close(client *c);
+static void client_resume(client *c);
+static void maybe_closed(store_proxy *p);
+static void drop_clients(store_proxy *p);
+
+/* ---- channels ------------------------------------------------------------ */
+
+static int chan_alloc(store_proxy *p, uint32_t *out) {
+    for (uint32_t i = 0; i < p->cap; i++)
+        if (p->state[i] == CHAN_FREE) return (int)(*out = i), 0;
+    if (p->cap >= STORE_MUX_MAX_CHANS) return -EMFILE;
+    uint32_t cap = p->cap ? p->cap * 2 : 64;
+    client **conn = realloc(p->conn, cap * sizeof *conn);
+    if (!conn) return -ENOMEM;
+    p->conn = conn;
+    uint8_t *state = realloc(p->state, cap);
+    if (!state) return -ENOMEM;
+    p->state = state;
+    memset(p->conn + p->cap, 0, (cap - p->cap) * sizeof *conn);
+    memset(p->state + p->cap, 0, cap - p->cap);
+    *out = p->cap;
+    p->cap = cap;
+    return 0;
+}
+
+/* ---- the upstream connection --------------------------------------------- */
+
+static void on_idle_flush(uv_idle_t *h);
+
+static void want_flush(store_proxy *p) {
+    if (!uv_is_active((uv_handle_t *)&p->flush)) uv_idle_start(&p->flush, on_idle_flush);
+}
+
+static void frame_up(store_proxy *p, uint32_t chan, const void *data, size_t n) {
+    uint8_t h[STORE_MUX_HDR];
+    store_mux_hdr(h, chan, (uint32_t)n);
+    if (buf_append(&p->up_out, h, sizeof h) != 0 || (n && buf_append(&p->up_out, data, n) != 0)) {
+        up_reset(p, "out of memory");
+        return;
+    }
+    p->st.bytes_up += n;
+    want_flush(p);
+}
+
+static void resume_clients(store_proxy *p) {
+    for (uint32_t i = 0; i < p->cap; i++) {
+        client *c = p->conn[i];
+        if (c && c->paused && !c->closing) {
+            c->paused = 0;
+            client_resume(c);
+        }
+    }
+}
+
+static void on_up_write(uv_write_t *req, int status) {
+    wreq *w = (wreq *)req;
+    store_proxy *p = req->data;
+    size_t n = w->data.len;
+    buf_free(&w->data);
+    free(w);
+    p->up_inflight -= n;
+    if (status < 0) {
+        if (status != UV_ECANCELED) up_reset(p, uv_strerror(status));
+        return;
+    }
+    if (p->up_inflight + p->up_out.len < UP_SOFT / 2) resume_clients(p);
+}
+
+static void up_flush(store_proxy *p) {
+    if (p->up_state != UP_CONNECTED || p->up_out.len == 0) return;
+    if (p->up_inflight == 0) {
+        uv_buf_t b = uv_buf_init((char *)p->up_out.data, (unsigned)p->up_out.len);
+        int n = uv_try_write((uv_stream_t *)&p->up, &b, 1);
+        if (n == (int)p->up_out.len) {
+            buf_clear(&p->up_out);
+            return;
+        }
+        if (n < 0 && n != UV_EAGAIN) {
+            up_reset(p, uv_strerror(n));
+            return;
+        }
+        if (n > 0) buf_consume(&p->up_out, (size_t)n);
+    }
+    wreq *w = calloc(1, sizeof *w);
+    if (!w) {
+        up_reset(p, "out of memory");
+        return;
+    }
+    w->data = p->up_out;
+    p->up_out = (buf_t)BUF_INIT;
+    w->req.data = p;
+    uv_buf_t b = uv_buf_init((char *)w->data.data, (unsigned)w->data.len);
+    p->up_inflight += w->data.len;
+    int rc = uv_write(&w->req, (uv_stream_t *)&p->up, &b, 1, on_up_write);
+    if (rc < 0) {
+        p->up_inflight -= w->data.len;
+        buf_free(&w->data);
+        free(w);
+        up_reset(p, uv_strerror(rc));
+    }
+}
+
+static void on_idle_flush(uv_idle_t *h) {
+    store_proxy *p = h->data;
+    uv_idle_stop(h);
+    up_flush(p);
+}
+
+static void on_client_write(uv_write_t *req, int status) {
+    wreq *w = (wreq *)req;
+    client *c = w->c;
+    c->inflight -= w->data.len;
+    buf_free(&w->data);
+    free(w);
+    if (status < 0) client_close(c);
+}
+
+/* A frame for a local client: written to it now (what the kernel does not
+ * take goes in a queued write that owns a copy). */
+static void client_write(client *c, const uint8_t *data, size_t n) {
+    if (c->closing) return;
+    c->p->st.bytes_down += n;
+    size_t at = 0;
+    if (c->inflight == 0) {
+        uv_buf_t b = uv_buf_init((char *)data, (unsigned)n);
+        int k = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (k == (int)n) return;
+        if (k < 0 && k != UV_EAGAIN) {
+            client_close(c);
+            return;
+        }
+        if (k > 0) at = (size_t)k;
+    }
+    if (c->inflight + n - at > CLIENT_HARD) {
+        log_rated(&c->p->log, LOG_WARN, "store proxy: client #%u does not read its replies "
+                  "(%zu MiB unsent); dropping it", c->chan, c->inflight >> 20);
+        client_close(c);
+        return;
+    }
+    wreq *w = calloc(1, sizeof *w);
+    if (!w || buf_append(&w->data, data + at, n - at) != 0) {
+        free(w);
+        client_close(c);
+        return;
+    }
+    w->c = c;
+    w->req.data = c;
+    c->inflight += w->data.len;
+    uv_buf_t b = uv_buf_init((char *)w->data.data, (unsigned)w->data.len);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_client_write) < 0) {
+        c->inflight -= w->data.len;
+        buf_free(&w->data);
+        free(w);
+        client_close(c);
+    }
+}
+
+/* The handshake's replies, then frames. 0, or -1 once the upstream was
+ * reset. */
+static int up_consume(store_proxy *p) {
+    size_t off = 0;
+    const uint8_t *d = p->up_in.data;
+    size_t n = p->up_in.len;
+    while (p->handshake > 0 && off < n) {
+        /* HELLO's reply is a status byte and a version (5 bytes), MUX's a
+         * status byte: every status byte must be 0 */
+        int status_byte = p->handshake == 6 || p->handshake == 1;
+        if (status_byte && d[off] != 0) {
+            up_reset(p, "the store refused to carry this node's clients");
+            return -1;
+        }
+        off++, p->handshake--;
+    }
+    while (p->handshake == 0 && n - off >= STORE_MUX_HDR) {
+        uint32_t chan, len;
+        store_mux_parse_hdr(d + off, &chan, &len);
+        if (len > STORE_MUX_MAX_FRAME || chan >= p->cap || p->state[chan] == CHAN_FREE) {
+            up_reset(p, "the store sent a frame this proxy cannot place");
+            return -1;
+        }
+        if (n - off < STORE_MUX_HDR + len) break;
+        const uint8_t *data = d + off + STORE_MUX_HDR;
+        off += STORE_MUX_HDR + len;
+        client *c = p->conn[chan];
+        if (len > 0) {
+            if (p->state[chan] == CHAN_OPEN && c) client_write(c, data, len);
+            continue;
+        }
+        if (p->state[chan] == CHAN_OPEN) {
+            /* the store closed it (dropped the client): we say so back */
+            frame_up(p, chan, NULL, 0);
+            p->conn[chan] = NULL;
+            if (c) {
+                c->chan = UINT32_MAX;
+                client_close(c);
+            }
+        }
+        p->state[chan] = CHAN_FREE;
+    }
+    buf_consume(&p->up_in, off);
+    return 0;
+}
+
+static void up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+    store_proxy *p = h->data;
+    (void)suggested;
+    if (buf_reserve(&p->up_in, RBUF) != 0) {
+        *b = uv_buf_init(NULL, 0);
+        return;
+    }
+    *b = uv_buf_init((char *)p->up_in.data + p->up_in.len, RBUF);
+}
+
+static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
+    store_proxy *p = s->data;
+    (void)b;
+    if (nread < 0) {
+        up_reset(p, p->handshake > 0 ? "the store closed the connection before it agreed to "
+                                       "multiplex (not ddprun's store? PyTorch's TCPStore "
+                                       "cannot carry a node's clients on one connection)"
+                                     : nread == UV_EOF ? "the store closed the connection"
+                                                       : uv_strerror((int)nread));
+        return;
+    }
+    p->up_in.len += (size_t)nread;
+    up_consume(p);
+}
+
+static void on_up_connect(uv_connect_t *req, int status) {
+    store_proxy *p = req->data;
+    if (p->up_state != UP_CONNECTING) return;
+    if (status < 0) {
+        up_reset(p, uv_strerror(status));
+        return;
+    }
+    p->up_state = UP_CONNECTED;
+    p->st.upstream_connects++;
+    uv_tcp_nodelay(&p->up, 1);
+    uv_read_start((uv_stream_t *)&p->up, up_alloc, on_up_read);
+    up_flush(p);
+}
+
+static void up_connect(store_proxy *p) {
+    if (p->up_state == UP_CLOSING) {
+        p->reconnect = 1;
+        return;
+    }
+    if (p->up_state != UP_DOWN) return;
+    char port[16];
+    snprintf(port, sizeof port, "%d", p->port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+    int rc = getaddrinfo(p->host, port, &hints, &ai);
+    if (rc != 0) {
+        log_rated(&p->log, LOG_WARN, "store proxy: cannot resolve the store's host '%s': %s; "
+                  "its clients on this node are disconnected", p->host, gai_strerror(rc));
+        drop_clients(p);
+        return;
+    }
+    uv_tcp_init(p->loop, &p->up);
+    p->up.data = p;
+    p->handles++;
+    p->up_state = UP_CONNECTING;
+    p->connect_req.data = p;
+    /* The handshake goes first; clients' frames queue behind it meanwhile. */
+    buf_t hs = BUF_INIT;
+    p->handshake = 1;
+    if (p->token) {
+        store_enc_u8(&hs, STORE_WIRE_HELLO);
+        store_enc_u32(&hs, STORE_EXT_MAGIC);
+        store_enc_u32(&hs, STORE_EXT_VERSION);
+        store_enc_bytes(&hs, p->token, strlen(p->token));
+        p->handshake += 5;
+    }
+    store_enc_u8(&hs, STORE_WIRE_MUX);
+    store_enc_u32(&hs, STORE_MUX_VERSION);
+    if (hs.len == 0 || buf_append(&hs, p->up_out.data, p->up_out.len) != 0) {
+        buf_free(&hs);
+        freeaddrinfo(ai);
+        up_reset(p, "out of memory");
+        return;
+    }
+    buf_free(&p->up_out);
+    p->up_out = hs;
+    rc = uv_tcp_connect(&p->connect_req, &p->up, ai->ai_addr, on_up_connect);
+    freeaddrinfo(ai);
+    if (rc < 0) up_reset(p, uv_strerror(rc));
+}
+
+static void on_up_closed(uv_handle_t *h) {
+    store_proxy *p = h->data;
+    p->handles--;
+    p->up_state = UP_DOWN;
+    if (p->reconnect && !p->closing) {
+        p->reconnect = 0;
+        up_connect(p);
+    }
+    maybe_closed(p);
+}
+
+/* Disconnects every client; every channel is free again. */
+static void drop_clients(store_proxy *p) {
+    for (uint32_t i = 0; i < p->cap; i++) {
+        client *c = p->conn[i];
+        p->conn[i] = NULL;
+        p->state[i] = CHAN_FREE;
+        if (c) {
+            c->chan = UINT32_MAX;
+            client_close(c);
+        }
+    }
+}
+
+/* The store is gone (or refused us, or is being left for another): every
+ * client is disconnected, as from the store itself, and every channel is
+ * free again. */
+static void up_reset(store_proxy *p, const char *why) {
+    if (p->up_state == UP_DOWN || p->up_state == UP_CLOSING) return;
+    if (why)
+        log_rated(&p->log, LOG_WARN, "store proxy: the connection to the store at %s:%d: %s; "
+                  "its %u clients on this node are disconnected",
+                  p->host, p->port, why, (unsigned)p->st.clients_open);
+    drop_clients(p);
+    buf_clear(&p->up_in);
+    buf_clear(&p->up_out);
+    p->handshake = 0;
+    p->up_state = UP_CLOSING;
+    uv_close((uv_handle_t *)&p->up, on_up_closed);
+}
+
+/* ---- local clients -------------------------------------------------------- */
+
+static void on_client_closed(uv_handle_t *h) {
+    client *c = h->data;
+    store_proxy *p = c->p;
+    free(c);
+    p->handles--;
+    maybe_closed(p);
+}
+
+static void client_close(client *c) {
+    if (c->closing) return;
+    c->closing = 1;
+    store_proxy *p = c->p;
+    p->st.clients_open--;
+    if (c->chan != UINT32_MAX && p->conn[c->chan] == c) {
+        p->conn[c->chan] = NULL;
+        /* a channel that never carried a byte does not exist for the store */
+        if (c->spoke && (p->up_state == UP_CONNECTING || p->up_state == UP_CONNECTED)) {
+            frame_up(p, c->chan, NULL, 0);
+            p->state[c->chan] = CHAN_CLOSING;
+        } else {
+            p->state[c->chan] = CHAN_FREE;
+        }
+    }
+    uv_close((uv_handle_t *)&c->tcp, on_client_closed);
+}
+
+static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+    client *c = h->data;
+    (void)suggested;
+    if (c->p->rbuf_busy) {
+        *b = uv_buf_init(NULL, 0);
+        return;
+    }
+    c->p->rbuf_busy = 1;
+    *b = uv_buf_init(c->p->rbuf, RBUF);
+}
+
+static void on_client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
+    client *c = s->data;
+    store_proxy *p = c->p;
+    if (b->base == p->rbuf) p->rbuf_busy = 0;
+    if (nread < 0) {
+        client_close(c);
+        return;
+    }
+    if (nread == 0 || c->closing) return;
+    c->spoke = 1;
+    frame_up(p, c->chan, b->base, (size_t)nread);
+    if (p->up_inflight + p->up_out.len >= UP_SOFT) { /* the store's side is backed up */
+        uv_read_stop(s);
+        c->paused = 1;
+    }
+}
+
+static void on_accept(uv_stream_t *listener, int status) {
+    store_proxy *p = listener->data;
+    if (status < 0) return;
+    client *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->p = p;
+    uv_tcp_init(p->loop, &c->tcp);
+    c->tcp.data = c;
+    p->handles++;
+    p->st.clients_open++;
+    c->chan = UINT32_MAX;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        client_close(c);
+        return;
+    }
+    p->st.clients_accepted++;
+    int rc = chan_alloc(p, &c->chan);
+    if (rc) {
+        log_rated(&p->log, LOG_WARN, "store proxy: cannot take another client: %s",
+                  strerror(-rc));
+        c->chan = UINT32_MAX;
+        client_close(c);
+        return;
+    }
+    p->conn[c->chan] = c;
+    p->state[c->chan] = CHAN_OPEN;
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_read_start((uv_stream_t *)&c->tcp, client_alloc, on_client_read);
+    up_connect(p);
+}
+
+static void client_resume(client *c) {
+    uv_read_start((uv_stream_t *)&c->tcp, client_alloc, on_client_read);
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+static int set_target(store_proxy *p, const char *host, int port) {
+    char *h = strdup(host && *host ? host : "127.0.0.1");
+    if (!h) return -ENOMEM;
+    free(p->host);
+    p->host = h;
+    p->port = port;
+    return 0;
+}
+
+int store_proxy_start(uv_loop_t *loop, const store_proxy_opts *o, store_proxy **out) {
+    *out = NULL;
+    store_proxy *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->loop = loop;
+    int rc = set_target(p, o->upstream_host, o->upstream_port);
+    if (rc == 0 && o->token && *o->token && !(p->token = strdup(o->token))) rc = -ENOMEM;
+    if (rc) {
+        free(p->host);
+        free(p);
+        return rc;
+    }
+    uv_tcp_init(loop, &p->listener);
+    p->listener.data = p;
+    uv_idle_init(loop, &p->flush);
+    p->flush.data = p;
+    p->handles = 2;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai = NULL;
+    rc = getaddrinfo(o->host && *o->host ? o->host : "127.0.0.1", port, &hints, &ai);
+    if (rc != 0) rc = -EADDRNOTAVAIL;
+    else rc = uv_tcp_bind(&p->listener, ai->ai_addr, 0);
+    if (ai) freeaddrinfo(ai);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&p->listener, 4096, on_accept);
+    if (rc) {
+        store_proxy_close(p, NULL, NULL);
+        return rc;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    uv_tcp_getsockname(&p->listener, (struct sockaddr *)&ss, &len);
+    p->listen_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *out = p;
+    return 0;
+}
+
+int store_proxy_port(const store_proxy *p) { return p->listen_port; }
+
+int store_proxy_retarget(store_proxy *p, const char *host, int port) {
+    if (p->host && host && strcmp(p->host, host) == 0 && p->port == port) return 0;
+    up_reset(p, NULL);
+    return set_target(p, host, port);
+}
+
+void store_proxy_stats_get(const store_proxy *p, store_proxy_stats *out) { *out = p->st; }
+
+static void maybe_closed(store_proxy *p) {
+    if (!p->closing || p->handles > 0) return;
+    void (*cb)(void *) = p->close_cb;
+    void *arg = p->close_arg;
+    buf_free(&p->up_in);
+    buf_free(&p->up_out);
+    free(p->conn);
+    free(p->state);
+    free(p->host);
+    free(p->token);
+    free(p);
+    if (cb) cb(arg);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    store_proxy *p = h->data;
+    p->handles--;
+    maybe_closed(p);
+}
+
+void store_proxy_close(store_proxy *p, void (*cb)(void *), void *arg) {
+    if (!p || p->closing) return;
+    p->closing = 1;
+    p->close_cb = cb;
+    p->close_arg = arg;
+    up_reset(p, NULL);
+    drop_clients(p);
+    uv_close((uv_handle_t *)&p->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&p->flush, on_handle_closed);
+    maybe_closed(p);
+}

@@ -1,0 +1,49 @@
+/* A per-node store proxy: serves a node's store clients (its workers'
+ * TCPStore connections, torch 1.13 or 2.x, or ddprun's) on a local port and
+ * carries them all to the job's store over one connection, multiplexed
+ * (STORE_OP_MUX, proto/store_proto.h). The proxy does not parse the
+ * clients' requests: each client's bytes travel as they are, and the store
+ * serves each channel exactly as a connection of its own (its generation,
+ * waits, timeouts, owned keys), so every operation keeps its meaning. The
+ * job's store sees one connection per node instead of one per rank, and
+ * reads and writes many clients' requests and replies in one system call.
+ *
+ * Runs on a libuv loop the caller owns. The upstream connection is made
+ * when the first client comes; if it breaks (the store is gone), every
+ * client is disconnected, as it would be from the store itself, and the
+ * next client connects again. */
+#ifndef DDPRUN_STORE_STORE_PROXY_H
+#define DDPRUN_STORE_STORE_PROXY_H
+
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct store_proxy store_proxy;
+
+typedef struct {
+    const char *host;          /* where to listen; NULL: 127.0.0.1 (this node's clients) */
+    int port;                  /* 0: a free port (store_proxy_port) */
+    const char *upstream_host; /* the job's store (ddprun's, which multiplexes) */
+    int upstream_port;
+    const char *token;         /* presented upstream first (DDPRUN_STORE_TOKEN); NULL: none */
+} store_proxy_opts;
+
+typedef struct {
+    uint64_t clients_accepted;
+    uint64_t clients_open;
+    uint64_t upstream_connects; /* connections made to the store */
+    uint64_t bytes_up, bytes_down;
+} store_proxy_stats;
+
+/* Listens and serves on `loop`. 0 or a negative errno. */
+int store_proxy_start(uv_loop_t *loop, const store_proxy_opts *o, store_proxy **out);
+int store_proxy_port(const store_proxy *p);
+/* Points the proxy at another store (a new round's): its clients of the
+ * old one are disconnected. 0 or a negative errno. */
+int store_proxy_retarget(store_proxy *p, const char *host, int port);
+void store_proxy_stats_get(const store_proxy *p, store_proxy_stats *out);
+/* Closes every connection and the listener; `cb` runs once all are closed
+ * (p is freed then). */
+void store_proxy_close(store_proxy *p, void (*cb)(void *arg), void *arg);
+
+#endif
