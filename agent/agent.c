@@ -60,7 +60,9 @@ static int start_workers(agent *a) {
     int n = c->nproc_per_node;
     agent_clear_rank_metrics(a);
     worker_env_ctx env = {.cfg = c, .round = &a->cur, .store_addr = a->store.addr,
-                          .store_port = a->store.port, .agent_pid = (int)getpid(),
+                          .store_port = a->store.port,
+                          .proxy_port = agent_store_proxy_round(&a->store, &a->cur),
+                          .agent_pid = (int)getpid(),
                           .timer_file = a->watchdog ? a->watchdog_path : NULL,
                           .metrics_dir = a->metrics_dir, .numa = &a->numa,
                           .snapshot_dir = node_dirs_snapshots(a->dirs)->path,

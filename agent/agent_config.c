@@ -19,6 +19,11 @@ void agent_config_store(const agent_config *c, const char **host, int *port) {
     *port = c->master_port > 0 ? c->master_port : c->rdzv_host ? c->rdzv_port : MASTER_PORT_DEFAULT;
 }
 
+int agent_config_store_proxy(const agent_config *c) {
+    if (c->store_proxy != STORE_PROXY_AUTO) return c->store_proxy == STORE_PROXY_ON;
+    return c->max_nodes > 1 && (long)c->max_nodes * c->nproc_per_node >= STORE_PROXY_AUTO_RANKS;
+}
+
 rdzv_endpoint agent_config_rdzv_endpoint(const agent_config *c, int connect_timeout_ms,
                                          int request_timeout_ms) {
     rdzv_endpoint e = {.endpoints = c->rdzv_endpoints, .cacert = c->rdzv.cacert,

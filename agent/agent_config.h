@@ -27,6 +27,15 @@ typedef struct {
     int n;
 } string_list;
 
+/* --store-proxy: whether this node's workers reach the job's store through
+ * a proxy of the agent's, one connection per node (store/store_proxy.h). */
+typedef enum {
+    STORE_PROXY_AUTO = 0, /* on for jobs that may have STORE_PROXY_AUTO_RANKS ranks or more */
+    STORE_PROXY_ON,
+    STORE_PROXY_OFF,
+} store_proxy_mode;
+#define STORE_PROXY_AUTO_RANKS 1024
+
 /* --numa-binding: how each worker's CPUs are chosen (agent/numa_binding.c). */
 typedef enum {
     NUMA_NONE = 0,
@@ -116,6 +125,7 @@ typedef struct {
     int nsignals;
     numa_mode numa_binding;     /* --numa-binding */
     int tf_config;              /* --tf-config: TensorFlow's TF_CONFIG for each worker */
+    store_proxy_mode store_proxy; /* --store-proxy */
     double straggler_pct;       /* --straggler-threshold: percent over the median */
     double straggler_window;    /* --straggler-window: s */
     int replace_stragglers;     /* --replace-stragglers: a straggler's node leaves for a spare */
@@ -139,6 +149,11 @@ int stream_for_rank(const stream_spec *spec, int local_rank);
  * --master-port (torchrun's default 29500), else --rdzv-endpoint's host and
  * port. *host NULL: no address was given. */
 void agent_config_store(const agent_config *c, const char **host, int *port);
+
+/* Whether this node's workers reach the job's store through the agent's
+ * proxy: --store-proxy on, or auto for a job of several nodes that may
+ * have STORE_PROXY_AUTO_RANKS ranks or more. */
+int agent_config_store_proxy(const agent_config *c);
 
 /* Where the backend keeps the job's keys (a store: where
  * agent_config_store says), with the TLS and authentication of

@@ -330,6 +330,7 @@ int agent_start_services(agent *a) {
     if (agent_report_start(a->loop, &ro, &a->report)) return -1;
     if (agent_start_metrics(a) || agent_plan_numa_binding(a) ||
         agent_start_watchdog(a) || agent_store_setup(c, a->hostname, &a->store) ||
+        agent_store_proxy_start(&a->store, c, a->loop) ||
         agent_start_speed(a) || agent_note_local_job(a) || agent_open_rendezvous(a))
         return -1;
     return 0;

@@ -179,7 +179,47 @@ void agent_store_linger(const agent_store *s, const char *rdzv_id, const char *a
 }
 
 
+int agent_store_proxy_start(agent_store *s, const agent_config *c, uv_loop_t *loop) {
+    if (!agent_config_store_proxy(c)) return 0;
+    store_proxy_opts o = {.upstream_host = s->host ? "127.0.0.1" : s->addr,
+                          .upstream_port = s->port, .token = c->env.store_token};
+    int rc = store_proxy_start(loop, &o, &s->proxy);
+    if (rc) {
+        log_error("--store-proxy: cannot listen on 127.0.0.1 for this node's workers: %s",
+                  strerror(-rc));
+        return rc;
+    }
+    log_info("store proxy: this node's workers reach the job's store at %s:%d through "
+             "127.0.0.1:%d, on one connection", s->addr, s->port, store_proxy_port(s->proxy));
+    return 0;
+}
+
+int agent_store_proxy_round(agent_store *s, const rdzv_result *r) {
+    if (!s->proxy || r->worker_hosted) return 0;
+    char host[sizeof s->addr];
+    int port = s->port;
+    const char *colon = r->master_store[0] ? strrchr(r->master_store, ':') : NULL;
+    if (colon) { /* etcd-v3: node rank 0's own store */
+        snprintf(host, sizeof host, "%.*s", (int)(colon - r->master_store), r->master_store);
+        port = atoi(colon + 1);
+    } else {
+        snprintf(host, sizeof host, "%s", s->host ? "127.0.0.1" : s->addr);
+    }
+    if (host[0] == '[') { /* "[v6]" */
+        memmove(host, host + 1, strlen(host));
+        host[strcspn(host, "]")] = 0;
+    }
+    int rc = store_proxy_retarget(s->proxy, host, port);
+    if (rc) {
+        log_warn("store proxy: %s; this round's workers reach the store directly", strerror(-rc));
+        return 0;
+    }
+    return store_proxy_port(s->proxy);
+}
+
 void agent_store_stop(agent_store *s) {
     store_thread_stop(s->host);
     s->host = NULL;
+    store_proxy_close(s->proxy, NULL, NULL);
+    s->proxy = NULL;
 }

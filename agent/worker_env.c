@@ -52,7 +52,16 @@ int worker_env_vars(const worker_env_ctx *x, int local_rank, const char *error_f
     VAR("ROLE_WORLD_SIZE=%d", r->world_size);
     /* etcd-v3: the workers meet at node rank 0's own store */
     const char *colon = r->master_store[0] ? strrchr(r->master_store, ':') : NULL;
-    if (colon) {
+    if (x->proxy_port > 0 && !r->worker_hosted) {
+        /* through this node's proxy; the job's store itself for scripts
+         * that want it */
+        VAR("MASTER_ADDR=127.0.0.1");
+        VAR("MASTER_PORT=%d", x->proxy_port);
+        if (colon) VAR(DDPRUN_ENV_JOB_STORE "=%s", r->master_store);
+        else if (strchr(x->store_addr, ':'))
+            VAR(DDPRUN_ENV_JOB_STORE "=[%s]:%d", x->store_addr, x->store_port);
+        else VAR(DDPRUN_ENV_JOB_STORE "=%s:%d", x->store_addr, x->store_port);
+    } else if (colon) {
         VAR("MASTER_ADDR=%.*s", (int)(colon - r->master_store), r->master_store);
         VAR("MASTER_PORT=%s", colon + 1);
     } else {

@@ -19,6 +19,8 @@ typedef struct {
     const rdzv_result *round;
     const char *store_addr; /* where the workers meet, unless the round names a */
     int store_port;         /* master store (etcd-v3: node rank 0's) */
+    int proxy_port;         /* > 0: the agent's store proxy on 127.0.0.1, which the workers */
+                            /* use instead (unless their rank 0 hosts their store) */
     int agent_pid;          /* DDPRUN_AGENT_PID: the exec helper checks its parent */
     const char *timer_file; /* the watchdog's FIFO; NULL: no watchdog */
     const char *metrics_dir; /* where ranks write their metrics; NULL: none */

@@ -32,6 +32,9 @@
 /* The store's shared secret (also read from the user's environment by
  * ddprun, ddprun-store and ddprun-store-cli). */
 #define DDPRUN_ENV_STORE_TOKEN "DDPRUN_STORE_TOKEN"
+/* With --store-proxy, where the job's store itself is ("host:port"):
+ * MASTER_ADDR:MASTER_PORT is then this node's proxy. */
+#define DDPRUN_ENV_JOB_STORE "DDPRUN_JOB_STORE"
 
 /* ---- Read from the user's environment ---- */
 

@@ -674,6 +674,11 @@ static int apply_local_ranks_filter(const opts_arg *a) {
 static const opts_choice start_methods[] = {
     {"spawn", 0}, {"fork", 0}, {"forkserver", 0}, {NULL, 0}};
 
+static const opts_choice store_proxy_modes[] = {{"auto", STORE_PROXY_AUTO},
+                                                {"on", STORE_PROXY_ON},
+                                                {"off", STORE_PROXY_OFF},
+                                                {NULL, 0}};
+
 static const opts_choice numa_modes[] = {{"node", NUMA_NODE},
                                          {"socket", NUMA_SOCKET},
                                          {"exclusive", NUMA_EXCLUSIVE},
@@ -837,6 +842,12 @@ static size_t option_table(parse_state *st, opts_opt *out) {
          .help = "TensorFlow's TF_CONFIG for every worker (MultiWorkerMirrored-\n"
                  "Strategy): the round's workers as host:port, ports picked\n"
                  "free by each agent; index = RANK (PET_TF_CONFIG)"},
+        {"store-proxy", 0, OPTS_CHOICE, .target = &c->store_proxy, .choices = store_proxy_modes,
+         .metavar = "M",
+         .help = "on|off|auto: this node's workers reach the job's store\n"
+                 "through the agent, on one connection per node;\n"
+                 "MASTER_ADDR:MASTER_PORT is then 127.0.0.1 and the\n"
+                 "agent's port (auto: on for jobs of 1024 ranks or more)"},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank,
          .help = "LOCAL_RANK=0 for every worker, each seeing only its own\n"
                  "GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"

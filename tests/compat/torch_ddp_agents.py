@@ -72,7 +72,9 @@ def main():
     dist.barrier()
     if rank == 0:
         print(f"final weight sum: {w.sum().item():.6f} (world {world}, max error vs reference {err:.2e})")
-    print(f"rank {rank} of {world}: ok", flush=True)
+    print(f"rank {rank} of {world}: ok (store {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+          f"{', job store ' + os.environ['DDPRUN_JOB_STORE'] if 'DDPRUN_JOB_STORE' in os.environ else ''})",
+          flush=True)
     dist.destroy_process_group()
     return 0
 

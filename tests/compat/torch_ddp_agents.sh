@@ -19,7 +19,7 @@ export GLOO_SOCKET_IFNAME=lo
 
 port=$(free_port)
 agent() { # NAME
-    start_ddprun "$1" --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d \
+    start_ddprun "$1" --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d ${STORE_PROXY:+--store-proxy "$STORE_PROXY"} \
         --rdzv-endpoint=127.0.0.1:"$port" --rdzv-id=ddp-compat --log-dir "$TMP/logs-$1" \
         "$ROOT/tests/compat/torch_ddp_agents.py"
 }
@@ -35,10 +35,10 @@ cat "$TMP"/a1.out "$TMP"/a2.out
 # Each node ran two ranks, 0-1 on one and 2-3 on the other (which node
 # gets node rank 0 follows the agents' ids: on one host, their pids); every
 # rank checked itself.
-if grep -q "^rank 0 of 4: ok$" "$TMP/a1.out"; then first=a1 second=a2; else first=a2 second=a1; fi
-assert_grep "$TMP/$first.out" "^rank 0 of 4: ok$" "node rank 0's workers"
-assert_grep "$TMP/$first.out" "^rank 1 of 4: ok$" "node rank 0's workers"
-assert_grep "$TMP/$second.out" "^rank 2 of 4: ok$" "node rank 1's workers"
-assert_grep "$TMP/$second.out" "^rank 3 of 4: ok$" "node rank 1's workers"
+if grep -q "^rank 0 of 4: ok " "$TMP/a1.out"; then first=a1 second=a2; else first=a2 second=a1; fi
+assert_grep "$TMP/$first.out" "^rank 0 of 4: ok " "node rank 0's workers"
+assert_grep "$TMP/$first.out" "^rank 1 of 4: ok " "node rank 0's workers"
+assert_grep "$TMP/$second.out" "^rank 2 of 4: ok " "node rank 1's workers"
+assert_grep "$TMP/$second.out" "^rank 3 of 4: ok " "node rank 1's workers"
 assert_grep "$TMP/$first.out" "^final weight sum: -?[0-9]+\.[0-9]+ \(world 4" "rank 0's result"
 assert_no_leftovers

@@ -116,3 +116,47 @@ TEST(worker_env_build_sets_over_the_base) {
     CHECK(env[5] == NULL);
     free(env);
 }
+
+/* --store-proxy: the workers reach the store through their node's agent
+ * (127.0.0.1 and the proxy's port), the job's store itself named apart;
+ * not when their rank 0 hosts their store (torch's own server). */
+TEST(worker_env_through_the_store_proxy) {
+    agent_config c = config(2);
+    rdzv_result r = {.world_size = 4, .group_world_size = 2};
+    worker_env_ctx x = {.cfg = &c, .round = &r, .store_addr = "node0", .store_port = 29400,
+                        .proxy_port = 41000};
+    char vars[WORKER_ENV_MAX][WORKER_ENV_LEN];
+    int n = worker_env_vars(&x, 0, "/logs/0/error.json", vars);
+    CHECK_STR(var(vars, n, "MASTER_ADDR"), "127.0.0.1");
+    CHECK_STR(var(vars, n, "MASTER_PORT"), "41000");
+    CHECK_STR(var(vars, n, "DDPRUN_JOB_STORE"), "node0:29400");
+    CHECK_STR(var(vars, n, "TORCHELASTIC_USE_AGENT_STORE"), "True");
+    x.store_addr = "fd00::1";
+    n = worker_env_vars(&x, 0, "/logs/0/error.json", vars);
+    CHECK_STR(var(vars, n, "DDPRUN_JOB_STORE"), "[fd00::1]:29400");
+    snprintf(r.master_store, sizeof r.master_store, "10.0.0.9:40001"); /* etcd-v3 */
+    n = worker_env_vars(&x, 0, "/logs/0/error.json", vars);
+    CHECK_STR(var(vars, n, "MASTER_PORT"), "41000");
+    CHECK_STR(var(vars, n, "DDPRUN_JOB_STORE"), "10.0.0.9:40001");
+    r.worker_hosted = 1; /* rank 0 hosts the workers' store at master_store */
+    n = worker_env_vars(&x, 0, "/logs/0/error.json", vars);
+    CHECK_STR(var(vars, n, "MASTER_ADDR"), "10.0.0.9");
+    CHECK_STR(var(vars, n, "MASTER_PORT"), "40001");
+    CHECK(var(vars, n, "DDPRUN_JOB_STORE") == NULL);
+}
+
+/* --store-proxy auto: on for a job of several nodes that may reach
+ * STORE_PROXY_AUTO_RANKS ranks; on and off as said. */
+TEST(worker_env_store_proxy_auto_is_for_large_jobs) {
+    agent_config c = config(8);
+    c.min_nodes = 2, c.max_nodes = 127;
+    CHECK_EQ(agent_config_store_proxy(&c), 0); /* 1016 ranks */
+    c.max_nodes = 128;
+    CHECK_EQ(agent_config_store_proxy(&c), 1); /* 1024 */
+    c.store_proxy = STORE_PROXY_OFF;
+    CHECK_EQ(agent_config_store_proxy(&c), 0);
+    c.store_proxy = STORE_PROXY_ON, c.max_nodes = 1, c.nproc_per_node = 1;
+    CHECK_EQ(agent_config_store_proxy(&c), 1);
+    c.store_proxy = STORE_PROXY_AUTO, c.nproc_per_node = 4096;
+    CHECK_EQ(agent_config_store_proxy(&c), 0); /* one node: its workers are all local anyway */
+}
