@@ -22,7 +22,9 @@ typedef struct store_lease store_lease;
 typedef struct {
     store_entry **slots;
     size_t nslots, nentries;
-    store_lease *leases;
+    store_lease *leases;          /* every lease, doubly linked */
+    store_lease **lease_buckets;  /* and by id: lease_buckets[id & (nbuckets - 1)] */
+    size_t lease_nbuckets, nleases;
     uint64_t next_lease_id;
     uint64_t lease_due; /* when the lease timer is due (the loop's clock, ms) */
     uint64_t hash_seed;

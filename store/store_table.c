@@ -83,7 +83,8 @@ struct store_lease {
     uint64_t id;
     int64_t ttl_ms;
     uint64_t deadline;
-    store_lease *next;
+    store_lease *next, *prev; /* every lease */
+    store_lease *hnext;       /* its bucket by id */
     store_entry *owned;
 };
 
@@ -416,10 +417,48 @@ static void release_owned(store_server *srv, store_entry **head) {
 
 static void lease_schedule(store_server *srv);
 
+/* Leases are found by id in a bucket array (ids are sequential, so id &
+ * mask spreads them evenly): a renewal costs O(1) with thousands of
+ * agents, not a walk of every lease. */
+static store_lease **lease_bucket(store_table *t, uint64_t id) {
+    return &t->lease_buckets[id & (t->lease_nbuckets - 1)];
+}
+
+static int lease_add(store_server *srv, store_lease *l) {
+    store_table *t = &srv->table;
+    if (t->nleases + 1 > t->lease_nbuckets) { /* grow: rehash every lease */
+        size_t n = t->lease_nbuckets ? t->lease_nbuckets * 2 : 64;
+        store_lease **b = calloc(n, sizeof *b);
+        if (!b) return -ENOMEM;
+        free(t->lease_buckets);
+        t->lease_buckets = b;
+        t->lease_nbuckets = n;
+        for (store_lease *x = t->leases; x; x = x->next) {
+            store_lease **head = lease_bucket(t, x->id);
+            x->hnext = *head;
+            *head = x;
+        }
+    }
+    store_lease **head = lease_bucket(t, l->id);
+    l->hnext = *head;
+    *head = l;
+    l->prev = NULL;
+    l->next = t->leases;
+    if (t->leases) t->leases->prev = l;
+    t->leases = l;
+    t->nleases++;
+    return 0;
+}
+
 static void lease_free(store_server *srv, store_lease *l) {
-    store_lease **pp = &srv->table.leases;
-    while (*pp != l) pp = &(*pp)->next;
-    *pp = l->next;
+    store_table *t = &srv->table;
+    store_lease **pp = lease_bucket(t, l->id);
+    while (*pp != l) pp = &(*pp)->hnext;
+    *pp = l->hnext;
+    if (l->prev) l->prev->next = l->next;
+    else t->leases = l->next;
+    if (l->next) l->next->prev = l->prev;
+    t->nleases--;
     release_owned(srv, &l->owned);
     free(l);
 }
@@ -456,8 +495,11 @@ static void on_lease_timer(uv_timer_t *t) {
     lease_schedule(srv);
 }
 
-/* One timer, armed for the earliest deadline (leases are few: one per
- * agent), so an unrenewed lease is noticed the moment it lapses. */
+/* One timer, armed for the earliest deadline, so an unrenewed lease is
+ * noticed the moment it lapses. A renewal only moves a deadline later and
+ * a revoke removes one: neither re-arms it (a timer that fires early finds
+ * nothing due and re-arms), so the walk of every lease happens once per
+ * firing, not once per renewal. */
 static void lease_schedule(store_server *srv) {
     if (!srv->table.leases) {
         uv_timer_stop(&srv->lease_timer);
@@ -471,7 +513,8 @@ static void lease_schedule(store_server *srv) {
 }
 
 static store_lease *lease_find(store_server *srv, uint64_t id) {
-    for (store_lease *l = srv->table.leases; l; l = l->next)
+    if (!srv->table.lease_nbuckets) return NULL;
+    for (store_lease *l = *lease_bucket(&srv->table, id); l; l = l->hnext)
         if (l->id == id) return l;
     return NULL;
 }
@@ -730,9 +773,14 @@ static void do_lease(store_conn *c, const store_req *req) {
         l->id = srv->table.next_lease_id++;
         l->ttl_ms = req->num;
         l->deadline = uv_now(srv->loop) + (uint64_t)req->num;
-        l->next = srv->table.leases;
-        srv->table.leases = l;
-        lease_schedule(srv);
+        if (lease_add(srv, l)) {
+            free(l);
+            c->oom = 1;
+            return;
+        }
+        /* armed for it unless an earlier deadline already is */
+        if (!uv_is_active((uv_handle_t *)&srv->lease_timer) || l->deadline < srv->table.lease_due)
+            lease_schedule(srv);
         r_u64(c, l->id);
         return;
     }
@@ -741,7 +789,6 @@ static void do_lease(store_conn *c, const store_req *req) {
     if (!l) return;
     if (req->op == STORE_OP_LEASE_RENEW) l->deadline = uv_now(srv->loop) + (uint64_t)l->ttl_ms;
     else lease_free(srv, l);
-    lease_schedule(srv);
 }
 
 static void do_watch(store_conn *c, const store_req *req) {
@@ -867,6 +914,9 @@ void store_table_free(store_server *srv) {
         srv->table.leases = l->next;
         free(l);
     }
+    free(srv->table.lease_buckets);
+    srv->table.lease_buckets = NULL;
+    srv->table.lease_nbuckets = srv->table.nleases = 0;
     for (size_t i = 0; i < srv->table.nslots; i++) {
         store_entry *e = srv->table.slots[i];
         if (!e) continue;

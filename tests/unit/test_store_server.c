@@ -352,6 +352,47 @@ TEST(server_wait_any_wakes_on_first_condition) {
     fixture_stop(&f);
 }
 
+/* Hundreds of leases (the buckets grow and rehash under them): each
+ * renewed one is found and kept, each left alone lapses with its key, a
+ * revoked one goes at once, and a lease granted with a shorter life than
+ * the rest still lapses on time. */
+TEST(server_many_leases_each_found_by_id) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    store_client *c = fixture_client(&f);
+    enum { N = 300 };
+    uint64_t id[N];
+    char k[32];
+    for (int i = 0; i < N; i++) {
+        OK(store_lease_grant(c, 400, &id[i]));
+        snprintf(k, sizeof k, "owned/%d", i);
+        OK(store_set_owned(c, k, "1", 1, id[i]));
+    }
+    uint64_t brief;
+    OK(store_lease_grant(c, 50, &brief));
+    OK(store_set_owned(c, "brief", "1", 1, brief));
+    OK(store_lease_revoke(c, id[N - 2]));
+    for (int round = 0; round < 6; round++) { /* 600 ms: past every unrenewed ttl */
+        sleep_ms(100);
+        for (int i = 0; i < N - 2; i += 2) OK(store_lease_renew(c, id[i]));
+        if (round == 0) {
+            uint8_t *v;
+            size_t n;
+            CHECK_EQ(store_try_get(c, "brief", &v, &n), -ENOENT);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof k, "owned/%d", i);
+        const char *key = k;
+        int all = -1;
+        OK(store_check(c, 1, &key, &all));
+        CHECK_EQ(all, i % 2 == 0 && i != N - 2);
+        CHECK_EQ(store_lease_renew(c, id[i]), i % 2 == 0 && i != N - 2 ? 0 : -ENOENT);
+    }
+    store_client_close(c);
+    fixture_stop(&f);
+}
+
 TEST(server_lease_expires_unless_renewed) {
     store_fixture f;
     fixture_start(&f, NULL);
