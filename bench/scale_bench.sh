@@ -16,13 +16,16 @@
 #            peak memory
 #   agent    each agent's memory: its proportional share (PSS: the pages it
 #            shares with the others split among them), the mean
+#   false    nodes whose group restarted during the rest, when nothing
+#            failed: false losses (a heartbeat that lapsed under load)
 # Then torchrun side by side (form, worker, agent, silent) at TORCH_SIZES,
 # with PYTHON_EXEC's torch (Debian's 1.13 by default; a torch 2.x venv's
 # python for today's). Each phase is capped at CAP seconds ("timeout").
 # Environment: SIZES ("8 64 256"; add 1000 for the issue's largest),
 # BACKENDS ("c10d etcd-v3"), TORCH_SIZES ("8"; "" leaves torchrun out),
 # REST (5), CAP (120), HEARTBEAT (our agents' keep_alive_interval, s;
-# 5 by default), KEEP (a directory: each job's files, its agents'
+# 5 by default), LOAD (busy loops, one per CPU by default 0, that run
+# through the rest: a CPU-saturated machine; make bench-soak), KEEP (a directory: each job's files, its agents'
 # logs and its workers' starts, are copied there). Exits 1 when a phase of ours failed or timed out,
 # so that tests/integration/scale_small.sh can run a small one in make
 # check.
@@ -42,6 +45,7 @@ unset DDPRUN_STORE_TOKEN OMP_NUM_THREADS
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 TMP=$(mktemp -d /tmp/ddprun-scale-bench.XXXXXX)
 PIDS=()
+LOAD=${LOAD:-0}
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -CONT "$p" 2> /dev/null; kill -KILL "$p" 2> /dev/null; done
@@ -137,6 +141,7 @@ FAILED=0
 run_job() {
     local launcher=$1 n=$2 backend=$3 endpoint=$4 spid=$5 all=() live=() i t0
     local form worker agent silent cpu0 cpu1 rest_cpu="-" rps="-" mem="-" amem="-" total="-" acpu="-"
+    local false_losses="-" burners=()
     OUT=$TMP/$launcher.$backend.$n
     mkdir -p "$OUT"
     STOPPED=
@@ -146,8 +151,14 @@ run_job() {
     t0=$(now_s)
     form=$(since 1 "$t0" "${all[@]}")
     if [ "$form" != timeout ]; then
-        # at rest
+        # at rest (LOAD busy loops beside: the machine saturated)
         local a0 a1
+        for ((i = 0; i < LOAD; i++)); do
+            bash -c 'while :; do :; done' &
+            burners+=($!)
+            PIDS+=($!)
+            disown $!
+        done
         a0=$(cpu_sum "${AGENT[@]}")
         if [ -n "$spid" ]; then
             local c0 c1 lines
@@ -164,6 +175,10 @@ run_job() {
             sleep "$REST"
         fi
         a1=$(cpu_sum "${AGENT[@]}")
+        [ "${#burners[@]}" -gt 0 ] && kill -KILL "${burners[@]}" 2> /dev/null
+        # nothing failed: a node whose group started again was taken for lost
+        mapfile -t f < <(files "${all[@]}")
+        false_losses=$(awk 'FNR == 2 {c++} END {print c + 0}' "${f[@]}")
         acpu=$(awk -v a="$a0" -v b="$a1" -v t="$REST" -v n="$n" 'BEGIN {printf "%.2f%%", 100 * (b - a) / t / n}')
         amem=$(pss_mb "${AGENT[@]}")
         # a worker's SIGKILL (a node in the middle)
@@ -197,13 +212,14 @@ run_job() {
     for v in "$form" "$worker" "$agent" "$silent"; do
         [[ "$v" =~ ^[0-9.]+$ ]] || { [ "$launcher" = ddprun ] && FAILED=1; }
     done
+    [ "$false_losses" = 0 ] || [ "$false_losses" = - ] || { [ "$launcher" = ddprun ] && FAILED=1; }
     if [ "$form" = timeout ] && [ "$launcher" = ddprun ]; then
         echo "bench-scale: $n agents on $backend did not form; the first agent's log ends:" >&2
         tail -n 8 "$OUT/agent.0" | sed 's/^/    /' >&2
     fi
-    printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s\n' "$launcher" "$backend" "$n" \
+    printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' "$launcher" "$backend" "$n" \
         "$(fmt "$form")" "$(fmt "$worker")" "$(fmt "$agent")" "$(fmt "$silent")" "$total" \
-        "$rest_cpu" "$rps" "$mem" "$acpu" "$amem"
+        "$rest_cpu" "$rps" "$mem" "$acpu" "$amem" "$false_losses"
     if [ -n "${KEEP:-}" ]; then cp -r "$OUT" "$KEEP/"; fi
     rm -rf "$OUT"
 }
@@ -237,8 +253,8 @@ stop_store() { kill -TERM "$SPID" 2> /dev/null; wait "$SPID" 2> /dev/null; }
 
 echo "ddprun scale benchmark: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), $(free -g | awk '/^Mem:/ {print $2}') GB, $(date -u '+%Y-%m-%d %H:%M UTC'), open files $(ulimit -n)"
 echo "One job per row, --nnodes N-2:N, one worker each; seconds, except where said."
-printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s\n' launcher backend agents form worker agent silent \
-    "store cpu" "at rest" "req/s" "store MB" "agent cpu" "agent MB"
+printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' launcher backend agents form worker agent silent \
+    "store cpu" "at rest" "req/s" "store MB" "agent cpu" "agent MB" false
 for backend in $BACKENDS; do
     if [ "$backend" = etcd-v3 ] && ! command -v etcd > /dev/null; then
         echo "  (etcd-v3 skipped: etcd is not installed; apt install etcd-server)"
@@ -264,5 +280,7 @@ echo "  every node's next group; agent: an agent's SIGKILL -> the survivors'; si
 echo "  agent's SIGSTOP -> the survivors' (the heartbeat); store cpu: CPU seconds over the"
 echo "  job; at rest: its CPU share and requests/s for ${REST} s with the workers running;"
 echo "  MB: the store's peak resident memory; agent cpu: each agent's mean CPU share at"
-echo "  rest; agent MB: each agent's mean proportional memory (PSS)."
+echo "  rest; agent MB: each agent's mean proportional memory (PSS); false: nodes whose"
+echo "  group restarted during the rest, nothing having failed (false losses)."
+[ "$LOAD" -gt 0 ] && echo "  $LOAD busy loops ran through the rest (a saturated machine)."
 exit $FAILED
