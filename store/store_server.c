@@ -144,6 +144,7 @@ static void store_conn_close(store_conn *c) {
     else srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     srv->stats.conns_open--;
+    if (c->mux) srv->stats.chans_open--;
     if (c->chans) mux_close_all(c);
     if (c->mux) {
         chan_closed(c);
@@ -224,9 +225,10 @@ static void on_connection(uv_stream_t *listener, int status) {
     srv->conns = c;
     srv->stats.conns_open++;
     srv->stats.conns_accepted++;
-    if ((int)srv->stats.conns_open > srv->max_conns) {
+    /* (the limit is on descriptors: a proxy's channels hold none) */
+    if ((int)(srv->stats.conns_open - srv->stats.chans_open) > srv->max_conns) {
         store_conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
-                  (int)srv->stats.conns_open - 1, srv->max_conns);
+                  (int)(srv->stats.conns_open - srv->stats.chans_open) - 1, srv->max_conns);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -362,12 +364,10 @@ static store_conn *chan_open(store_conn *m, uint32_t chan) {
     if (srv->conns) srv->conns->prev = c;
     srv->conns = c;
     srv->stats.conns_open++;
+    srv->stats.chans_open++;
     srv->stats.conns_accepted++;
     x->conn[chan] = c;
     x->state[chan] = CHAN_OPEN;
-    if ((int)srv->stats.conns_open > srv->max_conns)
-        store_conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
-                        (int)srv->stats.conns_open - 1, srv->max_conns);
     return c;
 }
 

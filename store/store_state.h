@@ -35,7 +35,8 @@ typedef struct {
     uint64_t requests;
     uint64_t conns_accepted;
     uint64_t conns_dropped; /* closed by the server for bad input or limits */
-    uint64_t conns_open;
+    uint64_t conns_open;    /* channels of multiplexed connections included */
+    uint64_t chans_open;    /* of which channels (they hold no descriptor) */
     uint64_t keys;          /* keys holding a value */
 } store_stats;
 

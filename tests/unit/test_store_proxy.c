@@ -198,6 +198,36 @@ TEST(store_proxy_many_waiting_clients_share_one_connection) {
     fixture_stop(&f);
 }
 
+/* --max-conns bounds descriptors: a proxy's clients hold none of the
+ * store's, so a store limited to 2 connections serves a proxy carrying
+ * 64 clients, and refuses a third connection of its own. */
+TEST(store_proxy_clients_are_not_counted_against_max_conns) {
+    store_server_opts so = {.host = "127.0.0.1", .max_conns = 2};
+    store_fixture f;
+    fixture_start(&f, &so);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    enum { N = 64 };
+    store_client *c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = proxied(&x, STORE_GEN_V2);
+        int64_t n = 0;
+        CHECK_EQ(store_add(c[i], "n", 1, &n), 0);
+        CHECK_EQ(n, i + 1);
+    }
+    store_client *direct = fixture_client(&f); /* the second connection */
+    int64_t n = 0;
+    CHECK_EQ(store_add(direct, "n", 0, &n), 0);
+    CHECK_EQ(n, N);
+    int third = fixture_raw(&f);
+    CHECK(raw_closed(third, 2000));
+    close(third);
+    for (int i = 0; i < N; i++) store_client_close(c[i]);
+    store_client_close(direct);
+    proxy_stop(&x);
+    fixture_stop(&f);
+}
+
 /* A key owned by a proxied client's connection goes when that client
  * disconnects, not when the proxy's connection does; and channel numbers
  * reused by later clients carry no stale reply; clients that connect and
