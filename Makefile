@@ -69,12 +69,12 @@ BINS := $(B)/bin/ddprun $(B)/bin/ddprun-exec $(B)/bin/ddprun-store $(B)/bin/ddpr
 UNIT_SRC := $(wildcard tests/unit/*.c)
 TEST_BINS := $(B)/tests/unit-tests $(B)/tests/store-load $(B)/tests/model-dump \
 	$(B)/tests/rank-leaves $(B)/tests/etcd-check $(B)/tests/make-images $(B)/tests/data-dump \
-	$(B)/tests/coll-peek
+	$(B)/tests/coll-peek $(B)/tests/bootstrap-sim
 ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -172,6 +172,11 @@ $(B)/tests/store-load: $(B)/obj/bench/store_load.o $(B)/libddprun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# Simulated ranks bootstrapping through a store, for bench-bootstrap.
+$(B)/tests/bootstrap-sim: $(B)/obj/bench/bootstrap_sim.o $(B)/libddprun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # One training step's weights, batch and gradients, for the PyTorch comparison.
 $(B)/tests/model-dump: $(B)/obj/tests/tools/model_dump.o $(B)/libddptrain.a $(B)/libddprun.a
 	@mkdir -p $(@D)
@@ -242,9 +247,11 @@ demo-store: deps
 
 # bench-agent, bench-allreduce, bench-train, bench-ddp, bench-store,
 # bench-recovery (root: test hosts in network namespaces), bench-scale (N
-# agents on this machine: SIZES="8 64 256 1000"): ours and the peer's side
-# by side (bench/NAME_bench.sh; docs/results.md).
-BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv scale
+# agents on this machine: SIZES="8 64 256 1000"), bench-bootstrap (simulated
+# ranks through init_process_group's store requests: RANKS_DIRECT,
+# RANKS_PROXY): ours and the peer's side by side (bench/NAME_bench.sh;
+# docs/results.md).
+BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv scale bootstrap
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$(subst -,_,$*)_bench.sh

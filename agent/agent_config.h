@@ -34,7 +34,7 @@ typedef enum {
     STORE_PROXY_ON,
     STORE_PROXY_OFF,
 } store_proxy_mode;
-#define STORE_PROXY_AUTO_RANKS 1024
+#define STORE_PROXY_AUTO_RANKS 16384
 
 /* --numa-binding: how each worker's CPUs are chosen (agent/numa_binding.c). */
 typedef enum {

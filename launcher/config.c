@@ -847,7 +847,7 @@ static size_t option_table(parse_state *st, opts_opt *out) {
          .help = "on|off|auto: this node's workers reach the job's store\n"
                  "through the agent, on one connection per node;\n"
                  "MASTER_ADDR:MASTER_PORT is then 127.0.0.1 and the\n"
-                 "agent's port (auto: on for jobs of 1024 ranks or more)"},
+                 "agent's port (auto: on for jobs of 16384 ranks or more)"},
         {"virtual-local-rank", 0, OPTS_FLAG, .target = &c->virtual_local_rank,
          .help = "LOCAL_RANK=0 for every worker, each seeing only its own\n"
                  "GPU as device 0 through CUDA_VISIBLE_DEVICES (default\n"

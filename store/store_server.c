@@ -653,7 +653,9 @@ static void report_stalls(store_server *srv, uint64_t now) {
 /* A client that began a request and has not finished it in the timeout
  * holds a buffer for nothing (thousands of half-sent 8 MiB values held
  * 165 MB): it is dropped. Requests held behind a wait, and those of a
- * throttled connection, are whole and only waiting: not stuck. The same
+ * throttled connection, are whole and only waiting: not stuck; so is the
+ * rest of a channel's request while its multiplexed connection is not
+ * read (throttled: the store's replies to its proxy pile up). The same
  * sweep reports the waits on keys nobody has set (stall_report_ms). */
 static void on_sweep(uv_timer_t *t) {
     store_server *srv = t->data;
@@ -661,6 +663,12 @@ static void on_sweep(uv_timer_t *t) {
     if (srv->stall_report_ms > 0) report_stalls(srv, now);
     for (store_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
+        if (c->mux && c->mux->throttled) {
+            /* its bytes wait behind the multiplexed connection, which we
+             * do not read now: its time starts once we read again */
+            c->progress_ms = now;
+            continue;
+        }
         if (c->closing || c->in.len == 0 || c->wait || c->throttled) continue;
         if (now - c->progress_ms > (uint64_t)srv->request_timeout_ms)
             store_conn_drop(c, "sent %zu bytes of a request and did not finish it in %d s",

@@ -929,3 +929,69 @@ TEST(server_multiplexed_channels_are_connections_of_their_own) {
     store_client_close(c);
     fixture_stop(&f);
 }
+
+/* A channel's request half-sent while its multiplexed connection is not
+ * read (the proxy is slow to take its replies: the connection is
+ * throttled) is waiting, not stuck: it is not dropped for the request
+ * timeout, and is served once the rest comes. */
+TEST(server_a_channel_behind_a_throttled_mux_is_not_dropped) {
+    store_server_opts so = {.host = "127.0.0.1", .max_value = 1000, .request_timeout_ms = 1000};
+    store_fixture f;
+    fixture_start(&f, &so);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+    const uint8_t mux[] = {STORE_WIRE_MUX, 1, 0, 0, 0};
+    raw_send(s, mux, sizeof mux);
+    uint8_t ok = 9;
+    CHECK_EQ(raw_recv(s, &ok, 1, 2000), 1);
+    /* channel 1: torch 2.x's VALIDATE and the first half of a SET */
+    const uint8_t set[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 1, 1, 0, 0, 0, 0, 0, 0, 0, 'k',
+                           1, 0, 0, 0, 0, 0, 0, 0, 'v'};
+    mux_send(s, 1, set, 10);
+    /* channel 2: a 1000-byte value, then 12,000 GETs of it, whose 12 MB of
+     * replies we do not read */
+    buf_t b = BUF_INIT;
+    const uint8_t v2[] = {0, 0xCE, 0xF7, 0x85, 0x3C};
+    buf_append(&b, v2, sizeof v2);
+    static uint8_t big[1000];
+    store_enc_u8(&b, 1);
+    store_enc_bytes(&b, "big", 3);
+    store_enc_bytes(&b, big, sizeof big);
+    mux_send(s, 2, b.data, (uint32_t)b.len);
+    buf_clear(&b);
+    for (int i = 0; i < 12000; i++) {
+        store_enc_u8(&b, 3);
+        store_enc_bytes(&b, "big", 3);
+    }
+    for (size_t at = 0; at < b.len; at += 60000) {
+        size_t n = b.len - at < 60000 ? b.len - at : 60000;
+        mux_send(s, 2, b.data + at, (uint32_t)n);
+    }
+    buf_free(&b);
+    sleep_ms(2500); /* past the request timeout, twice over */
+    /* now read every reply of channel 2, then finish channel 1's SET and
+     * ask it for the number of keys */
+    uint8_t *frame = malloc(STORE_MUX_MAX_FRAME);
+    size_t got = 0, want = 12000 * (8 + sizeof big);
+    uint32_t chan;
+    int n = 0;
+    while (got < want && (n = mux_recv(s, &chan, frame, STORE_MUX_MAX_FRAME)) > 0) {
+        CHECK_EQ(chan, 2);
+        got += (size_t)n;
+    }
+    CHECK_EQ(got, want);
+    mux_send(s, 1, set + 10, sizeof set - 10);
+    const uint8_t nkeys = 7;
+    mux_send(s, 1, &nkeys, 1);
+    n = mux_recv(s, &chan, frame, STORE_MUX_MAX_FRAME);
+    CHECK_EQ(chan, 1);
+    CHECK_EQ(n, 8); /* a count, not the close of a dropped channel */
+    CHECK_EQ(frame[0], 2);
+    free(frame);
+    close(s);
+    fixture_stop(&f);
+}

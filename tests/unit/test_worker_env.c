@@ -149,10 +149,10 @@ TEST(worker_env_through_the_store_proxy) {
  * STORE_PROXY_AUTO_RANKS ranks; on and off as said. */
 TEST(worker_env_store_proxy_auto_is_for_large_jobs) {
     agent_config c = config(8);
-    c.min_nodes = 2, c.max_nodes = 127;
-    CHECK_EQ(agent_config_store_proxy(&c), 0); /* 1016 ranks */
-    c.max_nodes = 128;
-    CHECK_EQ(agent_config_store_proxy(&c), 1); /* 1024 */
+    c.min_nodes = 2, c.max_nodes = 2047;
+    CHECK_EQ(agent_config_store_proxy(&c), 0); /* 16376 ranks */
+    c.max_nodes = 2048;
+    CHECK_EQ(agent_config_store_proxy(&c), 1); /* 16384 */
     c.store_proxy = STORE_PROXY_OFF;
     CHECK_EQ(agent_config_store_proxy(&c), 0);
     c.store_proxy = STORE_PROXY_ON, c.max_nodes = 1, c.nproc_per_node = 1;
