@@ -655,7 +655,8 @@ static void report_stalls(store_server *srv, uint64_t now) {
  * 165 MB): it is dropped. Requests held behind a wait, and those of a
  * throttled connection, are whole and only waiting: not stuck; so is the
  * rest of a channel's request while its multiplexed connection is not
- * read (throttled: the store's replies to its proxy pile up). The same
+ * read (throttled: the store's replies to its proxy pile up) or brings
+ * other channels' bytes (the rest may be behind them). The same
  * sweep reports the waits on keys nobody has set (stall_report_ms). */
 static void on_sweep(uv_timer_t *t) {
     store_server *srv = t->data;
@@ -670,7 +671,11 @@ static void on_sweep(uv_timer_t *t) {
             continue;
         }
         if (c->closing || c->in.len == 0 || c->wait || c->throttled) continue;
-        if (now - c->progress_ms > (uint64_t)srv->request_timeout_ms)
+        /* a channel's rest may be behind other channels' bytes in its
+         * multiplexed connection: it is stuck only once that stalls too */
+        uint64_t since = c->progress_ms;
+        if (c->mux && c->mux->progress_ms > since) since = c->mux->progress_ms;
+        if (now - since > (uint64_t)srv->request_timeout_ms)
             store_conn_drop(c, "sent %zu bytes of a request and did not finish it in %d s",
                             c->in.len, srv->request_timeout_ms / 1000);
     }

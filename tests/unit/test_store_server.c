@@ -995,3 +995,43 @@ TEST(server_a_channel_behind_a_throttled_mux_is_not_dropped) {
     close(s);
     fixture_stop(&f);
 }
+
+/* Nor while the multiplexed connection brings other channels' bytes (a
+ * busy proxy: the rest may be queued behind them); a channel alone in an
+ * idle connection, half-sent past the timeout, is dropped. */
+TEST(server_a_channel_behind_a_busy_mux_is_not_dropped) {
+    store_server_opts so = {.host = "127.0.0.1", .request_timeout_ms = 1000};
+    store_fixture f;
+    fixture_start(&f, &so);
+    int s = fixture_raw(&f);
+    const uint8_t mux[] = {STORE_WIRE_MUX, 1, 0, 0, 0};
+    raw_send(s, mux, sizeof mux);
+    uint8_t ok = 9, frame[64];
+    CHECK_EQ(raw_recv(s, &ok, 1, 2000), 1);
+    const uint8_t set[] = {0, 0xCE, 0xF7, 0x85, 0x3C, 1, 1, 0, 0, 0, 0, 0, 0, 0, 'k',
+                           1, 0, 0, 0, 0, 0, 0, 0, 'v'};
+    const uint8_t v2_ping[] = {0, 0xCE, 0xF7, 0x85, 0x3C};
+    mux_send(s, 1, set, 10);
+    mux_send(s, 2, v2_ping, sizeof v2_ping);
+    uint32_t chan;
+    for (int i = 0; i < 10; i++) { /* 2.5 s of channel 2's GETNUMKEYS */
+        sleep_ms(250);
+        const uint8_t nkeys = 7;
+        mux_send(s, 2, &nkeys, 1);
+        CHECK_EQ(mux_recv(s, &chan, frame, sizeof frame), 8);
+        CHECK_EQ(chan, 2);
+    }
+    mux_send(s, 1, set + 10, sizeof set - 10);
+    const uint8_t nkeys = 7;
+    mux_send(s, 1, &nkeys, 1);
+    CHECK_EQ(mux_recv(s, &chan, frame, sizeof frame), 8);
+    CHECK_EQ(chan, 1);
+    CHECK_EQ(frame[0], 1);
+    /* alone now: half a request, and the connection idle past the timeout */
+    mux_send(s, 1, set + 5, 5);
+    sleep_ms(1800);
+    CHECK_EQ(mux_recv(s, &chan, frame, sizeof frame), 0);
+    CHECK_EQ(chan, 1);
+    close(s);
+    fixture_stop(&f);
+}
