@@ -57,6 +57,7 @@ struct store_proxy {
     size_t handshake; /* reply bytes of HELLO/MUX still to read */
     buf_t up_in, up_out;
     size_t up_inflight;
+    int npaused;   /* clients whose reading is paused (UP_SOFT) */
     client **conn; /* by channel */
     uint8_t *state;
     uint32_t cap;
@@ -116,7 +117,11 @@ static void frame_up(store_proxy *p, uint32_t chan, const void *data, size_t n) 
     want_flush(p);
 }
 
-static void resume_clients(store_proxy *p) {
+/* Once the bytes not yet written to the store are under half of UP_SOFT
+ * (by a queued write's end or by a write made at once), the paused
+ * clients are read again. */
+static void maybe_resume_clients(store_proxy *p) {
+    if (p->npaused == 0 || p->up_inflight + p->up_out.len >= UP_SOFT / 2) return;
     for (uint32_t i = 0; i < p->cap; i++) {
         client *c = p->conn[i];
         if (c && c->paused && !c->closing) {
@@ -124,6 +129,7 @@ static void resume_clients(store_proxy *p) {
             client_resume(c);
         }
     }
+    p->npaused = 0; /* (a paused client that closed is not counted either) */
 }
 
 static void on_up_write(uv_write_t *req, int status) {
@@ -137,7 +143,7 @@ static void on_up_write(uv_write_t *req, int status) {
         if (status != UV_ECANCELED) up_reset(p, uv_strerror(status));
         return;
     }
-    if (p->up_inflight + p->up_out.len < UP_SOFT / 2) resume_clients(p);
+    maybe_resume_clients(p);
 }
 
 static void up_flush(store_proxy *p) {
@@ -147,6 +153,7 @@ static void up_flush(store_proxy *p) {
         int n = uv_try_write((uv_stream_t *)&p->up, &b, 1);
         if (n == (int)p->up_out.len) {
             buf_clear(&p->up_out);
+            maybe_resume_clients(p);
             return;
         }
         if (n < 0 && n != UV_EAGAIN) {
@@ -373,6 +380,7 @@ static void on_up_closed(uv_handle_t *h) {
 
 /* Disconnects every client; every channel is free again. */
 static void drop_clients(store_proxy *p) {
+    p->npaused = 0;
     for (uint32_t i = 0; i < p->cap; i++) {
         client *c = p->conn[i];
         p->conn[i] = NULL;
@@ -454,6 +462,7 @@ static void on_client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     if (p->up_inflight + p->up_out.len >= UP_SOFT) { /* the store's side is backed up */
         uv_read_stop(s);
         c->paused = 1;
+        p->npaused++;
     }
 }
 
