@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap clean
+.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -255,6 +255,15 @@ BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts 
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$(subst -,_,$*)_bench.sh
+
+# The heartbeat's soak: 1,000 agents (c10d) beating every 2 s for 30
+# minutes beside a busy loop per CPU, every false loss counted, then the
+# failures timed (bench-scale's phases). SOAK_AGENTS, SOAK_SECONDS,
+# SOAK_HEARTBEAT override.
+bench-soak: deps
+	@$(MAKE) --no-print-directory all
+	@SIZES=$${SOAK_AGENTS:-1000} BACKENDS=c10d TORCH_SIZES= REST=$${SOAK_SECONDS:-1800} \
+		LOAD=$$(nproc) HEARTBEAT=$${SOAK_HEARTBEAT:-2} CAP=180 bench/scale_bench.sh
 
 # On a machine with a GPU and PyTorch with CUDA (python3, or PY=...).
 bench-gpu: all
