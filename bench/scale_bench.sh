@@ -220,7 +220,10 @@ run_job() {
     printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' "$launcher" "$backend" "$n" \
         "$(fmt "$form")" "$(fmt "$worker")" "$(fmt "$agent")" "$(fmt "$silent")" "$total" \
         "$rest_cpu" "$rps" "$mem" "$acpu" "$amem" "$false_losses"
-    if [ -n "${KEEP:-}" ]; then cp -r "$OUT" "$KEEP/"; fi
+    if [ -n "${KEEP:-}" ]; then
+        cp -r "$OUT" "$KEEP/"
+        [ -z "$spid" ] || cp "$TMP/store.err" "$KEEP/store.$backend.$n.err" 2> /dev/null || true
+    fi
     rm -rf "$OUT"
 }
 

@@ -265,6 +265,7 @@ static int up_consume(store_proxy *p) {
         client *c = p->conn[chan];
         if (len > 0) {
             if (p->state[chan] == CHAN_OPEN && c) client_write(c, data, len);
+            if (p->up_state != UP_CONNECTED) return -1; /* reset meanwhile (out of memory) */
             continue;
         }
         if (p->state[chan] == CHAN_OPEN) {
@@ -275,6 +276,7 @@ static int up_consume(store_proxy *p) {
                 c->chan = UINT32_MAX;
                 client_close(c);
             }
+            if (p->up_state != UP_CONNECTED) return -1;
         }
         p->state[chan] = CHAN_FREE;
     }

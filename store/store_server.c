@@ -38,6 +38,7 @@ static void chan_flush(store_conn *c);
 static void chan_closed(store_conn *c);
 static void mux_close_all(store_conn *c);
 static void free_dead_chans(store_server *srv);
+static void conn_register(store_conn *c);
 
 /* ---- write path ------------------------------------------------------- */
 
@@ -217,14 +218,7 @@ static void on_connection(uv_stream_t *listener, int status) {
         return;
     }
     format_peer(&c->tcp, c->peer, sizeof c->peer, &c->peer_port);
-    c->id = ++srv->next_conn_id;
-    c->progress_ms = uv_now(srv->loop);
-    c->authed = srv->token == NULL;
-    c->next = srv->conns;
-    if (srv->conns) srv->conns->prev = c;
-    srv->conns = c;
-    srv->stats.conns_open++;
-    srv->stats.conns_accepted++;
+    conn_register(c);
     /* (the limit is on descriptors: a proxy's channels hold none) */
     if ((int)(srv->stats.conns_open - srv->stats.chans_open) > srv->max_conns) {
         store_conn_drop(c, "%d connections are open, the limit (--max-conns) is %d",
@@ -234,6 +228,20 @@ static void on_connection(uv_stream_t *listener, int status) {
     uv_tcp_nodelay(&c->tcp, 1);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     log_debug("client %s connected", c->peer);
+}
+
+/* A new connection (a socket's or a channel's) joins the server's list,
+ * its own generation and token still to come. */
+static void conn_register(store_conn *c) {
+    store_server *srv = c->srv;
+    c->id = ++srv->next_conn_id;
+    c->progress_ms = uv_now(srv->loop);
+    c->authed = srv->token == NULL;
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
+    srv->stats.conns_open++;
+    srv->stats.conns_accepted++;
 }
 
 /* ---- multiplexed connections ------------------------------------------ */
@@ -357,15 +365,8 @@ static store_conn *chan_open(store_conn *m, uint32_t chan) {
     c->mux = m;
     c->chan = chan;
     snprintf(c->peer, sizeof c->peer, "%.52s#%u", m->peer, chan);
-    c->id = ++srv->next_conn_id;
-    c->progress_ms = uv_now(srv->loop);
-    c->authed = srv->token == NULL;
-    c->next = srv->conns;
-    if (srv->conns) srv->conns->prev = c;
-    srv->conns = c;
-    srv->stats.conns_open++;
+    conn_register(c);
     srv->stats.chans_open++;
-    srv->stats.conns_accepted++;
     x->conn[chan] = c;
     x->state[chan] = CHAN_OPEN;
     return c;
