@@ -862,9 +862,11 @@ static void mux_send(int s, uint32_t chan, const void *p, uint32_t n) {
 static int mux_recv(int s, uint32_t *chan, uint8_t *p, uint32_t cap) {
     uint8_t h[STORE_MUX_HDR];
     uint32_t n;
-    if (raw_recv(s, h, sizeof h, 2000) != sizeof h) return -1;
+    /* (generous: a 1 MiB frame through a small receive window on a loaded
+     * machine) */
+    if (raw_recv(s, h, sizeof h, 10000) != sizeof h) return -1;
     store_mux_parse_hdr(h, chan, &n);
-    if (n > cap || raw_recv(s, p, n, 2000) != n) return -1;
+    if (n > cap || raw_recv(s, p, n, 10000) != n) return -1;
     return (int)n;
 }
 
@@ -939,7 +941,7 @@ TEST(server_a_channel_behind_a_throttled_mux_is_not_dropped) {
     store_fixture f;
     fixture_start(&f, &so);
     int s = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 4096;
+    int small = 65536; /* (the store's replies pile up in its own buffers) */
     setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f.port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
