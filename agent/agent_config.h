@@ -55,7 +55,7 @@ typedef struct {
     double join_timeout;        /* s, default 600 */
     double last_call_timeout;   /* s, default 30 */
     double close_timeout;       /* s, default 30 */
-    double keep_alive_interval; /* s, default 5 (also accepted as heartbeat) */
+    double keep_alive_interval; /* s, default 2 (also accepted as heartbeat) */
     int keep_alive_max_attempt; /* default 3 */
     double read_timeout;        /* s, default 60 */
     int is_host;                /* -1 unset (decide from the endpoint), 0, 1 */

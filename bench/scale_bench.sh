@@ -24,7 +24,7 @@
 # Environment: SIZES ("8 64 256"; add 1000 for the issue's largest),
 # BACKENDS ("c10d etcd-v3"), TORCH_SIZES ("8"; "" leaves torchrun out),
 # REST (5), CAP (120), HEARTBEAT (our agents' keep_alive_interval, s;
-# 5 by default), LOAD (busy loops, one per CPU by default 0, that run
+# 2 by default), LOAD (busy loops, one per CPU by default 0, that run
 # through the rest: a CPU-saturated machine; make bench-soak), KEEP (a directory: each job's files, its agents'
 # logs and its workers' starts, are copied there). Exits 1 when a phase of ours failed or timed out,
 # so that tests/integration/scale_small.sh can run a small one in make

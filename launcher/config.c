@@ -730,7 +730,7 @@ static size_t option_table(parse_state *st, opts_opt *out) {
         {"rdzv-conf", 0, OPTS_CALL, .apply = apply_rdzv_conf, .metavar = "K=V,...",
          .help = "join_timeout (600 s), last_call_timeout (30 s),\n"
                  "close_timeout (30 s), keep_alive_interval or\n"
-                 "heartbeat (5 s), keep_alive_max_attempt (3),\n"
+                 "heartbeat (2 s), keep_alive_max_attempt (3),\n"
                  "read_timeout (60 s), is_host (true|false; default:\n"
                  "decided from the endpoint); timeout is accepted for\n"
                  "join_timeout (default empty; PET_RDZV_CONF)"},
@@ -906,7 +906,7 @@ static int set_defaults(agent_config *cfg) {
     cfg->rdzv_backend = rdzv_backend_find("static", NULL);
     cfg->rdzv_port = DEFAULT_RDZV_PORT;
     cfg->rdzv = (rdzv_conf){.join_timeout = 600, .last_call_timeout = 30, .close_timeout = 30,
-                            .keep_alive_interval = 5, .keep_alive_max_attempt = 3,
+                            .keep_alive_interval = 2, .keep_alive_max_attempt = 3,
                             .read_timeout = 60, .is_host = -1};
     cfg->monitor_interval = 0.1;
     cfg->master_port = -1;

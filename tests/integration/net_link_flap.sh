@@ -2,7 +2,7 @@
 # timeout: 240
 # A link that goes down and comes back, on three test hosts
 # (tests/lib/netbed.bash), in an elastic job (--nnodes=2:3, two workers
-# each, default heartbeat of 5 s):
+# each, default heartbeat of 2 s):
 #  1. back within 1 s, inside the heartbeat window: TCP retransmits, no
 #     node is declared lost, the job finishes in its first round;
 #  2. back after 7 s: the survivors have re-formed without the host; its

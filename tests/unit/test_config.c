@@ -57,7 +57,7 @@ TEST(config_defaults) {
     CHECK_EQ(c.rdzv_port, 29400);
     CHECK_STR(c.rdzv_id, "none");
     CHECK(c.rdzv.join_timeout == 600 && c.rdzv.last_call_timeout == 30);
-    CHECK(c.rdzv.close_timeout == 30 && c.rdzv.keep_alive_interval == 5);
+    CHECK(c.rdzv.close_timeout == 30 && c.rdzv.keep_alive_interval == 2);
     CHECK_EQ(c.rdzv.keep_alive_max_attempt, 3);
     CHECK(c.rdzv.read_timeout == 60);
     CHECK_EQ(c.rdzv.is_host, -1);
