@@ -65,37 +65,11 @@ torch_version=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) |
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 FDS=$(ulimit -n)
 
-# port_of LOG: the port of the "listening on HOST:PORT" line in LOG, or
-# nothing yet (the file may not even exist yet).
-port_of() { sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$1" 2>/dev/null | head -n1 || true; }
-
-# start_server NAME CMD...: runs a server in the background, stderr in
-# $TMP/NAME.err; sets SERVER_PID and SERVER_PORT once it has printed
-# "listening on HOST:PORT" (ddprun-store and torch_store_server.py both do).
-start_server() {
-    local name=$1
-    shift
-    "$@" 2> "$TMP/$name.err" &
-    SERVER_PID=$!
-    PIDS+=("$SERVER_PID")
-    SERVER_PORT=
-    for _ in $(seq 300); do
-        SERVER_PORT=$(port_of "$TMP/$name.err")
-        [ -n "$SERVER_PORT" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    tail -n 5 "$TMP/$name.err" >&2
-    die "$name did not report its port"
-}
-
 stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 # Peak resident memory of a live process, MiB.
 hwm_mib() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo -; }
 
-# field NAME LINE: the value of NAME=... in a bootstrap-sim line.
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 
 # sim LABEL R ENDPOINTS ARGS...: one bootstrap-sim run; prints its line
 # (empty when it printed none) and keeps its stderr in $TMP/LABEL.sim.err.

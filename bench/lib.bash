@@ -1,6 +1,7 @@
-# Shell helpers the launcher benchmarks share (bench/agent_bench.sh,
-# bench/rdzv_etcd_bench.sh): medians, ratios, and N agents started together
-# and timed. Sourced after the caller set PY, TMP, CAP, REPS, STD and the
+# Shell helpers the benchmarks share (bench/agent_bench.sh,
+# bench/rdzv_etcd_bench.sh, bench/store_bench.sh, bench/bootstrap_bench.sh):
+# medians, ratios, servers started and their ports read, and N agents
+# started together and timed. Sourced after the caller set PY, TMP, CAP, REPS, STD and the
 # PIDS array (its cleanup stops what is left).
 
 free_port() {
@@ -76,3 +77,31 @@ agents() { # LABEL N LAUNCHER... -- PROGRAM...: median of REPS runs
     done | median
 }
 
+# port_of LOG: the port of the "listening on HOST:PORT" line in LOG, or
+# nothing yet (the file may not even exist yet).
+port_of() { sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$1" 2>/dev/null | head -n1 || true; }
+
+# start_server NAME CMD...: runs a server in the background, stderr in
+# $TMP/NAME.err; sets SERVER_PID and SERVER_PORT once it has printed
+# "listening on HOST:PORT" (ddprun-store and bench/torch_store_server.py
+# both do); the caller defines die.
+start_server() {
+    local name=$1
+    shift
+    "$@" 2> "$TMP/$name.err" &
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    SERVER_PORT=
+    for _ in $(seq 300); do
+        SERVER_PORT=$(port_of "$TMP/$name.err")
+        [ -n "$SERVER_PORT" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    tail -n 5 "$TMP/$name.err" >&2
+    die "$name did not report its port"
+}
+
+# field NAME LINE: the value of NAME=... in a one-line report (store-load,
+# bootstrap-sim).
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }

@@ -40,6 +40,8 @@ cleanup() {
 trap cleanup EXIT
 
 die() { echo "store_bench: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.bash
+. "$ROOT/bench/lib.bash"
 
 for f in "$STORE" "$LOAD"; do [ -x "$f" ] || die "$f is not built (run make)"; done
 "$PY" -c 'import torch.distributed' 2>/dev/null ||
@@ -47,29 +49,8 @@ for f in "$STORE" "$LOAD"; do [ -x "$f" ] || die "$f is not built (run make)"; d
 # 2000 connections on each side need more descriptors than the usual 1024.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
-# start_server NAME CMD...: runs a server in the background with stderr in
-# $TMP/NAME.err; sets SERVER_PID and SERVER_PORT once it has printed
-# "listening on HOST:PORT" (both servers print that line).
-start_server() {
-    local name=$1
-    shift
-    "$@" 2> "$TMP/$name.err" &
-    SERVER_PID=$!
-    PIDS+=("$SERVER_PID")
-    for _ in $(seq 300); do
-        SERVER_PORT=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$TMP/$name.err" | head -n1)
-        [ -n "$SERVER_PORT" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$TMP/$name.err" >&2
-    die "$name did not report its port"
-}
-
 stop_server() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
-# field NAME LINE: the value of NAME=... in a store-load output line.
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 
 rss_mib() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
