@@ -115,9 +115,11 @@ static void on_look(uv_timer_t *t) {
     double now = clock_now_s();
     int still = 0, m = read_local(c, ps);
     for (int k = 0; k < m; k++) {
-        const coll_pos *p = &ps[k];
+        coll_pos *p = &ps[k];
         rank_watch *w = &c->ranks[p->local_rank];
-        w->state = p->state;
+        /* (what the other nodes' verdicts read too: a rank frozen, then
+         * killed by its watchdog, was stopped, not exiting) */
+        p->state = w->state = coll_state_seen(w->state, p->state);
         if (!w->since || p->entered != w->entered || p->done != w->done) {
             w->entered = p->entered, w->done = p->done, w->since = now;
             continue;

@@ -15,10 +15,17 @@
  * this much before every other's. */
 #define HANG_S 1.0
 
-/* The process's state letter, '?' if it is gone. */
+/* The process's state letter, 'Z' if it is on its way out, '?' if it is
+ * gone. */
 static char proc_state(int pid) {
     proc_stat st;
-    return proc_stat_read(pid, &st) == 0 ? st.state : '?';
+    if (proc_stat_read(pid, &st) != 0) return '?';
+    return st.flags & PROC_PF_EXITING ? 'Z' : st.state;
+}
+
+char coll_state_seen(char before, char now) {
+    int explains = before && strchr("TtD", before) != NULL;
+    return explains && (now == 'Z' || now == '?') ? before : now;
 }
 
 int coll_pos_read(const char *path, const char *host, int local_rank, coll_pos *p) {

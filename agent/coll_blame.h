@@ -35,6 +35,10 @@ typedef struct {
 /* Reads the record at path, local rank local_rank's on host, into *p: 0,
  * or what coll_record_read said. */
 int coll_pos_read(const char *path, const char *host, int local_rank, coll_pos *p);
+/* The state to keep for a rank seen in `before` and now in `now`: a
+ * process stopped or in an uninterruptible wait that is now dying or gone
+ * (the watchdog's SIGKILL) keeps what it was, which explains its hang. */
+char coll_state_seen(char before, char now);
 
 /* A node's positions read at wall-clock time `at`, as one JSON object
  * (malloc'd; NULL out of memory), and back: appends up to max - *n of

@@ -20,7 +20,8 @@
 # Goal (the GPU issue): at most 2 s from kill to first step.
 #
 # Environment: ROUNDS (2; medians), KILL_AT (20), PY (python3 with torch,
-# torchvision and CUDA), OURS_FLAGS (more ddp-train flags for every row).
+# torchvision and CUDA), OURS_FLAGS (more ddp-train flags for every row),
+# ROWS (which rows: "nocache bench heur torch").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -82,6 +83,8 @@ run() {
     fi
     lines=$(wc -l < "$log")
     t0=$(date +%s%N)
+    local t0_day # (the logs' clock: seconds since midnight)
+    t0_day=$(date +%H:%M:%S.%N | awk -F: '{printf "%.3f", $1 * 3600 + $2 * 60 + $3}')
     kill -KILL "$worker"
     for i in $(seq 12000); do
         if tail -n +"$((lines + 1))" "$log" | sed -n '/resuming from/,$p' | grep -Eq "$pat[0-9]+[^0-9]"; then
@@ -96,7 +99,20 @@ run() {
     wait "$job" 2> /dev/null
     job=
     [ -n "$t1" ] || { echo "$name: no step after the restart" >&2; tail -n 20 "$log" >&2; return 1; }
-    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }') $((done_before - ${from:-0}))"
+    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }') $((done_before - ${from:-0})) $(agent_times "$log" "$lines" "$t0_day")"
+}
+
+# agent_times LOG LINES T0: from ddprun's lines after the kill, seconds
+# from the kill (T0, seconds since midnight) until the agent said the
+# worker failed, started the next one, and that one said its first word
+# ("noticed/started/first-word"; "-" where there is no such line).
+agent_times() {
+    tail -n +"$(($2 + 1))" "$1" | awk -v t0="$3" '
+        function at(line) { split(substr(line, 2, 12), h, ":"); return h[1] * 3600 + h[2] * 60 + h[3] - t0 }
+        /^\[[0-9:.]+\] ddprun: .*failed/ && !n { n = sprintf("%.2f", at($0)) }
+        /^\[[0-9:.]+\] ddprun: started/ && n && !s { s = sprintf("%.2f", at($0)) }
+        /^\[[0-9:.]+\] ddp-train: / && s && !w { w = sprintf("%.2f", at($0)) }
+        END { printf "%s/%s/%s", n ? n : "-", s ? s : "-", w ? w : "-" }'
 }
 
 ours_pat='^epoch [0-9]+/[0-9]+ step '
@@ -106,7 +122,7 @@ theirs_from='s/^.*resuming from step \([0-9]*\).*/\1/p'
 median() { sort -n | awk '{a[NR]=$1} END{if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
 declare -A secs redone
-rows=(nocache bench heur torch)
+read -r -a rows <<< "${ROWS:-nocache bench heur torch}"
 for r in $(seq "$ROUNDS"); do
     for side in "${rows[@]}"; do
         case $side in
@@ -121,13 +137,13 @@ for r in $(seq "$ROUNDS"); do
                    w=python; p=$theirs_pat; f=$theirs_from ;;
         esac
         out=$(run "$side$r" "$w" "$p" "$f" "${cmd[@]}") || continue
-        read -r s d <<< "$out"
+        read -r s d a <<< "$out"
         secs[$side]+="$s "
         redone[$side]+="$d "
         extra_line=""
         [ "$side" != torch ] &&
             extra_line=$(grep -o "first step done .*" "$tmp/$side$r.log" | tail -n 1)
-        echo "round $r $side: kill to first step $s s, $d steps done again${extra_line:+; restarted worker: $extra_line}"
+        echo "round $r $side: kill to first step $s s, $d steps done again${extra_line:+; the agent noticed/restarted/its worker spoke at +$a s; restarted worker: $extra_line}"
     done
 done
 

@@ -19,7 +19,9 @@ int proc_stat_read(pid_t pid, proc_stat *out) {
     line[n] = '\0';
     const char *close_paren = strrchr(line, ')');
     int ppid, pgid;
-    if (!close_paren || sscanf(close_paren + 1, " %c %d %d", &out->state, &ppid, &pgid) != 3)
+    /* state ppid pgrp session tty_nr tpgid flags */
+    if (!close_paren || sscanf(close_paren + 1, " %c %d %d %*d %*d %*d %u", &out->state, &ppid,
+                               &pgid, &out->flags) != 4)
         return -EIO;
     out->ppid = (pid_t)ppid, out->pgid = (pid_t)pgid;
     return 0;

@@ -10,7 +10,12 @@
 typedef struct {
     char state; /* 'R', 'S', 'D', 'T' (stopped), 'Z' (exited, not reaped), ... */
     pid_t ppid, pgid;
+    unsigned flags; /* the kernel's PF_ flags: PROC_PF_EXITING */
 } proc_stat;
+
+/* Killed and on its way out (its letter still says R or D while it frees
+ * its memory, which takes a GPU's process a quarter of a second). */
+#define PROC_PF_EXITING 0x4u
 
 /* 0, or -errno: -ENOENT when the process is gone, -EIO when unreadable. */
 int proc_stat_read(pid_t pid, proc_stat *out);

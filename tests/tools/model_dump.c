@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     model *m;
     char err[512];
     if (cpu_backend_create(getenv("DUMP_REFERENCE_KERNELS") != NULL, 0, &be, err, sizeof err) ||
-        arch_build(be, &(model_spec){argv[1], c, h, w, k, 7, 0}, &m, err, sizeof err)) {
+        arch_build(be, &(model_spec){argv[1], c, h, w, k, 7, 0, 0}, &m, err, sizeof err)) {
         fprintf(stderr, "model-dump: %s\n", err);
         return 1;
     }

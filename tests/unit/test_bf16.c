@@ -148,7 +148,7 @@ TEST(bf16_backend_is_the_fp32_backend_rounded) {
 static model *build(backend *b, int c, int hw, int classes) {
     model *m = NULL;
     char err[256];
-    model_spec s = {"resnet20", c, hw, hw, classes, 7, 0};
+    model_spec s = {"resnet20", c, hw, hw, classes, 7, 0, 0};
     if (arch_build(b, &s, &m, err, sizeof err))
         test_fail(__FILE__, __LINE__, "%s", err);
     return m;

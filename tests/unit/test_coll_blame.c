@@ -12,6 +12,7 @@
 
 #include "agent/coll_blame.h"
 #include "common/coll_record.h"
+#include "common/proc_stat.h"
 #include "tests/unit/test.h"
 
 static void tmp_path(char *out, size_t len, const char *name) {
@@ -130,6 +131,28 @@ TEST(coll_blame_finds_no_hang_where_there_is_none) {
     coll_pos idle[2] = {pos(0, 5, 5, 1, 2), pos(1, 5, 5, 1, 2)};
     CHECK_EQ(coll_blame(idle, 2, &v), 0);
     CHECK_EQ(coll_blame(idle, 1, &v), 0);
+}
+
+/* A rank frozen in its collective, then SIGKILLed by the watchdog, is
+ * read as exiting (or gone) before the verdict: it keeps "stopped". */
+TEST(coll_state_seen_keeps_the_frozen_state_of_a_dying_rank) {
+    CHECK_EQ(coll_state_seen('T', 'Z'), 'T');
+    CHECK_EQ(coll_state_seen('D', '?'), 'D');
+    CHECK_EQ(coll_state_seen('t', 'Z'), 't');
+    CHECK_EQ(coll_state_seen('T', 'R'), 'R'); /* continued (SIGCONT): it runs */
+    CHECK_EQ(coll_state_seen('S', 'Z'), 'Z');
+    CHECK_EQ(coll_state_seen(0, 'T'), 'T');
+}
+
+/* /proc's flags say a killed process is on its way out while its state
+ * letter may still say it runs. */
+TEST(proc_stat_reads_the_flags) {
+    proc_stat st;
+    CHECK_EQ(proc_stat_read(getpid(), &st), 0);
+    CHECK_EQ(st.state, 'R');
+    CHECK_EQ(st.flags & PROC_PF_EXITING, 0);
+    CHECK(st.flags != 0); /* (every task has some: PF_RANDOMIZE, PF_FORKNOEXEC...) */
+    CHECK_EQ(st.ppid, getppid());
 }
 
 TEST(coll_pos_json_round_trips) {

@@ -3,7 +3,9 @@
  * and the oneDNN backend against the reference on a full step. */
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests/unit/test.h"
 #include "worker/backend/backend.h"
@@ -19,7 +21,7 @@ static backend *mk(int reference) {
 static model *build(backend *b, const char *arch, int c, int h, int classes) {
     model *m = NULL;
     char err[256];
-    model_spec s = {arch, c, h, h, classes, 42, 0};
+    model_spec s = {arch, c, h, h, classes, 42, 0, 0};
     int rc = arch_build(b, &s, &m, err, sizeof err);
     if (rc) test_fail(__FILE__, __LINE__, "%s", err);
     return m;
@@ -44,11 +46,45 @@ TEST(model_parameter_counts_match_torchvision) {
     b->ops->destroy(b);
 }
 
+/* The weights drawn later (a run that may resume) and drawn on any number
+ * of threads are the weights drawn at once on one: each parameter has its
+ * own stream of the seed. */
+TEST(model_weights_drawn_later_on_threads_are_the_same) {
+    backend *b = mk(0);
+    char err[256];
+    model *at_once = NULL, *later = NULL;
+    omp_set_num_threads(1);
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet18", 3, 32, 32, 10, 5, 0, 0}, &at_once, err,
+                        sizeof err), 0);
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet18", 3, 32, 32, 10, 5, 0, 1}, &later, err,
+                        sizeof err), 0);
+    size_t n = at_once->nparam;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    b->ops->download(b, want, at_once->param, n * sizeof *want);
+    omp_set_num_threads(4);
+    CHECK_EQ(model_draw_weights(later, 5), 0);
+    b->ops->download(b, got, later->param, n * sizeof *got);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&want[i], &got[i], sizeof *got) != 0;
+    CHECK_EQ(differ, 0);
+    double sq = 0;
+    for (size_t i = 0; i < n; i++) sq += (double)want[i] * want[i];
+    CHECK(sq > 1.0); /* drawn, not left at zero */
+    CHECK_EQ(model_draw_weights(later, 6), 0); /* another seed, other weights */
+    b->ops->download(b, got, later->param, n * sizeof *got);
+    CHECK(memcmp(want, got, n * sizeof *got) != 0);
+    free(want);
+    free(got);
+    model_destroy(at_once);
+    model_destroy(later);
+    b->ops->destroy(b);
+}
+
 TEST(model_refuses_unknown_names_and_tiny_inputs) {
     backend *b = mk(0);
     model *m = NULL;
     char err[256];
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet7", 1, 28, 28, 10, 1, 0}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet7", 1, 28, 28, 10, 1, 0, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "unknown model 'resnet7' (choose resnet20, ") != NULL);
     CHECK(strstr(err, "resnet101 or resnet152)") != NULL);
@@ -57,10 +93,10 @@ TEST(model_refuses_unknown_names_and_tiny_inputs) {
     for (; arch_name(n); n++) CHECK(strstr(err, arch_name(n)) != NULL);
     CHECK_EQ(n, 10);
     CHECK_STR(arch_name(0), "resnet20");
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1, 0}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 0, 28, 28, 10, 1, 0, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "input shape") != NULL);
-    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 1, 28, 28, 1, 1, 0}, &m, err, sizeof err),
+    CHECK_EQ(arch_build(b, &(model_spec){"resnet20", 1, 28, 28, 1, 1, 0, 0}, &m, err, sizeof err),
              -EINVAL);
     CHECK(strstr(err, "classes") != NULL);
     b->ops->destroy(b);
@@ -219,8 +255,8 @@ static void fused_matches_separate(const char *arch, int c, int h, int blocks) {
     backend *b = mk(0);
     model *f = NULL, *u = NULL;
     char err[256];
-    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 0}, &f, err, sizeof err), 0);
-    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 1}, &u, err, sizeof err), 0);
+    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 0, 0}, &f, err, sizeof err), 0);
+    CHECK_EQ(arch_build(b, &(model_spec){arch, c, h, h, 5, 9, 1, 0}, &u, err, sizeof err), 0);
     CHECK_EQ(u->nops - f->nops, blocks);
     CHECK_EQ(f->nparam, u->nparam);
     int n = 4;

@@ -82,6 +82,20 @@ typedef struct {
                              * rank 0 logs how much of them overlapped its work */
 } devcomm_nccl_opts;
 int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen);
+/* devcomm_nccl_create in two halves, so that the caller builds its model
+ * and reads its state while NCCL sets itself up (in a thread of NCCL's
+ * own): start passes the id through the store and starts NCCL's
+ * initialisation; finish waits for it (to o->timeout_ms from the start),
+ * and so does the communicator's first collective where finish was not
+ * called. On a failure finish has destroyed it. A communicator whose
+ * set-up is under way may be destroyed (the set-up is aborted). */
+int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
+                       size_t errlen);
+int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen);
+/* 1 when a rank that was stopping left an NCCL communicator's abort
+ * running rather than wait for it past its stop: the process must then end
+ * without tearing the device down (_exit), as the abort still uses it. */
+int devcomm_nccl_abort_unfinished(void);
 
 static inline int devcomm_allreduce_sum_async(devcomm *d, float *buf, size_t count, void **req) {
     return d->ops->allreduce_sum_async(d, buf, count, req);

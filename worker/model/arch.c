@@ -83,7 +83,8 @@ int arch_build(backend *be, const model_spec *spec, model **out, char *err, size
     if (rc) return rc;
     layer_builder b = layer_builder_start(m);
     rc = archs[i].build(&b, archs[i].variant);
-    if (rc == 0) rc = model_finish(m, spec->seed);
+    if (rc == 0) rc = model_finish(m);
+    if (rc == 0 && !spec->undrawn) rc = model_draw_weights(m, spec->seed);
     if (rc == -EDOM)
         snprintf(err, errlen, "--model %s: the input %dx%dx%d is too small for it", spec->arch,
                  spec->in_c, spec->in_h, spec->in_w);

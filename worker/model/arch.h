@@ -9,7 +9,8 @@
 #include "worker/model/model.h"
 
 /* Builds the model spec->arch names ("resnet20", "resnet50", ...) for
- * spec's input and classes, with weights initialised from spec->seed.
+ * spec's input and classes, with weights initialised from spec->seed
+ * (unless spec->undrawn: then model_draw_weights draws them).
  * -EINVAL with a message naming the problem for an unknown name, a bad
  * shape or an input too small for the architecture. */
 int arch_build(backend *be, const model_spec *spec, model **out, char *err, size_t errlen);

@@ -153,12 +153,16 @@ int model_set_batch(model *m, int n) {
     return 0;
 }
 
-/* Each parameter as its init says, from its own stream of the seed. */
+/* Each parameter as its init says, from its own stream of the seed: the
+ * parameters are independent, so threads share them out (dynamically:
+ * their sizes differ by a thousandfold) and the values are the same on
+ * any number of threads. */
 static void init_weights(model *m, uint64_t seed, float *host) {
-    rng_t r;
+#pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < m->nparams; i++) {
         const model_param *p = &m->params[i];
         float *w = host + p->offset;
+        rng_t r;
         rng_seed(&r, seed, 0x1417, (uint64_t)i);
         switch (p->init) {
         case INIT_KAIMING_FAN_OUT: {
@@ -177,6 +181,16 @@ static void init_weights(model *m, uint64_t seed, float *host) {
         }
         }
     }
+}
+
+int model_draw_weights(model *m, uint64_t seed) {
+    float *host = malloc((m->nparam ? m->nparam : 1) * sizeof(float));
+    if (!host) return -ENOMEM;
+    init_weights(m, seed, host);
+    backend *be = m->be;
+    be->ops->upload(be, m->param, host, m->nparam * sizeof(float));
+    free(host);
+    return 0;
 }
 
 int model_new(backend *be, const model_spec *spec, model **out, char *err, size_t errlen) {
@@ -208,7 +222,7 @@ int model_new(backend *be, const model_spec *spec, model **out, char *err, size_
     return 0;
 }
 
-int model_finish(model *m, uint64_t seed) {
+int model_finish(model *m) {
     backend *be = m->be;
     m->param = be->ops->alloc(be, m->nparam * sizeof(float));
     m->grad = be->ops->alloc(be, m->nparam * sizeof(float));
@@ -221,8 +235,6 @@ int model_finish(model *m, uint64_t seed) {
         free(host);
         return -ENOMEM;
     }
-    init_weights(m, seed, host);
-    be->ops->upload(be, m->param, host, m->nparam * sizeof(float));
     for (int i = 0; i < m->nbuffers; i++)
         for (size_t k = 0; k < m->buffers[i].count; k++)
             host[m->buffers[i].offset + k] = m->buffers[i].init;

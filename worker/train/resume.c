@@ -208,7 +208,7 @@ static int choose_holder(trainer *t, resume_offer *mine, resume_offer *best) {
 
 int resume_newest(trainer *t, int *root) {
     const train_config *c = t->cfg;
-    *root = 0;
+    *root = -1;
     if (!c->ckpt_dir[0] && !c->snapshot_dir[0]) return 0;
     resume_offer mine = {.step = -1, .rank = t->env.rank}, best;
     /* every node takes its --ckpt-dir before reading it, once rank 0 has
@@ -251,7 +251,8 @@ int resume_newest(trainer *t, int *root) {
         log_info("resuming from %s: epoch %d, step %lld (%s of node %s)", path, t->at.epoch + 1,
                  (long long)t->at.global_step, best.in_memory ? "memory" : "disk", best.host);
     model *m = t->m;
-    rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), holder);
+    if (t->env.world > 1) /* (to itself, a broadcast is nothing to wait for) */
+        rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), holder);
     if (rc)
         return trainer_fail(t, rc, "broadcasting the checkpoint's momentum failed: %s",
                             trainer_why(devcomm_error(t->dcomm), rc));

@@ -29,8 +29,8 @@ typedef struct {
  * ranks agree on the newest (an all-gather of what each has), its holder
  * reads it and sends it to the others (no shared file system is needed),
  * and every rank takes its weights, momentum and position; *root is the
- * holder, from which the weights are then broadcast (0 when there was
- * nothing: a fresh start). The holder says where it resumed from:
+ * holder, from which the weights are then broadcast (-1 when there was
+ * nothing: a fresh start, whose weights are still to be drawn). The holder says where it resumed from:
  * "resuming from PATH: epoch E, step S (memory of node H)". */
 int resume_newest(trainer *t, int *root);
 

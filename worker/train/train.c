@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/ddprun_env.h"
@@ -119,11 +120,14 @@ static void startup_report(trainer *t, int64_t first_step_end) {
     if (s->said || t->env.rank != 0) return;
     s->said = 1;
     progress_bar_clear(&t->progress);
-    log_info("first step done %.2f s after start: backend and model %.2f s, communicators %.2f "
-             "s, restoring the state %.2f s, the first step %.2f s",
-             (double)(first_step_end - s->begin) * 1e-9, (double)(s->model - s->begin) * 1e-9,
-             (double)(s->comm - s->model) * 1e-9, (double)(s->ready - s->comm) * 1e-9,
-             (double)(first_step_end - s->ready) * 1e-9);
+#define SECS(from, to) ((double)((to) - (from)) * 1e-9)
+    log_info("first step done %.2f s after start: the job and its data %.2f s, the backend %.2f "
+             "s, the model %.2f s, communicators %.2f s (host %.2f s), the state %.2f s "
+             "(resumed in %.2f s, then drawn or broadcast), the first step %.2f s",
+             SECS(s->begin, first_step_end), SECS(s->begin, s->data), SECS(s->data, s->backend),
+             SECS(s->backend, s->model), SECS(s->model, s->comm), SECS(s->model, s->host_comm),
+             SECS(s->comm, s->ready), SECS(s->comm, s->resumed), SECS(s->ready, first_step_end));
+#undef SECS
 }
 
 /* One epoch's steps from t->at.pos on. 1 when the run stops early
@@ -216,8 +220,14 @@ static int run_epochs(trainer *t) {
 static int start(trainer *t) {
     int rc = trainer_setup(t);
     if (rc == 0) rc = snapshot_lock(t);
-    int root = 0; /* whose weights (fresh, or the newest state's holder) are everyone's */
+    int root = -1; /* whose weights (the newest state's holder, or rank 0's fresh ones) */
     if (rc == 0) rc = resume_newest(t, &root);
+    t->startup.resumed = clock_now_ns();
+    if (rc == 0 && root < 0) { /* a fresh start: rank 0 draws them (trainer.c's setup_model) */
+        root = 0;
+        if (t->env.rank == 0 && (rc = model_draw_weights(t->m, t->cfg->seed)))
+            rc = trainer_fail(t, rc, "drawing the initial weights failed: %s", strerror(-rc));
+    }
     if (rc == 0 && (rc = ddp_broadcast_model(t->ddp, root)))
         rc = trainer_fail(t, rc, "broadcasting the weights from rank %d failed: %s", root,
                           trainer_why(devcomm_error(t->dcomm), rc));
@@ -283,6 +293,19 @@ static void say_finished(const trainer *t) {
     fclose(f);
 }
 
+/* A rank that stopped with NCCL's abort still under way (nccl_comm.c's
+ * nc_abort): what is on disk or in files is finished, and the device is
+ * left to the process's end, which frees it whatever runs there; tearing
+ * it down here would wait for the abort. */
+static _Noreturn void leave_now(trainer *t, int code) {
+    snapshot_writer_stop(t->mem.w);
+    snapshot_writer_stop(t->disk.w);
+    if (t->progress.metrics) fclose(t->progress.metrics);
+    dir_lock_release(&t->ckpt_lock);
+    fflush(NULL);
+    _exit(code);
+}
+
 int train_run(const train_config *c) {
     trainer t = {.cfg = c, .disk.step = -1, .disk.handed = -1, .disk.written = -1,
                  .disk.found = -1, .buffers_step = -1, .samples.fd = -1,
@@ -319,6 +342,8 @@ int train_run(const train_config *c) {
      * in a step, and its job does not wait for it for ever. */
     watchdog_arm(&t.wd, WATCHED);
     sample_log_close(&t.samples);
+    int code = rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
+    if (devcomm_nccl_abort_unfinished()) leave_now(&t, code);
     trainer_cleanup(&t);
-    return rc == 0 ? 0 : t.stopped ? 128 + (int)trainer_stop_requested : 1;
+    return code;
 }

@@ -127,45 +127,76 @@ static int choose_backend(trainer *t, backend_opts *bo, char *cache, size_t cach
     return 0;
 }
 
-static int setup_model(trainer *t) {
-    const train_config *c = t->cfg;
+static int setup_backend(trainer *t) {
     char err[512], cache[1100];
     backend_opts bo;
     int rc = choose_backend(t, &bo, cache, sizeof cache);
     if (rc) return rc;
     if ((rc = backend_create(&bo, &t->be, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
-    if (t->be->kind != BACKEND_CUDA && c->precision == PRECISION_BF16 && t->env.rank == 0)
+    if (t->be->kind != BACKEND_CUDA && t->cfg->precision == PRECISION_BF16 && t->env.rank == 0)
         log_warn("--precision bf16 on the CPU is emulated (fp32 arithmetic rounded to bf16): "
                  "for checking numerics; it is slower than fp32");
-    model_spec ms = {.arch = c->model, .classes = dataset_classes(t->train), .seed = c->seed,
-                     .unfused = c->unfused};
-    dataset_shape(t->train, &ms.in_c, &ms.in_h, &ms.in_w);
-    if ((rc = arch_build(t->be, &ms, &t->m, err, sizeof err))) return trainer_fail(t, rc, "%s", err);
     return 0;
+}
+
+static int setup_model(trainer *t) {
+    const train_config *c = t->cfg;
+    char err[512];
+    /* The weights are drawn once resume_newest has found no state to load
+     * (train.c's start): a restart does not draw them for nothing. */
+    model_spec ms = {.arch = c->model, .classes = dataset_classes(t->train), .seed = c->seed,
+                     .unfused = c->unfused, .undrawn = 1};
+    dataset_shape(t->train, &ms.in_c, &ms.in_h, &ms.in_w);
+    int rc = arch_build(t->be, &ms, &t->m, err, sizeof err);
+    return rc ? trainer_fail(t, rc, "%s", err) : 0;
+}
+
+/* The communicators' options: the host's (every backend) and NCCL's (a
+ * GPU's), under this attempt's keys in the job's store. */
+static void comm_options(trainer *t, comm_opts *co, devcomm_nccl_opts *no) {
+    const train_config *c = t->cfg;
+    snprintf(t->comm_prefix, sizeof t->comm_prefix, "/worker/attempt_%d/ddp-train/",
+             t->env.restart_count);
+    *co = (comm_opts){.store_host = t->env.master_addr, .store_port = t->env.master_port,
+                      .rank = t->env.rank, .world = t->env.world,
+                      .local_rank = t->env.local_rank, .local_world = t->env.local_world,
+                      .timeout_ms = c->timeout_s * 1000, .no_shm = c->no_shm,
+                      .prefix = t->comm_prefix, .abort_at_ns = &trainer_abort_at_ns,
+                      .record = t->coll};
+    *no = (devcomm_nccl_opts){.be = t->be, .store_host = co->store_host,
+                              .store_port = co->store_port, .prefix = t->comm_prefix,
+                              .rank = co->rank, .world = co->world, .timeout_ms = co->timeout_ms,
+                              .abort_at_ns = co->abort_at_ns, .record = co->record,
+                              .overlap_step = c->overlap_report ? 2 : 0};
+}
+
+/* On a GPU, NCCL's set-up starts before the model is built and goes on
+ * in NCCL's own thread while the model is built and the state read (a
+ * third of a second of a restart on an H200); the first collective waits
+ * for it (nccl_comm.c's nc_ready). */
+static int start_device_comm(trainer *t) {
+    t->coll = coll_record_from_env(t->env.rank);
+    stacks_note_record(t->coll);
+    if (t->be->kind != BACKEND_CUDA) return 0;
+    comm_opts co;
+    devcomm_nccl_opts no;
+    char err[512];
+    comm_options(t, &co, &no);
+    int rc = devcomm_nccl_start(&no, &t->dcomm, err, sizeof err);
+    return rc ? trainer_fail(t, rc, "%s", err) : 0;
 }
 
 static int setup_comm(trainer *t) {
     const train_config *c = t->cfg;
-    char err[512], prefix[96];
-    snprintf(prefix, sizeof prefix, "/worker/attempt_%d/ddp-train/", t->env.restart_count);
-    comm_opts co = {.store_host = t->env.master_addr, .store_port = t->env.master_port,
-                    .rank = t->env.rank, .world = t->env.world, .local_rank = t->env.local_rank,
-                    .local_world = t->env.local_world, .timeout_ms = c->timeout_s * 1000,
-                    .no_shm = c->no_shm, .prefix = prefix,
-                    .abort_at_ns = &trainer_abort_at_ns,
-                    .record = t->coll = coll_record_from_env(t->env.rank)};
-    stacks_note_record(t->coll);
+    char err[512];
+    comm_opts co;
+    devcomm_nccl_opts no;
+    comm_options(t, &co, &no);
     int rc = comm_init(&co, &t->comm, err, sizeof err);
     if (rc) return trainer_fail(t, rc, "%s", err);
-    if (t->be->kind == BACKEND_CUDA) {
-        devcomm_nccl_opts no = {.be = t->be, .store_host = co.store_host,
-                                .store_port = co.store_port, .prefix = prefix,
-                                .rank = co.rank, .world = co.world, .timeout_ms = co.timeout_ms,
-                                .abort_at_ns = co.abort_at_ns, .record = co.record,
-                                .overlap_step = c->overlap_report ? 2 : 0};
-        if ((rc = devcomm_nccl_create(&no, &t->dcomm, err, sizeof err)))
-            return trainer_fail(t, rc, "%s", err);
-    } else if ((rc = devcomm_host_create(t->comm, &t->dcomm))) {
+    t->startup.host_comm = clock_now_ns();
+    /* (NCCL's set-up goes on until its first collective waits for it) */
+    if (t->be->kind != BACKEND_CUDA && (rc = devcomm_host_create(t->comm, &t->dcomm))) {
         return trainer_fail(t, rc, "out of memory setting up the communicator");
     }
     if ((rc = ddp_create(t->m, t->dcomm, 0, (size_t)c->bucket_bytes, c->sync_bn, &t->ddp, err,
@@ -180,6 +211,10 @@ static int setup_comm(trainer *t) {
 int trainer_setup(trainer *t) {
     int rc = setup_job(t);
     if (rc == 0) rc = setup_data(t);
+    t->startup.data = clock_now_ns();
+    if (rc == 0) rc = setup_backend(t);
+    t->startup.backend = clock_now_ns();
+    if (rc == 0) rc = start_device_comm(t);
     if (rc == 0) rc = setup_model(t);
     t->startup.model = clock_now_ns();
     if (rc == 0) rc = setup_comm(t);

@@ -98,10 +98,16 @@ typedef struct {
  * until reached): what a restart costs before its first step, said once
  * by rank 0. */
 typedef struct {
-    int64_t begin;  /* train_run began */
-    int64_t model;  /* the backend (a GPU's context) and the model made */
-    int64_t comm;   /* the host communicator and the device's (NCCL) set up */
-    int64_t ready;  /* resumed, weights broadcast, the first batch's memory */
+    int64_t begin;     /* train_run began */
+    int64_t data;      /* the job's environment read, its data sets opened */
+    int64_t backend;   /* the backend made (a GPU's context, cuDNN, cuBLAS) */
+    int64_t model;     /* the model's memory (its weights are drawn later), while
+                          NCCL sets itself up */
+    int64_t host_comm; /* the host communicator set up */
+    int64_t comm;      /* and DDP (NCCL's set-up goes on: its first collective
+                          waits for it) */
+    int64_t resumed;   /* the newest state loaded (or none found) */
+    int64_t ready;     /* weights drawn or broadcast, the first batch's memory */
     int said;       /* the first step's line was written */
 } train_startup;
 
@@ -126,6 +132,7 @@ typedef struct {
     comm *comm;          /* host data: checkpoint headers, the step's loss */
     coll_record *coll;   /* DDPRUN_COLL_RECORD: where this rank stands in its collectives */
     devcomm *dcomm;      /* backend memory: gradients, weights, SyncBN */
+    char comm_prefix[96]; /* the communicators' keys in the store (this attempt's) */
     ddp *ddp;
     int batch;           /* this rank's share of the global batch */
     int batch_max;       /* the largest share (evaluation batches, buffers) */

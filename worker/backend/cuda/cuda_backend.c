@@ -3,11 +3,16 @@
  * device memory, and the ops table that gathers the operations of
  * cuda_conv.c, cuda_linear.c and cuda_ops.c. The NCCL communicator (nccl_comm.c) reaches the device and
  * the stream through cuda_backend.h. */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "worker/backend/cuda/cuda_internal.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
 
@@ -339,6 +344,30 @@ static int check_request(const backend_opts *o, char *err, size_t errlen) {
     return o->precision == PRECISION_BF16 ? check_bf16(o->device, err, errlen) : 0;
 }
 
+/* cuBLAS, and cuDNN's parts, which cuDNN 9 opens itself at its first
+ * calls (only their loading is done here: dlopen of a library already
+ * loaded returns it, and these references stay to the process's end). */
+typedef struct {
+    cuda_blas *bl;
+    pthread_t thread;
+    int rc;
+    char err[512];
+} library_load;
+
+static void *load_libraries(void *arg) {
+    library_load *ld = arg;
+    static const char *cudnn_parts[] = {"libcudnn_graph.so." STR(CUDNN_MAJOR),
+                                        "libcudnn_engines_precompiled.so." STR(CUDNN_MAJOR),
+                                        "libcudnn_engines_runtime_compiled.so." STR(CUDNN_MAJOR),
+                                        "libcudnn_heuristic.so." STR(CUDNN_MAJOR),
+                                        "libcudnn_ops.so." STR(CUDNN_MAJOR),
+                                        "libcudnn_cnn.so." STR(CUDNN_MAJOR)};
+    ld->rc = cuda_blas_load(ld->bl, ld->err, sizeof ld->err);
+    for (size_t i = 0; ld->rc == 0 && i < sizeof cudnn_parts / sizeof *cudnn_parts; i++)
+        (void)dlopen(cudnn_parts[i], RTLD_LAZY | RTLD_LOCAL); /* (a missing one: cuDNN says) */
+    return NULL;
+}
+
 int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t errlen) {
     *out = NULL;
     int rc = check_request(o, err, errlen);
@@ -350,8 +379,19 @@ int cuda_backend_create(const backend_opts *o, backend **out, char *err, size_t 
         snprintf(err, errlen, "out of memory creating the CUDA backend");
         return -ENOMEM;
     }
-    rc = cuda_blas_load(&st->blas, err, errlen);
-    if (rc) {
+    /* The libraries load on a thread while the device's context is made
+     * here: a restarted worker's first step comes that much sooner. */
+    library_load ld = {.bl = &st->blas};
+    int threaded = pthread_create(&ld.thread, NULL, load_libraries, &ld) == 0;
+    if (threaded) {
+        (void)CUDA_CHECK_RC(cudaSetDevice(o->device)); /* (state_init says if it fails) */
+        (void)CUDA_CHECK_RC(cudaFree(NULL));            /* the context, made now */
+        pthread_join(ld.thread, NULL);
+    } else {
+        load_libraries(&ld);
+    }
+    if ((rc = ld.rc)) {
+        snprintf(err, errlen, "%s", ld.err);
         free(b), free(st);
         return rc;
     }

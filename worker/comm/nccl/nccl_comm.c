@@ -107,6 +107,7 @@ typedef struct {
     nc_notes captured;    /* issued while the step was being recorded */
     int capturing;        /* captured holds the recording under way */
     nccl_overlap *overlap; /* --overlap-report's timing of one step, or NULL */
+    int64_t setup_deadline; /* when the set-up must have finished */
     int up;               /* set-up finished: failures are logged from now on */
     int broken;           /* the first failure's code; every later call returns it */
     char op[96];          /* the operation under way, for messages */
@@ -122,6 +123,26 @@ static int ms_left(int64_t deadline_ns) {
 }
 
 /* --- failure ------------------------------------------------------------- */
+
+static int stop_passed(const nc *n, int64_t now);
+
+/* How long a stopping rank waits for ncclCommAbort (seen: 0.56 s on an
+ * H200 with a frozen peer), and whether one was left running. */
+#define ABORT_WAIT_STOPPING_NS 300000000LL
+static _Atomic int abort_left_running;
+
+/* Whether thread t ended by the deadline (joined if so). */
+static int join_within(pthread_t t, int64_t deadline_ns) {
+    int64_t left = deadline_ns - clock_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* (pthread_timedjoin_np's clock) */
+    if (left > 0) {
+        ts.tv_sec += left / 1000000000LL;
+        ts.tv_nsec += left % 1000000000LL;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_timedjoin_np(t, NULL, &ts) == 0;
+}
 
 static void *abort_main(void *comm) {
     (void)NCCL_CHECK_RC(ncclCommAbort(comm)); /* logged; nothing more to do */
@@ -149,12 +170,26 @@ static void nc_abort(nc *n) {
     if (!threaded) log_warn("NCCL abort: no thread for it (%s); a replay stuck in a collective "
                             "may hold it up", strerror(errno));
     cuda_backend_drop_recording(n->be);
+    /* A rank told to stop leaves within a second: once the abort has
+     * raised its flag (its first act), the rest of it (NCCL's threads
+     * joined, its memory freed) is the process's end's to do. */
+    if (threaded && stop_passed(n, t0) && !join_within(t, t0 + ABORT_WAIT_STOPPING_NS)) {
+        pthread_detach(t);
+        atomic_store(&abort_left_running, 1);
+        log_info("rank %d: NCCL communicator aborting; not waited for past %.2f s, as the rank "
+                 "is stopping (the process's end finishes it)",
+                 n->d.rank, (double)ABORT_WAIT_STOPPING_NS * 1e-9);
+        n->comm = NULL;
+        return;
+    }
     if (threaded) pthread_join(t, NULL);
     else abort_main(n->comm);
     n->comm = NULL;
     log_info("rank %d: NCCL communicator aborted in %.2f s", n->d.rank,
              (double)(clock_now_ns() - t0) * 1e-9);
 }
+
+int devcomm_nccl_abort_unfinished(void) { return atomic_load(&abort_left_running); }
 
 /* Whether the compute stream is being recorded (a capture under way, valid
  * or already invalidated: either way it has not ended). */
@@ -287,6 +322,22 @@ static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
         coll_record_tick(n->record);
         nap(now - start, &us);
     }
+}
+
+/* NCCL's set-up, started by devcomm_nccl_start and going on in NCCL's
+ * thread while the trainer builds its model and reads its state, finished:
+ * the first collective waits for it. A failure is said here (the trainer
+ * reports only the errno of a failed collective). */
+static int nc_ready(nc *n) {
+    if (n->up) return 0;
+    if (n->broken) return n->broken;
+    int rc = nc_poll(n, NULL, n->setup_deadline);
+    if (rc) {
+        log_error("%s", n->err);
+        return rc;
+    }
+    n->up = 1;
+    return 0;
 }
 
 /* --- the collective record ---------------------------------------------- */
@@ -422,7 +473,9 @@ static int nc_allreduce_async(devcomm *d, float *buf, size_t count, void **req) 
     nc *n = d->impl;
     nc_req *r = NULL;
     *req = NULL;
-    int rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
+    int rc = nc_ready(n);
+    if (rc) return rc;
+    rc = req_get(n, NC_ALLREDUCE, count, 0, &r);
     if (rc == 0 && !n->oldest_ns) n->oldest_ns = r->issued_ns;
     if (rc == 0) note_allreduce(n, count * sizeof(float));
     if (rc == 0) rc = nc_enqueue(n, r, buf);
@@ -450,6 +503,7 @@ static int nc_wait(devcomm *d, void *req) {
 static int nc_sync(devcomm *d) {
     nc *n = d->impl;
     n->capturing = 0;
+    if (!n->broken) (void)nc_ready(n);
     if (n->broken) {
         close_open(n, n->broken);
         return n->broken;
@@ -472,7 +526,9 @@ static int nc_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
     nc *n = d->impl;
     assert(root >= 0 && root < d->world);
     nc_req *r = NULL;
-    int rc = req_get(n, NC_BROADCAST, bytes, root, &r);
+    int rc = nc_ready(n);
+    if (rc) return rc;
+    rc = req_get(n, NC_BROADCAST, bytes, root, &r);
     uint64_t seq = r ? coll_record_enter(n->record, kind_names[NC_BROADCAST], bytes) : 0;
     if (rc == 0) rc = nc_enqueue(n, r, buf);
     cuda_backend_written(n->be, buf, bytes); /* even half done */
@@ -511,7 +567,12 @@ static int nc_shutdown(nc *n) {
 
 static void nc_destroy(devcomm *d) {
     nc *n = d->impl;
-    if (n->comm && !n->broken) nc_shutdown(n);
+    /* A set-up never waited for (no collective came): shut down if it
+     * finished; still under way, it is aborted rather than waited for. */
+    ncclResult_t st = ncclInProgress;
+    if (n->comm && !n->broken && !n->up && async_error(n, &st) == ncclSuccess && st == ncclSuccess)
+        n->up = 1;
+    if (n->comm && !n->broken && n->up) nc_shutdown(n);
     nc_abort(n);
     /* Nothing is left to return a failure to: the checks log them. */
     for (nc_req *r = n->all, *next; r; r = next) {
@@ -627,9 +688,10 @@ static int setup_device(nc *n) {
     return 0;
 }
 
-/* Non-blocking initialisation polled to the deadline: a rank that never
- * joins makes this rank fail with a timeout instead of waiting forever. */
-static int init_comm(nc *n, const ncclUniqueId *id, int64_t deadline) {
+/* Non-blocking initialisation: NCCL goes on with it in a thread of its
+ * own, which devcomm_nccl_finish polls to the deadline (a rank that never
+ * joins makes this rank fail with a timeout instead of waiting forever). */
+static int init_comm(nc *n, const ncclUniqueId *id) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c = NULL;
@@ -638,11 +700,12 @@ static int init_comm(nc *n, const ncclUniqueId *id, int64_t deadline) {
     NCCL_CHECK_OR(ncclCommInitRankConfig(&c, n->d.world, *id, n->d.rank, &cfg), nc_nccl_failed,
                   n);
     n->comm = c;
-    return nc_poll(n, NULL, deadline);
+    return 0;
 }
 
-int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen) {
-    *out = NULL;
+int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
+                       size_t errlen) {
+    *pending = NULL;
     if (errlen) err[0] = 0;
     int rc = check_opts(o, err, errlen);
     if (rc) return rc;
@@ -659,20 +722,38 @@ int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, si
     n->abort_at_ns = o->abort_at_ns;
     n->record = o->record;
     snprintf(n->op, sizeof n->op, "communicator set-up (world %d)", o->world);
-    int64_t deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
+    n->setup_deadline = clock_now_ns() + ms_to_ns(n->timeout_ms);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     rc = setup_device(n);
     if (rc == 0 && nccl_overlap_create(o->overlap_step, &n->overlap))
         rc = nc_fail(n, -ENOMEM, "out of memory for --overlap-report");
-    if (rc == 0) rc = share_id(n, o, &id, deadline);
-    if (rc == 0) rc = init_comm(n, &id, deadline);
+    if (rc == 0) rc = share_id(n, o, &id, n->setup_deadline);
+    if (rc == 0) rc = init_comm(n, &id);
     if (rc) {
         snprintf(err, errlen, "%s", n->err[0] ? n->err + n->err_rank : strerror(-rc));
         nc_destroy(&n->d);
         return rc;
     }
-    n->up = 1;
-    *out = &n->d;
+    *pending = &n->d;
     return 0;
+}
+
+int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen) {
+    nc *n = pending->impl;
+    if (errlen) err[0] = 0;
+    int rc = n->broken ? n->broken : nc_poll(n, NULL, n->setup_deadline);
+    if (rc) {
+        snprintf(err, errlen, "%s", n->err[0] ? n->err + n->err_rank : strerror(-rc));
+        nc_destroy(pending);
+        return rc;
+    }
+    n->up = 1;
+    return 0;
+}
+
+int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen) {
+    int rc = devcomm_nccl_start(o, out, err, errlen);
+    if (rc == 0 && (rc = devcomm_nccl_finish(*out, err, errlen))) *out = NULL;
+    return rc;
 }

@@ -13,3 +13,16 @@ int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, si
     snprintf(err, errlen, "this ddp-train was built without NCCL");
     return -ENOTSUP;
 }
+
+int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
+                       size_t errlen) {
+    return devcomm_nccl_create(o, pending, err, errlen);
+}
+
+int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen) {
+    (void)pending;
+    snprintf(err, errlen, "this ddp-train was built without NCCL");
+    return -ENOTSUP;
+}
+
+int devcomm_nccl_abort_unfinished(void) { return 0; }
