@@ -58,7 +58,6 @@ struct rdzv {
     atomic_int beat_err;        /* a renewal failed for good: -errno, for the rendezvous */
     _Atomic uint64_t lease;     /* the heartbeat's; read by the rendezvous thread too */
     int64_t last_renew_ms;      /* (the heartbeat's thread's) */
-    int64_t last_touch_ms;      /* the rendezvous thread's last touch() */
     int round;                  /* the round last joined or seen */
     int member_round;           /* the round this agent is a member of; -1 none */
     int member_rank;            /* its node rank there */
@@ -186,20 +185,6 @@ static int take_poke(rdzv *r) {
     return poked;
 }
 
-/* Every third of the heartbeat that it waits, the rendezvous' handle asks
- * its store for the lease too. A wait alone says nothing when its
- * server's host is cut off silently (etcd: the member its watch streams
- * from), and a request does: it fails, and the handle moves to another
- * member, where its watch starts again. (A lapsed lease is the heartbeat's
- * thread's to grant anew.) */
-static int touch(rdzv *r, int every_ms) {
-    int64_t now = clock_now_ms();
-    if (now - r->last_touch_ms < every_ms) return 0;
-    r->last_touch_ms = now;
-    int rc = kv_lease_renew(r->c, atomic_load(&r->lease));
-    return rc == -ENOENT ? 0 : rc;
-}
-
 /* WAIT_ANY until `deadline_ms`, in slices of a third of the heartbeat, so
  * that a heartbeat broken for good (its store gone) is noticed.
  * -EINTR: rdzv_poke, where the store's handle is interrupted rather than
@@ -210,7 +195,7 @@ static int wait_any_until(rdzv *r, size_t n, const uint8_t *conds, const char *c
     if (slice < 10) slice = 10;
     for (;;) {
         int rc = atomic_load(&r->beat_err); /* the heartbeat's store is gone */
-        if (rc || (rc = touch(r, slice))) return rc;
+        if (rc) return rc;
         int64_t left = deadline_ms - clock_now_ms();
         if (left <= 0) return -ETIMEDOUT;
         rc = kv_wait_any(r->c, n, conds, keys, left < slice ? (int)left : slice, idx);

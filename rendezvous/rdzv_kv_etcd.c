@@ -13,7 +13,9 @@
  *                              by the event waited for (a put, or a delete
  *                              for "absent"), which is the answer; the
  *                              same wait again (the caller's next slice)
- *                              waits on with the same watch
+ *                              waits on with the same watch; a wait that
+ *                              heard nothing reads a key, so that a member
+ *                              cut off silently is left for another
  *   interrupt                  ends the watch at once (another thread)
  *   a key owned by the handle  bound to the handle's newest lease, the
  *                              heartbeat's (etcd has no connections that
@@ -260,6 +262,17 @@ static int new_wait(kv_etcd *e, size_t n, const uint8_t *conds, const char *cons
     return 0;
 }
 
+/* A watch that heard nothing for a whole wait says nothing of its member:
+ * one cut off silently (its host lost, no reset) keeps the stream open and
+ * quiet for ever. A read does say: it fails, the client moves to another
+ * member, and the next wait watches there (etcd_watch_active is false). */
+static int probe(kv_etcd *e, const char *key) {
+    etcd_kv x;
+    int rc = etcd_get(e->c, key, &x);
+    if (rc == 0) etcd_kv_free(&x);
+    return rc == -ENOENT ? 0 : rc;
+}
+
 static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *const *keys,
                       int timeout_ms, size_t *idx) {
     kv_etcd *e = E(kv);
@@ -301,6 +314,7 @@ static int e_wait_any(rdzv_kv *kv, size_t n, const uint8_t *conds, const char *c
     }
     if (rc == -ETIMEDOUT || rc == -EINTR) e->wait_id = id; /* its watch goes on */
     else forget_wait(e);
+    if (rc == -ETIMEDOUT && (rc = probe(e, keys[0])) == 0) rc = -ETIMEDOUT;
     return rc == -ETIMEDOUT || rc == -EINTR ? rc : seen(e, rc);
 }
 
