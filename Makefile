@@ -108,6 +108,23 @@ $(B)/asan/worker/%.o: worker/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fopenmp -c $< -o $@
 
+# The version every program's --version says (common/build_info.c): the
+# VERSION file and, in a checkout, the commit (scripts/version). The header
+# is rewritten only when that changes, so a commit rebuilds one file.
+DDPRUN_VERSION := $(shell scripts/version)
+$(B)/gen/ddprun_version.h: FORCE
+	@mkdir -p $(@D)
+	@printf '#define DDPRUN_VERSION "%s"\n' '$(DDPRUN_VERSION)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(B)/obj/common/build_info.o $(B)/asan/common/build_info.o: $(B)/gen/ddprun_version.h
+$(B)/obj/common/build_info.o $(B)/asan/common/build_info.o: CPPFLAGS += -I$(B)/gen
+# The GPU libraries' versions come from their headers, where the build has them.
+ifeq ($(CUDA),1)
+$(B)/obj/common/build_info.o: CPPFLAGS += -DDDPRUN_CUDA -I$(CUDA_HOME)/include
+endif
+.PHONY: FORCE
+FORCE:
+
 $(B)/libddprun.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -131,7 +148,7 @@ $(B)/bin/ddp-allreduce-bench: $(B)/obj/bench/allreduce_bench.o $(B)/libddptrain.
 	$(CC) $(CFLAGS) $^ -o $@ $(WORKER_LIBS) $(LDLIBS)
 
 # libc alone: it starts every worker (agent/worker_exec.h).
-$(B)/bin/ddprun-exec: $(B)/obj/launcher/exec_main.o $(B)/obj/agent/worker_exec.o
+$(B)/bin/ddprun-exec: $(B)/obj/launcher/exec_main.o $(B)/obj/agent/worker_exec.o $(B)/obj/common/build_info.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $^ -o $@
 

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/build_info.h"
+
 #define MAX_CAUSES 32
 #define CAUSE_LEN 48
 #define LABELS_LEN 1024
@@ -326,7 +328,25 @@ static void render_goodput(writer *w, const agent_metrics *m) {
     }
 }
 
+/* Prometheus' convention for what a program is (its *_build_info): a
+ * gauge of 1 whose labels say it, so that a dashboard can tell the nodes
+ * that run another build. */
+static void render_build(writer *w, const agent_metrics *m) {
+    build_libs l;
+    build_libs_get(&l);
+    char labels[256], version[96];
+    escape(version, sizeof version, build_version());
+    snprintf(labels, sizeof labels,
+             "version=\"%s\",cuda=\"%s\",cudnn=\"%s\",nccl=\"%s\",onednn=\"%s\"", version,
+             l.cuda, l.cudnn, l.nccl, l.onednn);
+    family(w, "ddprun_build_info", "gauge",
+           "1, labelled with ddprun's version and the libraries it was built against (empty: "
+           "a build without CUDA).");
+    sample(w, m, "ddprun_build_info", labels, 1);
+}
+
 static void render_agent(writer *w, const agent_metrics *m, double now) {
+    render_build(w, m);
     family(w, "ddprun_agent_state", "gauge",
            "1 for what the agent is doing now (rendezvous, running, stopping, finished: "
            "waiting for the other nodes, shutdown), 0 for the rest.");

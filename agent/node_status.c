@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 
+#include "common/build_info.h"
 #include "common/clock.h"
 
 static const char *worker_state(const worker *w, const worker_group *g) {
@@ -36,6 +37,7 @@ char *node_status_json(const node_status *s) {
         "max_restarts", s->max_restarts, "nproc", s->nproc, "min_nodes", s->min_nodes,
         "max_nodes", s->max_nodes, "since", s->since, "updated", clock_wall_s(), "workers",
         workers ? workers : json_array());
+    if (o) json_object_set_new(o, "version", json_string(build_version()));
     const goodput_view *g = s->goodput;
     if (o && g && g->recorded)
         json_object_set_new(

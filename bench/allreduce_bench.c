@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/build_info.h"
 #include "common/clock.h"
 #include "common/opts.h"
 #include "worker/comm/comm.h"
@@ -67,12 +68,18 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"timeout-ms", 0, OPTS_INT, .target = &o->timeout_ms, .lo = 1, .hi = INT_MAX,
          .metavar = "N", .help = "a collective taking longer fails (default 120000)"},
         {"help", 'h', .type = OPTS_HELP, .help = "print this help"},
+        {"version", 0, .type = OPTS_VERSION,
+         .help = "print the version and the build's options"},
     };
     opts_spec spec = {.prog = "ddp-allreduce-bench", .opts = table,
                       .nopts = sizeof table / sizeof table[0], .no_operands = 1};
     char err[512];
     int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
     if (rc == OPTS_HELP_GIVEN) print_usage(&spec);
+    if (rc == OPTS_VERSION_GIVEN) {
+        build_info_print(stdout, "ddp-allreduce-bench");
+        rc = OPTS_HELP_GIVEN; /* printed: nothing to run */
+    }
     if (rc == 0 && (o->min_bytes < 4 || o->min_bytes > o->max_bytes)) {
         snprintf(err, sizeof err, "need 4 <= --min-bytes <= --max-bytes");
         rc = -EINVAL;

@@ -441,6 +441,7 @@ static int scan_option(scan *sc, int argc, char **argv, int *i) {
     if (idx < 0) return idx;
     const opts_opt *o = &sc->spec->opts[idx];
     if (o->type == OPTS_HELP) return OPTS_HELP_GIVEN;
+    if (o->type == OPTS_VERSION) return OPTS_VERSION_GIVEN;
     if (o->type == OPTS_REFUSED) return scan_fail(sc, "%s", o->help);
     if (!takes_value(o) && val)
         return scan_fail(sc, "--%s takes no value (got '%s')", o->name, val);

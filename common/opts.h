@@ -33,8 +33,10 @@
 #define OPTS_MAX 96
 #define OPTS_NAME_MAX 48
 
-/* opts_parse's return value when -h/--help (an OPTS_HELP option) was given. */
+/* opts_parse's return value when -h/--help (an OPTS_HELP option) was given,
+ * and when --version (an OPTS_VERSION option) was. */
 #define OPTS_HELP_GIVEN 1
+#define OPTS_VERSION_GIVEN 2
 
 typedef enum {
     /* Flags (no value). On the command line they are on; from the
@@ -53,6 +55,7 @@ typedef enum {
     OPTS_CALL,    /* .apply(arg) parses and applies the value, for anything else */
     /* Options that are not values. */
     OPTS_HELP,    /* opts_parse returns OPTS_HELP_GIVEN at once */
+    OPTS_VERSION, /* opts_parse returns OPTS_VERSION_GIVEN at once */
     OPTS_REFUSED, /* giving it is an error; .help is the message (it is not listed) */
 } opts_type;
 
@@ -129,7 +132,8 @@ typedef struct {
  * there and in the environment. Sets *next to the index of the first
  * operand (argc when there is none; the argument after "--" when "--"
  * ended the options). Returns 0; OPTS_HELP_GIVEN as soon as -h/--help is
- * seen (nothing applied, nothing printed); or a negative errno (-EINVAL for
+ * seen, OPTS_VERSION_GIVEN as soon as --version is (nothing applied,
+ * nothing printed); or a negative errno (-EINVAL for
  * a bad command line, or what a callback returned) with a one-line message
  * in err, without a program-name prefix. Targets of options applied before
  * the failing one may have been written. */

@@ -30,6 +30,7 @@
 
 #include "agent/worker_group.h"
 #include "agent/worker_output.h"
+#include "common/build_info.h"
 #include "common/ddprun_env.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -864,6 +865,8 @@ static size_t option_table(parse_state *st, opts_opt *out) {
          .help = "print a bash or zsh completion script"},
         {"help", 'h', .type = OPTS_HELP,
          .help = "print this help"},
+        {"version", 0, .type = OPTS_VERSION,
+         .help = "print the version and the build's options"},
         {"use-env", 0, OPTS_REFUSED,
          .help = "--use-env is deprecated (it belonged to torch.distributed.launch): ddprun "
                  "always passes the local rank as LOCAL_RANK in the environment; drop the "
@@ -1069,6 +1072,10 @@ int config_parse(int argc, char **argv, char **environ_, agent_config *cfg, char
     int rc = set_defaults(cfg);
     if (rc == 0) rc = read_options(&st, argc, argv);
     if (rc == OPTS_HELP_GIVEN && !st.completion) fputs(config_usage(), stdout);
+    if (rc == OPTS_VERSION_GIVEN) {
+        build_info_print(stdout, "ddprun");
+        rc = OPTS_HELP_GIVEN; /* printed: nothing to run */
+    }
     if (rc == 0) check_prefix_template(cfg);
     if (rc == 0) rc = slurm_defaults(&st);
     if (rc == 0) rc = validate(cfg, &st);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent/worker_exec.h"
+#include "common/build_info.h"
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "__exec-worker") == 0) return worker_exec_helper(argv + 2);
@@ -17,6 +18,8 @@ int main(int argc, char **argv) {
                "ddprun runs it from its own directory; it is not run by hand.\n");
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0)
+        return build_info_print(stdout, "ddprun-exec");
     fprintf(stderr, "ddprun-exec: ddprun starts its workers through this program; it is not "
                     "run by hand (ddprun --help)\n");
     return 2;

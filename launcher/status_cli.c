@@ -50,6 +50,32 @@ static const char *str(json_t *o, const char *k) {
 }
 static long num(json_t *o, const char *k) { return (long)json_integer_value(json_object_get(o, k)); }
 
+/* The agents' ddprun versions: one line when they agree, each node's
+ * where they differ (nodes installed at different times). */
+static void print_versions(FILE *out, json_t *nodes) {
+    const char *first = NULL;
+    int differ = 0;
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        const char *v = str(json_object_get(n, "status"), "version");
+        if (!v[0]) continue;
+        if (!first) first = v;
+        else differ |= strcmp(first, v) != 0;
+    }
+    if (!first) return;
+    if (!differ) {
+        fprintf(out, "ddprun %s on every node\n", first);
+        return;
+    }
+    fprintf(out, "the nodes run different ddprun builds:");
+    json_array_foreach(nodes, i, n) {
+        const char *v = str(json_object_get(n, "status"), "version");
+        if (v[0]) fprintf(out, " node %ld (%s) %s;", num(n, "node_rank"), str(n, "host"), v);
+    }
+    fputc('\n', out);
+}
+
 static void print_nodes(FILE *out, json_t *nodes) {
     fprintf(out, "\n%-5s %-20s %-11s %-12s %-22s %s\n", "NODE", "HOST", "STATE", "HEARTBEAT",
             "WORKERS", "AGENT");
@@ -86,6 +112,7 @@ static void print_nodes(FILE *out, json_t *nodes) {
         fprintf(out, "%-5s %-20s %-11s %-12s %-22s %s\n", rank, str(n, "host"), state, beat,
                 workers, str(n, "agent_id"));
     }
+    print_versions(out, nodes);
     json_array_foreach(nodes, i, n) { /* where each node's time went */
         json_t *g = json_object_get(json_object_get(n, "status"), "goodput");
         if (!g) continue;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/build_info.h"
 #include "common/ddprun_env.h"
 #include "common/opts.h"
 #include "store/store_client.h"
@@ -363,13 +364,16 @@ static int parse_options(int argc, char **argv, cli_opts *o) {
          .help = "do not send ddprun's HELLO handshake; needed to\n"
                  "talk to PyTorch's own TCPStore server"},
         {"help", 'h', .type = OPTS_HELP, .help = "show this help"},
+        {"version", 0, .type = OPTS_VERSION,
+         .help = "print the version and the build's options"},
     };
     opts_spec spec = {.prog = PROG, .opts = table, .nopts = sizeof table / sizeof table[0],
                       .abbrev = 1, .help_col = 28};
     char err[512];
     int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
-    if (rc == OPTS_HELP_GIVEN) {
-        usage(&spec);
+    if (rc == OPTS_HELP_GIVEN || rc == OPTS_VERSION_GIVEN) {
+        if (rc == OPTS_HELP_GIVEN) usage(&spec);
+        else build_info_print(stdout, PROG);
         return -2;
     }
     if (rc == 0 && next >= argc) {

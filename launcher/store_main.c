@@ -22,6 +22,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "common/build_info.h"
 #include "common/ddprun_env.h"
 #include "common/fdlimit.h"
 #include "common/log.h"
@@ -76,12 +77,18 @@ static int parse_args(int argc, char **argv, store_server_opts *o, int *stats_ev
          .help = "log every connection and disconnection"},
         {"quiet", 'q', OPTS_FLAG, .target = &quiet, .help = "log errors only"},
         {"help", 'h', .type = OPTS_HELP, .help = "show this help"},
+        {"version", 0, .type = OPTS_VERSION,
+         .help = "print the version and the build's options"},
     };
     opts_spec spec = {.prog = "ddprun-store", .opts = table,
                       .nopts = sizeof table / sizeof table[0], .abbrev = 1, .no_operands = 1};
     char err[512];
     int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
     if (rc == OPTS_HELP_GIVEN) print_usage(&spec);
+    if (rc == OPTS_VERSION_GIVEN) {
+        build_info_print(stdout, "ddprun-store");
+        rc = OPTS_HELP_GIVEN; /* printed: nothing to run */
+    }
     if (rc == 0 && verbose && quiet) {
         snprintf(err, sizeof err, "--verbose and --quiet contradict each other; give one");
         rc = -EINVAL;

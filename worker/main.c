@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/build_info.h"
 #include "common/ddprun_env.h"
 #include "common/log.h"
 #include "common/opts.h"
@@ -308,12 +309,18 @@ static int parse(int argc, char **argv, train_config *c) {
         {"local-rank", 0, OPTS_INT, .target = &c->legacy_local_rank, .lo = 0, .hi = 1e6,
          .metavar = "N", .help = "accepted from torch.distributed.launch (--local_rank)"},
         {"help", 'h', .type = OPTS_HELP, .help = "print this help"},
+        {"version", 0, .type = OPTS_VERSION,
+         .help = "print the version and the build's options"},
     };
     opts_spec spec = {.prog = "ddp-train", .opts = table, .nopts = sizeof table / sizeof table[0],
                       .no_operands = 1, .ctx = c};
     char err[512];
     int next, rc = opts_parse(&spec, argc, argv, &next, err, sizeof err);
     if (rc == OPTS_HELP_GIVEN) return print_usage(&spec);
+    if (rc == OPTS_VERSION_GIVEN) {
+        build_info_print(stdout, "ddp-train");
+        return OPTS_HELP_GIVEN; /* printed: nothing to run */
+    }
     if (rc) fprintf(stderr, "ddp-train: %s\n", err);
     return rc;
 }

@@ -86,6 +86,11 @@ assert_eq "$(js "$TMP/s2.json" '[w["last_exit"] for n in j["nodes"] for w in n["
     "exit code 3 (round 0)" "rank 3's last exit"
 assert_grep "$TMP/s2.txt" "rank 3 \(local rank 1\) on .*root cause" "the failure, as text"
 assert_grep "$TMP/s2.txt" "round [0-9]+, running; restarts 1 of 1; nodes 2:2" "the head line"
+version=$(ddprun --version | head -n 1 | cut -d' ' -f2)
+assert_grep "$TMP/s2.txt" "^ddprun $(printf '%s' "$version" | sed 's/[.+]/\\&/g') on every node$" \
+    "the agents' version, as text"
+assert_eq "$(js "$TMP/s2.json" 'sorted(set(n["status"]["version"] for n in j["nodes"]))')" \
+    "['$version']" "the agents' version (JSON)"
 # Shell workers keep no step record: the goodput is unknown, and said so,
 # not 0% with every second in restarts.
 assert_grep "$TMP/s2.txt" "^goodput of .*: unknown \(the workers keep no step record; ddp-train does\): of [0-9]+ s, workers ran [0-9.]+ s in [0-9]+ attempts?, rendezvous [0-9.]+ s$" \

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "agent/metrics.h"
+#include "common/build_info.h"
 #include "tests/unit/test.h"
 
 static agent_metrics *make(const char *rank_dir) {
@@ -81,8 +82,27 @@ TEST(metrics_render_agent_series) {
     for (const char *p = t; (p = strstr(p, "# TYPE ")); p++) types++;
     for (const char *p = t; (p = strstr(p, "# HELP ")); p++) helps++;
     CHECK_EQ(types, helps);
-    CHECK_EQ(types, 14);
+    CHECK_EQ(types, 15);
     CHECK(t[strlen(t) - 1] == '\n');
+    free(t);
+    metrics_free(m);
+}
+
+/* ddprun_build_info: 1, labelled with this build's version and libraries. */
+TEST(metrics_render_build_info) {
+    agent_metrics *m = make(NULL);
+    char *t = render(m, 1.0);
+    build_libs l;
+    build_libs_get(&l);
+    char want[512];
+    snprintf(want, sizeof want,
+             "ddprun_build_info{" L ",version=\"%s\",cuda=\"%s\",cudnn=\"%s\",nccl=\"%s\","
+             "onednn=\"%s\"} 1",
+             build_version(), l.cuda, l.cudnn, l.nccl, l.onednn);
+    CHECK_LINE(t, "# TYPE ddprun_build_info gauge");
+    CHECK_LINE(t, want);
+    CHECK(strstr(build_version(), "0.") != NULL || strstr(build_version(), "1.") != NULL);
+    CHECK(l.onednn[0] != 0);
     free(t);
     metrics_free(m);
 }
