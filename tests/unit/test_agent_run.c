@@ -59,6 +59,12 @@ static void libuv_signal_pipe(void) {
     uv_loop_close(&loop);
 }
 
+/* A thread of the test's own that takes part in the job beside the agent
+ * (a node joining), or NULL: run_as joins it before counting descriptors,
+ * since its connections close as it ends, which may come just after the
+ * agent's exit barrier (seen under ASan on a loaded machine). */
+static pthread_t *helper;
+
 /* agent_run on `flags...` and the worker script: its exit code. It ends
  * cleanly: every thread it started joined, every descriptor closed (and,
  * under the sanitizers, everything freed). */
@@ -83,6 +89,8 @@ static int run_as(int standalone, const char *script, int nflags, const char *co
     int threads = entries("/proc/self/task"), fds = entries("/proc/self/fd");
     int rc = agent_run(&c, ddprun_exe());
     config_free(&c);
+    if (helper) pthread_join(*helper, NULL);
+    helper = NULL;
     /* (no more: a test's own thread may have ended, its store stopped) */
     CHECK(entries("/proc/self/task") <= threads);
     CHECK(entries("/proc/self/fd") <= fds);
@@ -337,6 +345,7 @@ TEST(agent_run_a_node_joining_restarts_the_group_with_it) {
     joiner s = {.j = &j, .log = log};
     pthread_t t;
     pthread_create(&t, NULL, join_later, &s);
+    helper = &t; /* (joined by run_as) */
     /* alone, the worker waits; in a group of two, it finishes */
     CHECK_EQ(RUN_NODE(script("echo $WORLD_SIZE >> %s; [ $WORLD_SIZE = 2 ] && exit 0; "
                              "exec sleep 30",
@@ -344,7 +353,6 @@ TEST(agent_run_a_node_joining_restarts_the_group_with_it) {
                       JOB(&j), "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts",
                       "3", "--rdzv-conf", "last_call_timeout=0.05"),
              0);
-    pthread_join(t, NULL);
     CHECK_EQ(s.group_world_size, 2);
     CHECK_EQ(s.barrier, 0);
     FILE *f = fopen(log, "r");
