@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
+.PHONY: all deps install uninstall man check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -227,6 +227,35 @@ $(B)/tests/rank-leaves: $(B)/obj/tests/tools/rank_leaves.o $(B)/libddptrain.a $(
 $(B)/fuzz/fuzz-store-parse: tests/fuzz/fuzz_store_parse.c proto/store_proto.c common/buf.c
 	@mkdir -p $(@D)
 	$(CLANG) $(CPPFLAGS) -g -O1 -fsanitize=fuzzer,address,undefined $^ -o $@
+
+# make install: the programs, a man page for each (made from its --help by
+# scripts/make-man) and the docs, under $(DESTDIR)$(PREFIX); make
+# uninstall takes them away again. ddprun-exec goes beside ddprun, where
+# ddprun looks for it.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/ddprun
+INSTALL_BINS := ddprun ddprun-exec ddprun-store ddprun-store-cli ddp-train ddp-allreduce-bench
+INSTALL_DOCS := README.md $(wildcard docs/*.md)
+MANS := $(INSTALL_BINS:%=$(B)/man/%.1)
+
+$(B)/man/%.1: $(B)/bin/% scripts/make-man
+	@mkdir -p $(@D)
+	@scripts/make-man $< > $@.tmp && mv $@.tmp $@
+
+man: $(MANS)
+
+install: $(INSTALL_BINS:%=$(B)/bin/%) $(MANS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(INSTALL_BINS:%=$(B)/bin/%) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(MANS) $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(INSTALL_DOCS) $(DESTDIR)$(DOCDIR)/
+
+uninstall:
+	rm -f $(INSTALL_BINS:%=$(DESTDIR)$(BINDIR)/%) $(INSTALL_BINS:%=$(DESTDIR)$(MANDIR)/man1/%.1)
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
+	-rmdir $(DESTDIR)$(DOCDIR) 2> /dev/null
 
 check: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/unit-tests-asan $(B)/fuzz/fuzz-store-parse
