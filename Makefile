@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps install uninstall man check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
+.PHONY: all deps install uninstall man deb check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -251,6 +251,11 @@ install: $(INSTALL_BINS:%=$(B)/bin/%) $(MANS)
 	install -m 0755 $(INSTALL_BINS:%=$(B)/bin/%) $(DESTDIR)$(BINDIR)/
 	install -m 0644 $(MANS) $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(INSTALL_DOCS) $(DESTDIR)$(DOCDIR)/
+
+# make deb: dist/ddprun_VERSION_ARCH.deb (scripts/make-deb: dpkg-deb, its
+# Depends from dpkg-shlibdeps).
+deb: $(INSTALL_BINS:%=$(B)/bin/%) $(MANS)
+	@scripts/make-deb
 
 uninstall:
 	rm -f $(INSTALL_BINS:%=$(DESTDIR)$(BINDIR)/%) $(INSTALL_BINS:%=$(DESTDIR)$(MANDIR)/man1/%.1)
