@@ -74,7 +74,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(B)/tests/gpu-ops $(B)/tests/gpu-preflight $(B)/tests/gpu-jpeg
 endif
 
-.PHONY: all deps install uninstall man deb check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
+.PHONY: all deps install uninstall man deb wheel check check-quick check-torch2 check-tf demo demo-store chaos-etcd fuzz bench-store bench-agent bench-train bench-ddp bench-allreduce bench-gpu bench-gpu-restart bench-gpu-jpeg chaos bench-chaos-campaign bench-recovery bench-rdzv-etcd bench-chaos bench-chaos-hosts bench-ckpt-stall bench-data bench-data-equiv bench-bootstrap bench-soak clean
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -256,6 +256,12 @@ install: $(INSTALL_BINS:%=$(B)/bin/%) $(MANS)
 # Depends from dpkg-shlibdeps).
 deb: $(INSTALL_BINS:%=$(B)/bin/%) $(MANS)
 	@scripts/make-deb
+
+# make wheel: dist/ddprun-VERSION-py3-none-linux_ARCH.whl (scripts/make-wheel:
+# python/ddprun, the programs, the libraries they need that the system is
+# not expected to have, RPATHs set with patchelf).
+wheel: $(B)/bin/ddprun $(B)/bin/ddprun-exec $(B)/bin/ddp-train $(B)/bin/ddprun-store $(B)/bin/ddprun-store-cli
+	@scripts/make-wheel
 
 uninstall:
 	rm -f $(INSTALL_BINS:%=$(DESTDIR)$(BINDIR)/%) $(INSTALL_BINS:%=$(DESTDIR)$(MANDIR)/man1/%.1)

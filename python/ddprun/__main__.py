@@ -1,0 +1,4 @@
+"""python -m ddprun ARGS...: ddprun ARGS..."""
+from ddprun._cli import ddprun
+
+ddprun()
