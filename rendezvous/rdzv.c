@@ -56,7 +56,7 @@ struct rdzv {
     pthread_cond_t beat_cv;     /* signalled to stop the heartbeat */
     int beat_stop;              /* under beat_mu */
     atomic_int beat_err;        /* a renewal failed for good: -errno, for the rendezvous */
-    _Atomic uint64_t lease;     /* the heartbeat's; read by the rendezvous thread too */
+    uint64_t lease;             /* the heartbeat's (its thread's, once started) */
     int64_t last_renew_ms;      /* (the heartbeat's thread's) */
     int round;                  /* the round last joined or seen */
     int member_round;           /* the round this agent is a member of; -1 none */
@@ -88,10 +88,8 @@ static int beat_time(rdzv *r) {
 /* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
-    uint64_t lease = 0;
-    int rc = kv_lease_grant(r->hb, (int64_t)(r->o.heartbeat * 1000), &lease);
-    if (rc == 0) atomic_store(&r->lease, lease);
-    if (rc == 0) rc = kv_set_owned(r->hb, key(r, k, "hb/%s", r->agent_id), "1", 1, lease);
+    int rc = kv_lease_grant(r->hb, (int64_t)(r->o.heartbeat * 1000), &r->lease);
+    if (rc == 0) rc = kv_set_owned(r->hb, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
     if (rc == 0) { /* beat/ comes with the first renewal: one write fewer per agent */
         r->last_renew_ms = clock_now_ms();
         if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
@@ -104,7 +102,7 @@ static int beat_again(rdzv *r) {
  * granted anew, so the node comes back as a new one, admitted at the next
  * round. */
 static int renew(rdzv *r) {
-    int rc = kv_lease_renew(r->hb, atomic_load(&r->lease));
+    int rc = kv_lease_renew(r->hb, r->lease);
     if (rc == -ENOENT) {
         log_warn("rendezvous: this agent's heartbeat lapsed (the store saw no renewal for %.1f s); "
                  "it rejoins as a new node",

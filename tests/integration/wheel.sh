@@ -25,7 +25,7 @@ rm -rf "$venv"
 trap 'rm -rf "$venv"' EXIT
 "$venv/bin/pip" install -q --no-index --no-deps "$whl" > "$TMP/pip.log" 2>&1 ||
     { cat "$TMP/pip.log"; die "pip could not install $whl"; }
-version=$(build_version=$("$ROOT/build/bin/ddprun" --version | head -n 1); echo "${build_version#ddprun }")
+version=$("$ROOT/build/bin/ddprun" --version | head -n 1 | cut -d' ' -f2)
 for p in ddprun ddp-train ddprun-store ddprun-store-cli; do
     assert_eq "$("$venv/bin/$p" --version | head -n 1)" "$p $version" "the installed $p's version"
 done

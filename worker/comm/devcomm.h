@@ -82,16 +82,14 @@ typedef struct {
                              * rank 0 logs how much of them overlapped its work */
 } devcomm_nccl_opts;
 int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen);
-/* devcomm_nccl_create in two halves, so that the caller builds its model
- * and reads its state while NCCL sets itself up (in a thread of NCCL's
- * own): start passes the id through the store and starts NCCL's
- * initialisation; finish waits for it (to o->timeout_ms from the start),
- * and so does the communicator's first collective where finish was not
- * called. On a failure finish has destroyed it. A communicator whose
- * set-up is under way may be destroyed (the set-up is aborted). */
+/* devcomm_nccl_create without its wait, so that the caller builds its
+ * model and reads its state while NCCL sets itself up (in a thread of
+ * NCCL's own): passes the id through the store and starts NCCL's
+ * initialisation; the communicator's first collective waits for it (to
+ * o->timeout_ms from the start). A communicator whose set-up is under way
+ * may be destroyed (the set-up is aborted). */
 int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
                        size_t errlen);
-int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen);
 /* 1 when a rank that was stopping left an NCCL communicator's abort
  * running rather than wait for it past its stop: the process must then end
  * without tearing the device down (_exit), as the abort still uses it. */
@@ -102,8 +100,9 @@ static inline int devcomm_allreduce_sum_async(devcomm *d, float *buf, size_t cou
 }
 static inline int devcomm_wait(devcomm *d, void *req) { return d->ops->wait(d, req); }
 static inline int devcomm_sync(devcomm *d) { return d->ops->sync(d); }
+/* (With one rank there is nothing to send: not a collective at all.) */
 static inline int devcomm_broadcast(devcomm *d, void *buf, size_t bytes, int root) {
-    return d->ops->broadcast(d, buf, bytes, root);
+    return d->world == 1 ? 0 : d->ops->broadcast(d, buf, bytes, root);
 }
 static inline const char *devcomm_error(const devcomm *d) { return d->ops->error(d); }
 static inline int devcomm_alloc(devcomm *d, size_t bytes, void **out, char *why, size_t whylen) {

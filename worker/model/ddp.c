@@ -151,7 +151,6 @@ void ddp_destroy(ddp *d) {
 }
 
 int ddp_broadcast_model(ddp *d, int root) {
-    if (d->c->world == 1) return 0;
     int rc = devcomm_broadcast(d->c, d->m->param, d->m->nparam * sizeof(float), root);
     if (rc == 0 && d->m->nbuf)
         rc = devcomm_broadcast(d->c, d->m->buf, d->m->nbuf * sizeof(float), root);

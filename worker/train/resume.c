@@ -251,8 +251,7 @@ int resume_newest(trainer *t, int *root) {
         log_info("resuming from %s: epoch %d, step %lld (%s of node %s)", path, t->at.epoch + 1,
                  (long long)t->at.global_step, best.in_memory ? "memory" : "disk", best.host);
     model *m = t->m;
-    if (t->env.world > 1) /* (to itself, a broadcast is nothing to wait for) */
-        rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), holder);
+    rc = devcomm_broadcast(t->dcomm, m->mom, m->nparam * sizeof(float), holder);
     if (rc)
         return trainer_fail(t, rc, "broadcasting the checkpoint's momentum failed: %s",
                             trainer_why(devcomm_error(t->dcomm), rc));

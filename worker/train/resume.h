@@ -30,8 +30,9 @@ typedef struct {
  * reads it and sends it to the others (no shared file system is needed),
  * and every rank takes its weights, momentum and position; *root is the
  * holder, from which the weights are then broadcast (-1 when there was
- * nothing: a fresh start, whose weights are still to be drawn). The holder says where it resumed from:
- * "resuming from PATH: epoch E, step S (memory of node H)". */
+ * nothing: a fresh start, whose weights are still to be drawn). The
+ * holder says where it resumed from: "resuming from PATH: epoch E, step S
+ * (memory of node H)". */
 int resume_newest(trainer *t, int *root);
 
 #endif

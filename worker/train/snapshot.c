@@ -256,7 +256,7 @@ int snapshot_due(trainer *t, int64_t step_ns) {
  * 0's, and rank 0's checkpoints, whose buffers these are, do not change. */
 static int buffers_from_rank0(trainer *t) {
     /* once a step: a checkpoint's step often has a snapshot too */
-    if (t->env.world < 2 || t->m->nbuf == 0 || t->buffers_step == t->at.global_step) return 0;
+    if (t->m->nbuf == 0 || t->buffers_step == t->at.global_step) return 0;
     t->buffers_step = t->at.global_step;
     int rc = devcomm_broadcast(t->dcomm, t->m->buf, t->m->nbuf * sizeof(float), 0);
     if (rc)

@@ -11,9 +11,6 @@
 
 #include "worker/backend/cuda/cuda_internal.h"
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 int cuda_backend_device(const backend *b) { return cuda_state_of(b)->device; }
 
 cudaStream_t cuda_backend_stream(const backend *b) { return cuda_state_of(b)->stream; }

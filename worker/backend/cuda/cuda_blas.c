@@ -10,9 +10,6 @@
 
 #include "worker/backend/cuda/cuda_internal.h"
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 /* The symbol's address into a function pointer (memcpy: ISO C has no
  * conversion from void * to a function pointer; POSIX guarantees the
  * representation is the same). */

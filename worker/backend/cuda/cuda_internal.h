@@ -19,6 +19,11 @@
 #include "worker/backend/cuda/cuda_check.h"
 #include "worker/backend/cuda/cuda_kernels.h"
 
+/* A macro's value as a string: library names from major versions
+ * ("libcublas.so." STR(CUBLAS_VER_MAJOR)). */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 typedef struct cuda_conv_cache cuda_conv_cache; /* cuda_conv.c */
 typedef struct cuda_weight_cache cuda_weight_cache; /* cuda_weights.c */
 

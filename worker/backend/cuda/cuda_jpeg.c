@@ -50,9 +50,6 @@
 #ifdef HAVE_NVJPEG
 #include <nvjpeg.h>
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 /* nvJPEG's entry points, typed by its own header. */
 typedef struct {
     void *lib;

@@ -325,19 +325,23 @@ static int nc_poll(nc *n, cudaEvent_t ev, int64_t deadline_ns) {
 }
 
 /* NCCL's set-up, started by devcomm_nccl_start and going on in NCCL's
- * thread while the trainer builds its model and reads its state, finished:
- * the first collective waits for it. A failure is said here (the trainer
- * reports only the errno of a failed collective). */
-static int nc_ready(nc *n) {
+ * thread, finished: 0, or its failure (n->err says it). */
+static int setup_wait(nc *n) {
     if (n->up) return 0;
     if (n->broken) return n->broken;
     int rc = nc_poll(n, NULL, n->setup_deadline);
-    if (rc) {
-        log_error("%s", n->err);
-        return rc;
-    }
-    n->up = 1;
-    return 0;
+    if (rc == 0) n->up = 1;
+    return rc;
+}
+
+/* The first collective waits for the set-up (the trainer builds its model
+ * and reads its state meanwhile). Its failure is said here, once: the
+ * trainer reports only the errno of a failed collective. */
+static int nc_ready(nc *n) {
+    int was_broken = n->broken;
+    int rc = setup_wait(n);
+    if (rc && !was_broken) log_error("%s", n->err);
+    return rc;
 }
 
 /* --- the collective record ---------------------------------------------- */
@@ -689,7 +693,7 @@ static int setup_device(nc *n) {
 }
 
 /* Non-blocking initialisation: NCCL goes on with it in a thread of its
- * own, which devcomm_nccl_finish polls to the deadline (a rank that never
+ * own, which setup_wait polls to the deadline (a rank that never
  * joins makes this rank fail with a timeout instead of waiting forever). */
 static int init_comm(nc *n, const ncclUniqueId *id) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -739,21 +743,14 @@ int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
     return 0;
 }
 
-int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen) {
-    nc *n = pending->impl;
-    if (errlen) err[0] = 0;
-    int rc = n->broken ? n->broken : nc_poll(n, NULL, n->setup_deadline);
-    if (rc) {
-        snprintf(err, errlen, "%s", n->err[0] ? n->err + n->err_rank : strerror(-rc));
-        nc_destroy(pending);
-        return rc;
-    }
-    n->up = 1;
-    return 0;
-}
-
 int devcomm_nccl_create(const devcomm_nccl_opts *o, devcomm **out, char *err, size_t errlen) {
     int rc = devcomm_nccl_start(o, out, err, errlen);
-    if (rc == 0 && (rc = devcomm_nccl_finish(*out, err, errlen))) *out = NULL;
+    if (rc) return rc;
+    nc *n = (*out)->impl;
+    if ((rc = setup_wait(n))) {
+        snprintf(err, errlen, "%s", n->err[0] ? n->err + n->err_rank : strerror(-rc));
+        nc_destroy(*out);
+        *out = NULL;
+    }
     return rc;
 }

@@ -19,10 +19,4 @@ int devcomm_nccl_start(const devcomm_nccl_opts *o, devcomm **pending, char *err,
     return devcomm_nccl_create(o, pending, err, errlen);
 }
 
-int devcomm_nccl_finish(devcomm *pending, char *err, size_t errlen) {
-    (void)pending;
-    snprintf(err, errlen, "this ddp-train was built without NCCL");
-    return -ENOTSUP;
-}
-
 int devcomm_nccl_abort_unfinished(void) { return 0; }
