@@ -4,11 +4,12 @@
 
 CC       ?= gcc
 CLANG    ?= clang
-PKGS     := libuv jansson zlib hwloc libcurl
-CPPFLAGS := -I. -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS     := libuv jansson zlib hwloc
+# libcurl: its header only; rendezvous/curl_lib.c loads it when etcd is used
+CPPFLAGS := -I. -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) libcurl 2>/dev/null)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -ljansson -lz -lhwloc -lcurl) -lpthread -lm
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -ljansson -lz -lhwloc) -ldl -lpthread -lm
 
 B := build
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all

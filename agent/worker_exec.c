@@ -1,7 +1,6 @@
 /* See worker_exec.h. Only libc here: ddprun-exec links nothing else, so
  * that it starts in a fraction of a millisecond (ddprun itself loads
- * libcurl, hwloc and the rest: about 5 ms of dynamic linking, paid for
- * every worker of every restart). */
+ * libuv, hwloc and the rest, paid for every worker of every restart). */
 #include "agent/worker_exec.h"
 
 #include <errno.h>

@@ -1,7 +1,6 @@
 /* See etcd_client.h. */
 #include "rendezvous/etcd_client.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -18,6 +17,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "rendezvous/curl_lib.h"
 
 #define MAX_MEMBERS 16
 #define DEFAULT_TIMEOUT_MS 5000
@@ -47,6 +47,7 @@ typedef struct {
 } watch_state;
 
 struct etcd_client {
+    const curl_lib *lib;  /* libcurl's entry points */
     CURL *curl;
     CURL *stream;         /* the watch's transfer (its options copied from curl) */
     CURLM *multi;         /* runs the watch, which etcd_interrupt can wake and end */
@@ -65,8 +66,6 @@ struct etcd_client {
     char err[1024];
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 static int fail(etcd_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(etcd_client *c, int rc, const char *fmt, ...) {
@@ -94,12 +93,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
 
 void etcd_interrupt(etcd_client *c) {
     atomic_store(&c->interrupt, 1);
-    curl_multi_wakeup(c->multi);
+    c->lib->multi_wakeup(c->multi);
 }
 
 void etcd_cancel(etcd_client *c) {
     atomic_store(&c->cancelled, 1);
-    curl_multi_wakeup(c->multi);
+    c->lib->multi_wakeup(c->multi);
 }
 
 static int cancelled(etcd_client *c) {
@@ -146,11 +145,11 @@ static int error_code(etcd_client *c, long status, json_t *reply, const char *pa
 
 /* A request's headers: JSON, and the auth token when there is one. */
 static struct curl_slist *headers(const etcd_client *c) {
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hdr = c->lib->slist_append(NULL, "Content-Type: application/json");
     if (c->token[0]) {
         char auth[600];
         snprintf(auth, sizeof auth, "Authorization: %s", c->token);
-        hdr = curl_slist_append(hdr, auth);
+        hdr = c->lib->slist_append(hdr, auth);
     }
     return hdr;
 }
@@ -194,17 +193,17 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
         snprintf(url, sizeof url, "%s://%s%s", c->scheme, c->member[m], path);
         reply_buf r = {0};
         struct curl_slist *hdr = headers(c);
-        curl_easy_setopt(c->curl, CURLOPT_URL, url);
-        curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, text);
-        curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &r);
-        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
-        curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
-        CURLcode e = curl_easy_perform(c->curl);
-        curl_slist_free_all(hdr);
+        c->lib->easy_setopt(c->curl, CURLOPT_URL, url);
+        c->lib->easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdr);
+        c->lib->easy_setopt(c->curl, CURLOPT_POSTFIELDS, text);
+        c->lib->easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
+        c->lib->easy_setopt(c->curl, CURLOPT_WRITEDATA, &r);
+        c->lib->easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
+        c->lib->easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
+        CURLcode e = c->lib->easy_perform(c->curl);
+        c->lib->slist_free_all(hdr);
         long status = 0;
-        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+        c->lib->easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
         if (e != CURLE_OK && atomic_load(&c->cancelled)) {
             rc = cancelled(c);
             buf_free(&r.body);
@@ -213,11 +212,11 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
         if (e != CURLE_OK) {
             size_t len = strlen(tried);
             snprintf(tried + len, sizeof tried - len, "%s%s (%s)", len ? ", " : "", c->member[m],
-                     curl_easy_strerror(e));
+                     c->lib->easy_strerror(e));
             buf_free(&r.body);
             if (is_member_trouble(e)) {
                 log_debug("etcd: %s%s: %s; trying the next member", c->member[m], path,
-                          curl_easy_strerror(e));
+                          c->lib->easy_strerror(e));
                 busy |= e == CURLE_OPERATION_TIMEDOUT;
                 again |= c->answered || busy;
                 continue;
@@ -600,21 +599,21 @@ static int drive(etcd_client *c, int64_t deadline, int until_created) {
         int64_t left = deadline - clock_now_ms();
         if (left <= 0) return fail(c, -ETIMEDOUT, "no change within the wait");
         int running, queued;
-        if (curl_multi_perform(c->multi, &running) != CURLM_OK)
+        if (c->lib->multi_perform(c->multi, &running) != CURLM_OK)
             return fail(c, -ENOMEM, "the watch's transfer failed");
         CURLMsg *m;
-        while ((m = curl_multi_info_read(c->multi, &queued)))
+        while ((m = c->lib->multi_info_read(c->multi, &queued)))
             if (m->msg == CURLMSG_DONE) w->done = 1;
         if (!w->done && !w->event_rev && !w->refused && !w->canceled &&
             !(until_created && w->created))
-            curl_multi_poll(c->multi, NULL, 0, (int)(left < 1000 ? left : 1000), NULL);
+            c->lib->multi_poll(c->multi, NULL, 0, (int)(left < 1000 ? left : 1000), NULL);
     }
 }
 
 void etcd_watch_stop(etcd_client *c) {
     watch_state *w = &c->w;
-    if (w->active) curl_multi_remove_handle(c->multi, c->stream);
-    curl_slist_free_all(w->hdr);
+    if (w->active) c->lib->multi_remove_handle(c->multi, c->stream);
+    c->lib->slist_free_all(w->hdr);
     free(w->body);
     buf_free(&w->in);
     memset(w, 0, sizeof *w);
@@ -649,14 +648,14 @@ int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_
         char url[512];
         snprintf(url, sizeof url, "%s://%s/v3/watch", c->scheme, c->member[m]);
         w->c = c, w->want = want, w->nwant = nwant, w->body = strdup(text), w->hdr = headers(c);
-        curl_easy_setopt(c->stream, CURLOPT_URL, url);
-        curl_easy_setopt(c->stream, CURLOPT_HTTPHEADER, w->hdr);
-        curl_easy_setopt(c->stream, CURLOPT_POSTFIELDS, w->body);
-        curl_easy_setopt(c->stream, CURLOPT_WRITEFUNCTION, on_stream);
-        curl_easy_setopt(c->stream, CURLOPT_WRITEDATA, w);
-        curl_easy_setopt(c->stream, CURLOPT_TIMEOUT_MS, 0L); /* a stream: the waits time it */
-        curl_easy_setopt(c->stream, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
-        if (!w->body || curl_multi_add_handle(c->multi, c->stream) != CURLM_OK) {
+        c->lib->easy_setopt(c->stream, CURLOPT_URL, url);
+        c->lib->easy_setopt(c->stream, CURLOPT_HTTPHEADER, w->hdr);
+        c->lib->easy_setopt(c->stream, CURLOPT_POSTFIELDS, w->body);
+        c->lib->easy_setopt(c->stream, CURLOPT_WRITEFUNCTION, on_stream);
+        c->lib->easy_setopt(c->stream, CURLOPT_WRITEDATA, w);
+        c->lib->easy_setopt(c->stream, CURLOPT_TIMEOUT_MS, 0L); /* a stream: the waits time it */
+        c->lib->easy_setopt(c->stream, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
+        if (!w->body || c->lib->multi_add_handle(c->multi, c->stream) != CURLM_OK) {
             rc = fail(c, -ENOMEM, "out of memory for a watch");
             break;
         }
@@ -743,10 +742,12 @@ static int parse_endpoints(etcd_client *c, const char *list) {
 
 int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen) {
     *out = NULL;
-    pthread_once(&curl_once, curl_init_once);
+    const curl_lib *lib = curl_lib_get(err, errlen);
+    if (!lib) return -ELIBACC;
     etcd_client *c = calloc(1, sizeof *c);
-    if (!c || !(c->curl = curl_easy_init()) || !(c->multi = curl_multi_init())) {
-        if (c && c->curl) curl_easy_cleanup(c->curl);
+    if (c) c->lib = lib;
+    if (!c || !(c->curl = lib->easy_init()) || !(c->multi = lib->multi_init())) {
+        if (c && c->curl) lib->easy_cleanup(c->curl);
         free(c);
         snprintf(err, errlen, "out of memory for the etcd client");
         return -ENOMEM;
@@ -763,16 +764,16 @@ int etcd_connect(const etcd_opts *o, etcd_client **out, char *err, size_t errlen
                      : 2 * c->timeout_ms > DEFAULT_PATIENCE_MS ? 2 * c->timeout_ms
                                                                : DEFAULT_PATIENCE_MS;
     snprintf(c->scheme, sizeof c->scheme, "%s", o->cacert ? "https" : "http");
-    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
-    curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
-    if (o->cacert) curl_easy_setopt(c->curl, CURLOPT_CAINFO, o->cacert);
-    if (o->cert) curl_easy_setopt(c->curl, CURLOPT_SSLCERT, o->cert);
+    c->lib->easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    c->lib->easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    c->lib->easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
+    c->lib->easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
+    c->lib->easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
+    if (o->cacert) c->lib->easy_setopt(c->curl, CURLOPT_CAINFO, o->cacert);
+    if (o->cert) c->lib->easy_setopt(c->curl, CURLOPT_SSLCERT, o->cert);
     c->has_cert = o->cert != NULL;
-    if (o->key) curl_easy_setopt(c->curl, CURLOPT_SSLKEY, o->key);
-    if (!(c->stream = curl_easy_duphandle(c->curl))) rc = -ENOMEM; /* the same TLS options */
+    if (o->key) c->lib->easy_setopt(c->curl, CURLOPT_SSLKEY, o->key);
+    if (!(c->stream = c->lib->easy_duphandle(c->curl))) rc = -ENOMEM; /* the same TLS options */
     if (o->user && !(c->user = strdup(o->user))) rc = -ENOMEM;
     if (o->password && !(c->password = strdup(o->password))) rc = -ENOMEM;
     json_t *body = json_object(), *r = NULL;
@@ -793,9 +794,9 @@ out:
 void etcd_close(etcd_client *c) {
     if (!c) return;
     etcd_watch_stop(c);
-    if (c->stream) curl_easy_cleanup(c->stream);
-    if (c->curl) curl_easy_cleanup(c->curl);
-    if (c->multi) curl_multi_cleanup(c->multi);
+    if (c->stream) c->lib->easy_cleanup(c->stream);
+    if (c->curl) c->lib->easy_cleanup(c->curl);
+    if (c->multi) c->lib->multi_cleanup(c->multi);
     free(c->user);
     free(c->password);
     free(c);

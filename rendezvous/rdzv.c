@@ -65,6 +65,7 @@ struct rdzv {
     int restart_count;
     int nnodes;
     rdzv_node nodes[RDZV_MAX_NODES];
+    char *node_text;            /* the descriptions the nodes point into */
 };
 
 /* The job's key: prefix + formatted suffix. */
@@ -344,6 +345,7 @@ void rdzv_close(rdzv *r) {
     kv_close(r->hb);
     kv_close(r->c);
     for (int i = 0; i < NSIDE; i++) kv_close(r->side[i]);
+    free(r->node_text);
     free(r->run_id);
     free(r->hostname);
     free((char *)r->o.store_addr);
@@ -436,44 +438,42 @@ static void describe_self(const rdzv *r, char *out, size_t n) {
              r->o.worker_ports ? r->o.worker_ports : "-", r->member_round, r->member_rank);
 }
 
-/* The next tab-separated field of *s (at most len - 1 bytes of it) into
- * out; 0, or -1 when there is none. (sscanf took each agent 2% of its time
- * reading a round of 1,000 nodes.) */
-static int field(const char **s, char *out, size_t len) {
-    if (!*s) return -1;
-    const char *tab = strchr(*s, '\t');
-    size_t n = tab ? (size_t)(tab - *s) : strlen(*s);
-    if (n >= len) n = len - 1;
-    memcpy(out, *s, n);
-    out[n] = 0;
+/* The next tab-separated field of *s, cut off in place; NULL when there is
+ * none. (sscanf took each agent 2% of its time reading a round of 1,000
+ * nodes.) */
+static const char *field(char **s) {
+    char *f = *s;
+    if (!f) return NULL;
+    char *tab = strchr(f, '\t');
+    if (tab) *tab = 0;
     *s = tab ? tab + 1 : NULL;
-    return 0;
+    return f;
 }
 
-static int int_field(const char **s, int *v) {
-    char buf[24], *end;
-    if (field(s, buf, sizeof buf)) return -1;
-    long x = strtol(buf, &end, 10);
-    if (end == buf || *end || x < INT_MIN || x > INT_MAX) return -1;
+static int int_field(char **s, int *v) {
+    const char *f = field(s);
+    char *end;
+    if (!f) return -1;
+    long x = strtol(f, &end, 10);
+    if (end == f || *end || x < INT_MIN || x > INT_MAX) return -1;
     *v = (int)x;
     return 0;
 }
 
-int rdzv_parse_node(const char *s, rdzv_node *node) {
+int rdzv_parse_node(char *s, rdzv_node *node) {
     memset(node, 0, sizeof *node);
     node->prev_round = node->prev_rank = -1;
-    snprintf(node->store, sizeof node->store, "-");
-    snprintf(node->worker_ports, sizeof node->worker_ports, "-");
-    const char *p = s;
-    if (field(&p, node->agent_id, sizeof node->agent_id) || !node->agent_id[0] ||
-        field(&p, node->host, sizeof node->host) || int_field(&p, &node->nproc) ||
-        int_field(&p, &node->node_rank_hint))
+    node->store = node->worker_ports = "-";
+    char *p = s;
+    if (!(node->agent_id = field(&p)) || !node->agent_id[0] || !(node->host = field(&p)) ||
+        int_field(&p, &node->nproc) || int_field(&p, &node->node_rank_hint))
         return -EPROTO;
-    if (field(&p, node->store, sizeof node->store) ||
-        field(&p, node->worker_ports, sizeof node->worker_ports))
-        return 0; /* an older ddprun's four or six fields */
-    char prev[48], *colon, *end;
-    if (field(&p, prev, sizeof prev) == 0 && (colon = strchr(prev, ':'))) { /* "round:rank" */
+    const char *store = field(&p), *ports = field(&p), *prev = field(&p);
+    if (!store || !ports) return 0; /* an older ddprun's four or six fields */
+    node->store = store, node->worker_ports = ports;
+    const char *colon;
+    char *end;
+    if (prev && (colon = strchr(prev, ':'))) { /* "round:rank" */
         long round = strtol(prev, &end, 10), rank = strtol(colon + 1, &end, 10);
         if (end != colon + 1 && !*end) node->prev_round = (int)round, node->prev_rank = (int)rank;
     }
@@ -603,38 +603,22 @@ static void keep_survivor_ranks(rdzv_node **p, int n, rdzv_node **out, char *tak
 }
 
 /* Orders the round's n nodes into ranks: node_cmp's order, then the
- * survivors' ranks kept (not with strict ranks). Pointers are sorted, and
- * the nodes (about 1.5 KB each) moved once, in place, cycle by cycle: at
- * 1,000 nodes sorting them in place, or through a copy of them all, cost
- * each agent tens of ms and fresh pages. Every agent reads the same
- * descriptions, so all compute the same. */
+ * survivors' ranks kept (not with strict ranks). Every agent reads the
+ * same descriptions, so all compute the same. */
 static int order_nodes(rdzv_node *nodes, int n, int strict) {
     rdzv_node **p = malloc((size_t)n * sizeof *p), **ranked = malloc((size_t)n * sizeof *ranked);
-    int *from = malloc((size_t)n * sizeof *from);
+    rdzv_node *sorted = malloc((size_t)n * sizeof *sorted);
     char *taken = malloc((size_t)n + 1);
-    rdzv_node *tmp = malloc(sizeof *tmp);
-    int rc = p && ranked && from && taken && tmp ? 0 : -ENOMEM;
+    int rc = p && ranked && sorted && taken ? 0 : -ENOMEM;
     if (rc == 0) {
         for (int i = 0; i < n; i++) p[i] = &nodes[i];
         qsort(p, (size_t)n, sizeof *p, node_cmp_p);
         if (!strict) keep_survivor_ranks(p, n, ranked, taken);
         rdzv_node **order = strict ? p : ranked;
-        for (int i = 0; i < n; i++) from[i] = (int)(order[i] - nodes); /* rank i's node */
-        for (int i = 0; i < n; i++) { /* each cycle of the permutation once */
-            if (from[i] < 0 || from[i] == i) continue;
-            *tmp = nodes[i];
-            int j = i;
-            while (from[j] != i) {
-                int k = from[j];
-                nodes[j] = nodes[k];
-                from[j] = -1;
-                j = k;
-            }
-            nodes[j] = *tmp;
-            from[j] = -1;
-        }
+        for (int i = 0; i < n; i++) sorted[i] = *order[i];
+        memcpy(nodes, sorted, (size_t)n * sizeof *nodes);
     }
-    free(p), free(ranked), free(from), free(taken), free(tmp);
+    free(p), free(ranked), free(sorted), free(taken);
     return rc;
 }
 
@@ -674,12 +658,26 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         else if (rc == 0)
             rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
     }
+    /* the descriptions, each NUL-terminated, in one buffer that the nodes
+     * point into until the next round is read */
+    size_t total = 0;
+    for (long i = 0; rc == 0 && i < n; i++) total += lens[i] + 1;
+    char *text = rc == 0 ? malloc(total ? total : 1) : NULL;
+    if (rc == 0 && !text) rc = -ENOMEM;
     long live = 0;
-    for (long i = 0; rc == 0 && i < n; i++) {
+    for (size_t i = 0, at = 0; rc == 0 && i < (size_t)n; i++) {
         if (lens[i] == strlen(DEAD_SLOT) && memcmp(vals[i], DEAD_SLOT, lens[i]) == 0) continue;
-        char *desc = strndup((char *)vals[i], lens[i]);
-        rc = desc ? rdzv_parse_node(desc, &r->nodes[live++]) : -ENOMEM;
-        free(desc);
+        char *desc = text + at;
+        memcpy(desc, vals[i], lens[i]);
+        desc[lens[i]] = 0;
+        at += lens[i] + 1;
+        rc = rdzv_parse_node(desc, &r->nodes[live++]);
+    }
+    if (rc == 0) {
+        free(r->node_text);
+        r->node_text = text;
+    } else {
+        free(text);
     }
     if (rc == 0 && live < n)
         log_warn("rendezvous '%s': round %d: %ld of its %ld joiners never said who they are (died "
@@ -1117,7 +1115,8 @@ static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
     pthread_mutex_lock(&r->mu);
     nnodes = r->nnodes;
     char(*ids)[96] = malloc((size_t)(nnodes ? nnodes : 1) * sizeof *ids);
-    for (int i = 0; ids && i < nnodes; i++) memcpy(ids[i], r->nodes[i].agent_id, sizeof ids[i]);
+    for (int i = 0; ids && i < nnodes; i++)
+        snprintf(ids[i], sizeof ids[i], "%s", r->nodes[i].agent_id); /* (ours: make_agent_id) */
     pthread_mutex_unlock(&r->mu);
     if (!ids) return -ENOMEM;
     int rc = 0;

@@ -21,6 +21,9 @@ assert_eq "$(field Architecture)" "$(dpkg --print-architecture)" "the package's 
 depends=$(field Depends)
 echo "Depends: $depends"
 echo "$depends" | grep -q "libc6 (>= " || die "Depends lacks libc6: $depends"
+# libcurl is loaded only for etcd (dlopen): recommended, and not a Depends
+field Recommends | grep -q "^libcurl4 (>= " || die "Recommends lacks libcurl4: $(field Recommends)"
+echo "$depends" | grep -qv "libcurl" || die "libcurl became a Depends again: $depends"
 dpkg-deb -c "$deb" > "$TMP/contents"
 for f in usr/bin/ddprun usr/bin/ddprun-exec usr/bin/ddp-train usr/share/man/man1/ddprun.1.gz \
     usr/share/doc/ddprun/cli.md; do

@@ -35,6 +35,13 @@ assert_eq "$("$venv/bin/python" -c 'import ddprun; print(ddprun.__version__)')" 
 exe=$("$venv/bin/python" -c 'import ddprun; print(ddprun.bin_path("ddprun"))')
 ldd "$exe" | grep -q "libuv.so.1 => $venv/.*/ddprun/bin/../lib/libuv.so.1" ||
     { ldd "$exe"; die "the installed ddprun does not load the wheel's libuv"; }
+# and libcurl, which the etcd rendezvous opens (dlopen), the wheel's too
+port=$(free_port)
+LD_DEBUG=libs timeout 20 "$exe" --nnodes 1 --rdzv-backend etcd-v3 --rdzv-endpoint "127.0.0.1:$port" \
+    --rdzv-conf join_timeout=2 --no-python /bin/true > "$TMP/etcd.log" 2>&1
+grep -q "calling init: $venv/.*/ddprun/bin/../lib/libcurl.so.4" "$TMP/etcd.log" ||
+    { grep -E "libcurl|ddprun:" "$TMP/etcd.log"; die "the installed ddprun does not open the wheel's libcurl"; }
+grep -q "no etcd member answered" "$TMP/etcd.log" || { cat "$TMP/etcd.log"; die "no etcd error"; }
 
 # a torch script with ddprun.snapshot through the console script: killed, resumed, the same weights
 cd "$TMP" || die "no $TMP"

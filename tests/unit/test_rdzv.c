@@ -604,10 +604,17 @@ TEST(rdzv_late_nodes_end_a_round_whose_members_are_gone) {
     fixture_stop(&f);
 }
 
+/* rdzv_parse_node on a copy of s (it cuts the fields off in place) */
+static int parse(char *buf, size_t cap, const char *s, rdzv_node *n) {
+    snprintf(buf, cap, "%s", s);
+    return rdzv_parse_node(buf, n);
+}
+
 TEST(rdzv_parse_node_reads_every_generation_of_description) {
     rdzv_node n;
+    char b[128];
     /* an older ddprun's four fields */
-    CHECK_EQ(rdzv_parse_node("a1\thost1\t8\t-1", &n), 0);
+    CHECK_EQ(parse(b, sizeof b, "a1\thost1\t8\t-1", &n), 0);
     CHECK_STR(n.agent_id, "a1");
     CHECK_STR(n.host, "host1");
     CHECK_EQ(n.nproc, 8);
@@ -616,17 +623,18 @@ TEST(rdzv_parse_node_reads_every_generation_of_description) {
     CHECK_STR(n.worker_ports, "-");
     CHECK_EQ(n.prev_round, -1);
     /* six: its own store and its workers' ports */
-    CHECK_EQ(rdzv_parse_node("a2\th2\t2\t3\th2:29500\t4000,4001", &n), 0);
+    CHECK_EQ(parse(b, sizeof b, "a2\th2\t2\t3\th2:29500\t4000,4001", &n), 0);
     CHECK_EQ(n.node_rank_hint, 3);
     CHECK_STR(n.store, "h2:29500");
     CHECK_STR(n.worker_ports, "4000,4001");
     CHECK_EQ(n.prev_rank, -1);
     /* seven: and the round it was last a member of, with its rank there */
-    CHECK_EQ(rdzv_parse_node("a3\th3\t1\t-1\t-\t-\t4:17", &n), 0);
+    CHECK_EQ(parse(b, sizeof b, "a3\th3\t1\t-1\t-\t-\t4:17", &n), 0);
     CHECK_EQ(n.prev_round, 4);
     CHECK_EQ(n.prev_rank, 17);
     /* not a description */
-    CHECK(rdzv_parse_node("a4\th4\tmany\t0", &n) != 0);
-    CHECK(rdzv_parse_node("a5\th5", &n) != 0);
-    CHECK(rdzv_parse_node("", &n) != 0);
+    CHECK(parse(b, sizeof b, "a4\th4\tmany\t0", &n) != 0);
+    CHECK(parse(b, sizeof b, "a5\th5", &n) != 0);
+    CHECK(parse(b, sizeof b, "", &n) != 0);
+    CHECK(parse(b, sizeof b, "\th6\t1\t0", &n) != 0);
 }
