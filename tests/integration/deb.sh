@@ -11,7 +11,8 @@ source "$(dirname "$0")/../lib/agent.bash"
 command -v dpkg-deb > /dev/null && command -v dpkg-shlibdeps > /dev/null ||
     skip "skipped: dpkg-deb or dpkg-shlibdeps (dpkg-dev) is missing"
 
-deb=$(make -s -C "$ROOT" deb 2> "$TMP/make.err" | tail -n 1) || { cat "$TMP/make.err"; die "make deb failed"; }
+make -s -C "$ROOT" deb > "$TMP/make.out" 2> "$TMP/make.err" || { cat "$TMP/make.err"; die "make deb failed"; }
+deb=$(tail -n 1 "$TMP/make.out")
 deb=$ROOT/$deb
 [ -s "$deb" ] || die "make deb made no package ($deb)"
 field() { dpkg-deb -f "$deb" "$1"; }

@@ -9,7 +9,7 @@
 source "$(dirname "$0")/../lib/agent.bash"
 unshare --mount --propagation private true 2> /dev/null ||
     skip "skipped: cannot make a mount namespace (needs root)"
-curl=$(ldconfig -p | awk '$1 == "libcurl.so.4" && /64/ {print $NF; exit}')
+curl=$(PATH=$PATH:/sbin:/usr/sbin ldconfig -p | awk '$1 == "libcurl.so.4" && /64/ && !f {print $NF; f = 1}')
 [ -n "$curl" ] || skip "skipped: libcurl.so.4 is not installed here (nothing to hide)"
 # without_curl CMD...: CMD with libcurl.so.4 an empty file
 without_curl() {

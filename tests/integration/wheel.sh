@@ -16,7 +16,8 @@ PY=/usr/bin/python3 # Debian's, whose torch the venv sees (--system-site-package
 "$PY" -c 'import venv, ensurepip' 2> /dev/null || skip "skipped: python3-venv is missing"
 "$PY" -c 'import torch' 2> /dev/null || skip "skipped: python3-torch is missing"
 
-whl=$(make -s -C "$ROOT" wheel 2> "$TMP/make.err" | tail -n 1) || { cat "$TMP/make.err"; die "make wheel failed"; }
+make -s -C "$ROOT" wheel > "$TMP/make.out" 2> "$TMP/make.err" || { cat "$TMP/make.err"; die "make wheel failed"; }
+whl=$(tail -n 1 "$TMP/make.out")
 whl=$ROOT/$whl
 [ -s "$whl" ] || die "make wheel made no wheel ($whl)"
 venv=$ROOT/build/wheel-test-venv
