@@ -935,6 +935,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         return rc;
     }
     int round = (int)cur;
+    log_debug("rendezvous '%s': round %ld read (state %ld)", r->run_id, cur, st);
     pthread_mutex_lock(&r->mu);
     r->round = round;
     r->restart_count = (int)restarts;
@@ -960,7 +961,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     int lost_place = rc == 0 && (wn != strlen(desc) || memcmp(won, desc, wn) != 0);
     free(won);
     long n = 0;
+    if (rc == 0) log_debug("rendezvous '%s': round %d: joined as node %lld", r->run_id, round,
+                           (long long)idx);
     if (rc == 0 && !lost_place) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
+    if (rc == 0) log_debug("rendezvous '%s': round %d: closed with %ld nodes", r->run_id, round, n);
     if (rc == -EPIPE) rc = job_closed(r, 0, err, errlen);
     if (rc) return rc;
     if (lost_place || idx > n) { /* the round closed just before our index was counted */
@@ -977,6 +981,8 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         return rc ? rc : ROUND_AGAIN;
     }
     if ((rc = fill_result(r, round, res))) return rc;
+    log_debug("rendezvous '%s': round %d: members read; this node's rank is %d", r->run_id, round,
+              res->group_rank);
     const char *ready = key(r, k, "r%d/ready", round);
     char kw[KEY_MAX]; /* (k holds ready's key) */
     if (res->group_rank == 0) {
@@ -997,6 +1003,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         if (rc == 0) rc = set_str(r->c, ready, "1");
     } else {
         rc = wait_ready(r, round, ready, deadline);
+        if (rc == 0) log_debug("rendezvous '%s': round %d: ready", r->run_id, round);
         if (rc == ROUND_AGAIN) return rc;
     }
     if (rc) {
@@ -1080,6 +1087,7 @@ int rdzv_watch(rdzv *r, int timeout_ms, rdzv_event *ev) {
         size_t vn;
         rc = kv_try_get(r->c, keys[0], &v, &vn);
         *ev = rc == 0 && strncmp((char *)v, "failure", 7) == 0 ? RDZV_EV_FAILURE : RDZV_EV_MEMBERSHIP;
+        log_debug("rendezvous '%s': round %d ended", r->run_id, round);
         free(v);
     } else {
         /* A member is gone or a node waits: end the round (the first
@@ -1101,6 +1109,38 @@ static rdzv_kv *client_for(rdzv *r, int side) {
     return side >= 0 && side < NSIDE ? r->side[side] : r->c;
 }
 
+/* How many of the n agents `ids` are alive: their heartbeat's lease fresh
+ * and, on a store, their connection open (alive/<id>; a node lost without
+ * a word, power or a cable, keeps its connection open on the store's side
+ * until TCP gives up, minutes later: only its heartbeat tells). All in one
+ * request: a round trip per node made every node of a round of 1,000 wait
+ * for the round's winner to make 1,000 of them. */
+static int count_alive(rdzv *r, rdzv_kv *c, size_t n, const char *const *ids, long *alive) {
+    size_t per = r->in_job_store ? 2 : 1, nk = n * per;
+    char **keys = calloc(nk ? nk : 1, sizeof *keys);
+    uint8_t **vals = calloc(nk ? nk : 1, sizeof *vals);
+    size_t *lens = calloc(nk ? nk : 1, sizeof *lens);
+    int rc = keys && vals && lens ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        char k[KEY_MAX];
+        if (!(keys[i * per] = strdup(key(r, k, "hb/%s", ids[i])))) rc = -ENOMEM;
+        if (per == 2 && !(keys[i * per + 1] = strdup(key(r, k, "alive/%s", ids[i])))) rc = -ENOMEM;
+    }
+    if (rc == 0 && nk) rc = kv_multi_get(c, nk, (const char *const *)keys, vals, lens);
+    *alive = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int yes = 1;
+        for (size_t j = 0; j < per; j++) yes &= lens[i * per + j] > 0; /* (both hold "1") */
+        *alive += yes;
+    }
+    for (size_t i = 0; i < nk && keys; i++) {
+        free(keys[i]);
+        if (vals && rc == 0) free(vals[i]);
+    }
+    free(keys), free(vals), free(lens);
+    return rc;
+}
+
 /* The winner counts the survivors so the next round can close as soon as
  * they are all back, instead of after the last call. The round is open
  * once rN/open is there (read_round); `count`: and the counter "round"
@@ -1110,27 +1150,14 @@ static rdzv_kv *client_for(rdzv *r, int side) {
 static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
                            rdzv_event why, int count) {
     char k[KEY_MAX], v[32];
-    long alive = 0;
-    int nnodes;
-    pthread_mutex_lock(&r->mu);
-    nnodes = r->nnodes;
-    char(*ids)[96] = malloc((size_t)(nnodes ? nnodes : 1) * sizeof *ids);
-    for (int i = 0; ids && i < nnodes; i++)
-        snprintf(ids[i], sizeof ids[i], "%s", r->nodes[i].agent_id); /* (ours: make_agent_id) */
+    pthread_mutex_lock(&r->mu); /* (the members, copied: their round may be read anew) */
+    size_t n = (size_t)r->nnodes, have = 0;
+    const char **ids = malloc((n ? n : 1) * sizeof *ids);
+    while (ids && have < n && (ids[have] = strdup(r->nodes[have].agent_id))) have++;
     pthread_mutex_unlock(&r->mu);
-    if (!ids) return -ENOMEM;
-    int rc = 0;
-    /* Alive: its connection is open and its heartbeat's lease is fresh. A
-     * node lost without a word (power, a cable) keeps its connection open
-     * on the store's side until TCP gives up, minutes later; only its
-     * heartbeat tells. */
-    for (int i = 0; rc == 0 && i < nnodes; i++) {
-        char k2[KEY_MAX];
-        const char *both[] = {key(r, k, "hb/%s", ids[i]), key(r, k2, "alive/%s", ids[i])};
-        int yes = 0;
-        rc = kv_check(c, r->in_job_store ? 2 : 1, both, &yes); /* one round trip: both must be there */
-        alive += yes;
-    }
+    long alive = 0;
+    int rc = ids && have == n ? count_alive(r, c, n, ids, &alive) : -ENOMEM;
+    for (size_t i = 0; i < have; i++) free((char *)ids[i]);
     free(ids);
     int64_t waiting = 0;
     if (rc == 0) rc = kv_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);

@@ -182,6 +182,31 @@ TEST(rdzv_elastic_closes_after_last_call_then_admits_a_late_node) {
     fixture_stop(&f);
 }
 
+/* The node that ends a round counts the members still alive, so that the
+ * next round closes once they are back: a member whose agent died (its
+ * connection closed) is not counted, though its heartbeat's lease has
+ * seconds left; the others are. */
+TEST(rdzv_next_round_expects_the_members_alive) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[4];
+    agents_init(a, 4, &f, 1, 4);
+    for (int i = 0; i < 4; i++) a[i].o.heartbeat = 30; /* the dead one's lease outlives the test */
+    join_all(a, 4);
+    CHECK_EQ(a[0].res.group_world_size, 4);
+    rdzv_close(a[3].r); /* its connection closes; hb/ stays */
+    a[3].r = NULL;
+    CHECK_EQ(rdzv_end_round(a[0].r, 0, RDZV_EV_MEMBERSHIP), 0);
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    long expect = -1;
+    CHECK_EQ(kv_get_long(kv, "/ddprun/job/r1/expect", -1, &expect), 0);
+    CHECK_EQ(expect, 3);
+    kv_close(kv);
+    close_all(a, 3);
+    fixture_stop(&f);
+}
+
 TEST(rdzv_failure_restarts_count_until_exhausted) {
     store_fixture f;
     fixture_start(&f, NULL);
