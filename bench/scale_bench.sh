@@ -10,7 +10,9 @@
 #   agent    from one agent's SIGKILL to the survivors' group running
 #   silent   from one agent's SIGSTOP (it says nothing and its connections
 #            stay open, as when its host is cut off) to the survivors' group
-#            running: the heartbeat's detection
+#            running: the heartbeat's detection, then a re-forming
+#   noticed  from that SIGSTOP to the first survivor's "a node left" (its
+#            agent's log): the heartbeat's detection alone
 #   store    its CPU seconds over the whole job, its CPU share and requests
 #            per second at rest (REST seconds, the workers running), its
 #            peak memory
@@ -96,6 +98,18 @@ since() {
     done
     awk -v k="$k" -v t0="$t0" 'FNR == k {t = $1 / 1e9; if (t > m) m = t} END {printf "%.3f\n", m - t0}' "${f[@]}"
 }
+# noticed T0 NODE...: the seconds from T0 (since the epoch) to the first
+# "a node left" in those nodes' agents' logs after it (their [HH:MM:SS.mmm]
+# times, this machine's clock and zone), or "-".
+noticed() {
+    local t0=$1 day
+    shift
+    day=$(date -d "@$t0" +%H:%M:%S.%N | awk -F: '{print $1 * 3600 + $2 * 60 + $3}')
+    for n in "$@"; do grep -h "a node left" "$OUT/agent.$n" 2> /dev/null; done |
+        awk -v t="$day" '{split(substr($1, 2, 12), p, ":"); s = p[1] * 3600 + p[2] * 60 + p[3];
+                          if (s >= t && (m == "" || s < m)) m = s}
+                         END {if (m == "") print "-"; else printf "%.3f\n", m - t}'
+}
 # worker_pid NODE: the pid of NODE's newest worker.
 worker_pid() { tail -n 1 "$OUT/n$1" | awk '{print $2}'; }
 
@@ -140,7 +154,7 @@ FAILED=0
 # run_job LAUNCHER N BACKEND ENDPOINT STORE_PID: the phases; prints a row.
 run_job() {
     local launcher=$1 n=$2 backend=$3 endpoint=$4 spid=$5 all=() live=() i t0
-    local form worker agent silent cpu0 cpu1 rest_cpu="-" rps="-" mem="-" amem="-" total="-" acpu="-"
+    local form worker agent silent notice="-" cpu0 cpu1 rest_cpu="-" rps="-" mem="-" amem="-" total="-" acpu="-"
     local false_losses="-" burners=()
     OUT=$TMP/$launcher.$backend.$n
     mkdir -p "$OUT"
@@ -200,6 +214,7 @@ run_job() {
         live=()
         for i in "${all[@]}"; do [ "$i" = "$gone" ] || [ "$i" = "$frozen" ] || live+=("$i"); done
         silent=$(since 4 "$t0" "${live[@]}")
+        notice=$(noticed "$t0" "${live[@]}")
     else
         worker=- agent=- silent=-
     fi
@@ -217,8 +232,8 @@ run_job() {
         echo "bench-scale: $n agents on $backend did not form; the first agent's log ends:" >&2
         tail -n 8 "$OUT/agent.0" | sed 's/^/    /' >&2
     fi
-    printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' "$launcher" "$backend" "$n" \
-        "$(fmt "$form")" "$(fmt "$worker")" "$(fmt "$agent")" "$(fmt "$silent")" "$total" \
+    printf '  %-9s %-8s %6s %8s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' "$launcher" "$backend" "$n" \
+        "$(fmt "$form")" "$(fmt "$worker")" "$(fmt "$agent")" "$(fmt "$silent")" "$notice" "$total" \
         "$rest_cpu" "$rps" "$mem" "$acpu" "$amem" "$false_losses"
     if [ -n "${KEEP:-}" ]; then
         cp -r "$OUT" "$KEEP/"
@@ -256,7 +271,7 @@ stop_store() { kill -TERM "$SPID" 2> /dev/null; wait "$SPID" 2> /dev/null; }
 
 echo "ddprun scale benchmark: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), $(free -g | awk '/^Mem:/ {print $2}') GB, $(date -u '+%Y-%m-%d %H:%M UTC'), open files $(ulimit -n)"
 echo "One job per row, --nnodes N-2:N, one worker each; seconds, except where said."
-printf '  %-9s %-8s %6s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' launcher backend agents form worker agent silent \
+printf '  %-9s %-8s %6s %8s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' launcher backend agents form worker agent silent noticed \
     "store cpu" "at rest" "req/s" "store MB" "agent cpu" "agent MB" false
 for backend in $BACKENDS; do
     if [ "$backend" = etcd-v3 ] && ! command -v etcd > /dev/null; then
@@ -280,7 +295,8 @@ if [ -n "$TORCH_SIZES" ]; then
 fi
 echo "  form: last agent started -> every worker running; worker: a worker's SIGKILL ->"
 echo "  every node's next group; agent: an agent's SIGKILL -> the survivors'; silent: an"
-echo "  agent's SIGSTOP -> the survivors' (the heartbeat); store cpu: CPU seconds over the"
+echo "  agent's SIGSTOP -> the survivors' (the heartbeat); noticed: that SIGSTOP -> the first"
+echo "  survivor's \"a node left\" (the heartbeat alone); store cpu: CPU seconds over the"
 echo "  job; at rest: its CPU share and requests/s for ${REST} s with the workers running;"
 echo "  MB: the store's peak resident memory; agent cpu: each agent's mean CPU share at"
 echo "  rest; agent MB: each agent's mean proportional memory (PSS); false: nodes whose"
