@@ -29,6 +29,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_prio.h"
 #include "rendezvous/rdzv_kv.h"
 
 #define KEY_MAX RDZV_KEY_MAX
@@ -126,6 +127,8 @@ static int renew(rdzv *r) {
  * and the rendezvous thread's next wait returns the error. */
 static void *beat_main(void *p) {
     rdzv *r = p;
+    if (thread_prio_raise(THREAD_PRIO_CONTROL) == 0)
+        log_debug("rendezvous: the heartbeat runs at nice %d", THREAD_PRIO_CONTROL);
     int64_t every = (int64_t)(r->o.heartbeat * 1000 / 3);
     if (every < 10) every = 10;
     pthread_mutex_lock(&r->beat_mu);
