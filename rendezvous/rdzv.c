@@ -507,8 +507,11 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
 /* Waits until round `round` is closed and returns its node count. The
  * caller has just joined as the n-th node and read `expect`; the round was
  * open when it looked. -EPIPE if the job closes meanwhile. */
+static int expected_nodes(rdzv *r, rdzv_kv *c, int round, long *expect);
+
 static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_deadline,
                        long *closed, char *err, size_t errlen) {
+    const int64_t self = n;
     char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX], kclosed[KEY_MAX];
     key(r, kstate, "r%d/state", round);
     key(r, kjoin, "r%d/njoined", round);
@@ -537,6 +540,14 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
         if (n >= r->o.min_nodes && !last_call)
             last_call = clock_now_ms() + (int64_t)(r->o.last_call_timeout * 1000);
         int64_t deadline = last_call ? last_call : join_deadline;
+        /* The last joiner so far, a member of the round before, counts
+         * again every heartbeat of the last call: a member alive when the
+         * round opened (so expected) and lost since would otherwise hold
+         * the round for the whole last call. */
+        int64_t beat_ms = (int64_t)(r->o.heartbeat * 1000);
+        int recount = last_call && n == self && round > 0 && r->member_round == round - 1 &&
+                      deadline > clock_now_ms() + beat_ms;
+        if (recount) deadline = clock_now_ms() + beat_ms;
         /* Woken by the arrival that can close the round (the min-th node
          * starts the last call; the expected one closes it), not by each
          * one: on etcd every wake-up is a few requests of every waiter. */
@@ -551,7 +562,17 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
         size_t idx;
         rc = wait_any_until(r, 3, conds, keys, deadline, 0, &idx);
         if (rc == 0 && idx == 2) return -EPIPE;
-        if (rc == -ETIMEDOUT && last_call) {
+        if (rc == -ETIMEDOUT && recount) {
+            long now_expected = expect;
+            rc = expected_nodes(r, r->c, round - 1, &now_expected);
+            if (rc == 0 && now_expected < expect) {
+                log_info("rendezvous '%s': round %d: %ld of the %ld nodes it expected %s no "
+                         "longer alive; it now waits for %ld (%lld here)",
+                         r->run_id, round, expect - now_expected, expect,
+                         expect - now_expected == 1 ? "is" : "are", now_expected, (long long)n);
+                expect = now_expected;
+            }
+        } else if (rc == -ETIMEDOUT && last_call) {
             expect = n; /* last call is over: close with whoever is here */
             rc = 0;
         } else if (rc == -ETIMEDOUT) {
@@ -1149,15 +1170,11 @@ static int count_alive(rdzv *r, rdzv_kv *c, size_t n, const char *const *ids, lo
     return rc;
 }
 
-/* The winner counts the survivors so the next round can close as soon as
- * they are all back, instead of after the last call. The round is open
- * once rN/open is there (read_round); `count`: and the counter "round"
- * follows. Another node that opens the round for a winner that died
- * (wait_next_round) does not count it: the winner may have, and the
- * counter must never run ahead of the open rounds. */
-static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
-                           rdzv_event why, int count) {
-    char k[KEY_MAX], v[32];
+/* How many nodes the round after `round` expects: round's members still
+ * alive, and the nodes that waited to join it (at least min, at most max
+ * nodes). r->nodes are round's members. */
+static int expected_nodes(rdzv *r, rdzv_kv *c, int round, long *expect) {
+    char k[KEY_MAX];
     pthread_mutex_lock(&r->mu); /* (the members, copied: their round may be read anew) */
     size_t n = (size_t)r->nnodes, have = 0;
     const char **ids = malloc((n ? n : 1) * sizeof *ids);
@@ -1169,9 +1186,23 @@ static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
     free(ids);
     int64_t waiting = 0;
     if (rc == 0) rc = kv_add(c, key(r, k, "r%d/nwaiting", round), 0, &waiting);
-    long expect = alive + (long)waiting;
-    if (expect > r->o.max_nodes) expect = r->o.max_nodes;
-    if (expect < r->o.min_nodes) expect = r->o.min_nodes;
+    *expect = alive + (long)waiting;
+    if (*expect > r->o.max_nodes) *expect = r->o.max_nodes;
+    if (*expect < r->o.min_nodes) *expect = r->o.min_nodes;
+    return rc;
+}
+
+/* The winner counts the survivors so the next round can close as soon as
+ * they are all back, instead of after the last call. The round is open
+ * once rN/open is there (read_round); `count`: and the counter "round"
+ * follows. Another node that opens the round for a winner that died
+ * (wait_next_round) does not count it: the winner may have, and the
+ * counter must never run ahead of the open rounds. */
+static int open_next_round(rdzv *r, rdzv_kv *c, int round, int restart_count,
+                           rdzv_event why, int count) {
+    char k[KEY_MAX], v[32];
+    long expect = 0;
+    int rc = expected_nodes(r, c, round, &expect);
     snprintf(v, sizeof v, "%d", restart_count + (why == RDZV_EV_FAILURE));
     if (rc == 0) rc = set_str(c, key(r, k, "r%d/restarts", round + 1), v);
     snprintf(v, sizeof v, "%ld", expect);

@@ -207,6 +207,38 @@ TEST(rdzv_next_round_expects_the_members_alive) {
     fixture_stop(&f);
 }
 
+/* A member alive when the next round opened (so expected there) and lost
+ * before it joined: the round closes with the others about a heartbeat
+ * later, not after the whole last call. Its loss is its heartbeat key gone
+ * (a lapse), its connection still open (a node frozen, or cut off). */
+TEST(rdzv_a_member_lost_after_the_round_opened_does_not_hold_it) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agents_init(a, 3, &f, 1, 3);
+    for (int i = 0; i < 3; i++) a[i].o.last_call_timeout = 30;
+    join_all(a, 3);
+    CHECK_EQ(rdzv_end_round(a[0].r, 0, RDZV_EV_MEMBERSHIP), 0); /* expects all 3 */
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    long expect = -1;
+    CHECK_EQ(kv_get_long(kv, "/ddprun/job/r1/expect", -1, &expect), 0);
+    CHECK_EQ(expect, 3);
+    char hb[256];
+    snprintf(hb, sizeof hb, "/ddprun/job/hb/%s", rdzv_agent_id(a[2].r));
+    CHECK_EQ(kv_del(kv, hb), 0); /* n2's heartbeat lapses; n2 never joins */
+    int64_t t0 = clock_now_ms();
+    join_all(a, 2);
+    CHECK(clock_now_ms() - t0 < 10000); /* (the last call: 30 s) */
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(a[i].res.round, 1);
+        CHECK_EQ(a[i].res.group_world_size, 2);
+    }
+    kv_close(kv);
+    close_all(a, 3);
+    fixture_stop(&f);
+}
+
 TEST(rdzv_failure_restarts_count_until_exhausted) {
     store_fixture f;
     fixture_start(&f, NULL);
