@@ -33,6 +33,9 @@ assert_eq "$(find "$shm" -mindepth 1 | wc -l)" 0 "entries left in the memory roo
 start_ddprun killed --standalone --no-python sleep 60
 has_dir() { compgen -G "$shm/ddprun-snap.$PID_killed.*" > /dev/null; }
 wait_for 10 "the killed agent's snapshot directory" has_dir
+# (the directory comes before the worker: wait for a child, then count them)
+has_child() { pgrep -P "$PID_killed" > /dev/null; }
+wait_for 10 "the killed agent's worker" has_child
 assert_eq "$(pgrep -P "$PID_killed" | wc -l)" 1 "the agent's children (its one worker)"
 kill -KILL "$PID_killed"
 wait_exit 5 "$PID_killed"
