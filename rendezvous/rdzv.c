@@ -1177,7 +1177,7 @@ static int expected_nodes(rdzv *r, rdzv_kv *c, int round, long *expect) {
     char k[KEY_MAX];
     pthread_mutex_lock(&r->mu); /* (the members, copied: their round may be read anew) */
     size_t n = (size_t)r->nnodes, have = 0;
-    const char **ids = malloc((n ? n : 1) * sizeof *ids);
+    const char **ids = calloc(n ? n : 1, sizeof *ids);
     while (ids && have < n && (ids[have] = strdup(r->nodes[have].agent_id))) have++;
     pthread_mutex_unlock(&r->mu);
     long alive = 0;
@@ -1259,24 +1259,27 @@ int rdzv_publish_status(rdzv *r, int side, const char *json) {
 
 int rdzv_live_spares(rdzv *r, int side, int round, int *n) {
     *n = 0;
-    char k[KEY_MAX], k2[KEY_MAX];
+    char k[KEY_MAX];
     rdzv_kv *c = client_for(r, side);
     int64_t count = 0;
     int rc = kv_add(c, key(r, k, "r%d/nspare", round), 0, &count);
-    for (int64_t i = 1; rc == 0 && i <= count && i <= RDZV_MAX_NODES; i++) {
+    if (count > RDZV_MAX_NODES) count = RDZV_MAX_NODES;
+    const char **ids = rc == 0 && count > 0 ? calloc((size_t)count, sizeof *ids) : NULL;
+    size_t have = 0;
+    for (int64_t i = 1; ids && i <= count; i++) {
         uint8_t *id = NULL;
         size_t len;
         if (kv_try_get(c, key(r, k, "r%d/spare/%lld", round, (long long)i), &id, &len) != 0)
             continue;
-        char agent[96];
-        snprintf(agent, sizeof agent, "%.*s", (int)len, (char *)id);
+        char *s = strndup((char *)id, len);
         free(id);
-        /* still there: its heartbeat fresh (and, on a store, its connection open) */
-        const char *both[] = {key(r, k, "hb/%s", agent), key(r, k2, "alive/%s", agent)};
-        int yes = 0;
-        rc = kv_check(c, r->in_job_store ? 2 : 1, both, &yes);
-        *n += yes;
+        if (s) ids[have++] = s;
     }
+    long alive = 0; /* still there: as a round's members are counted */
+    if (have) rc = count_alive(r, c, have, ids, &alive);
+    for (size_t i = 0; i < have; i++) free((char *)ids[i]);
+    free(ids);
+    *n = (int)alive;
     return rc;
 }
 
