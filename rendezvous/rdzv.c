@@ -82,7 +82,10 @@ static int set_str(rdzv_kv *c, const char *k, const char *v) {
  * wall-clock time of it, at every third renewal (once a heartbeat
  * interval): on etcd each write is a consensus round and a disk sync, and
  * one at every renewal was a third of an idle job's load there. On the
- * heartbeat's thread. */
+ * heartbeat's thread. (After the renewal, not before: should the store
+ * stall with this write unanswered, the lease has its whole lifetime
+ * left, and the store counts the write, read once it runs again, as a
+ * sign of the lease's owner.) */
 static int beat_time(rdzv *r) {
     char k[KEY_MAX], v[32];
     r->last_renew_ms = clock_now_ms();
@@ -121,19 +124,21 @@ static int renew(rdzv *r) {
 }
 
 /* The heartbeat's thread: a renewal every third of the interval until
- * rdzv_close. A renewal that fails is tried again at the next third (a
- * store that is slow to answer, or restarting, may still take it); a
- * handle broken for good (the store gone, or rdzv_cancel) ends the thread,
- * and the rendezvous thread's next wait returns the error. */
+ * rdzv_close, each sent a third after the one before was sent (not after
+ * its answer came: a store slow to answer must not stretch the renewals
+ * it reads past the lease). A renewal that fails is tried again at the
+ * next third (a store that is slow to answer, or restarting, may still
+ * take it); a handle broken for good (the store gone, or rdzv_cancel) ends
+ * the thread, and the rendezvous thread's next wait returns the error. */
 static void *beat_main(void *p) {
     rdzv *r = p;
     if (thread_prio_raise(THREAD_PRIO_CONTROL) == 0)
         log_debug("rendezvous: the heartbeat runs at nice %d", THREAD_PRIO_CONTROL);
     int64_t every = (int64_t)(r->o.heartbeat * 1000 / 3);
     if (every < 10) every = 10;
+    int64_t due = r->last_renew_ms + every;
     pthread_mutex_lock(&r->beat_mu);
     while (!r->beat_stop) {
-        int64_t due = r->last_renew_ms + every;
         while (!r->beat_stop && clock_now_ms() < due) {
             int64_t ms = due - clock_now_ms();
             struct timespec ts;
@@ -145,13 +150,13 @@ static void *beat_main(void *p) {
         }
         if (r->beat_stop) break;
         pthread_mutex_unlock(&r->beat_mu);
+        due = clock_now_ms() + every; /* the next, a third after this one leaves */
         int rc = renew(r);
         if (rc && kv_broken(r->hb)) {
             atomic_store(&r->beat_err, rc);
             pthread_mutex_lock(&r->beat_mu);
             break;
         }
-        if (rc) r->last_renew_ms = clock_now_ms(); /* try again a third later */
         pthread_mutex_lock(&r->beat_mu);
     }
     pthread_mutex_unlock(&r->beat_mu);

@@ -43,6 +43,8 @@ struct store_conn {
     int throttled;        /* reading stopped: too many replies unsent */
     const char *refused;  /* set by the table: why the connection must go */
     uint64_t progress_ms; /* when the last whole request was read (uv_now) */
+    uint64_t request_ms;  /* when the table last handled one of its requests (uv_now) */
+    unsigned leases;      /* leases whose renewals come through it (store_table.c) */
 };
 
 /* Back-pressure: a client that sends requests and does not read the

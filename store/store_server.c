@@ -684,6 +684,14 @@ static void on_sweep(uv_timer_t *t) {
 
 /* ---- server lifetime -------------------------------------------------- */
 
+/* Runs after each poll of the sockets, which libuv ends by reading its
+ * clock: whatever clients sent before then is read. The leases are judged
+ * by it (store_table.c). */
+static void on_polled(uv_check_t *h) {
+    store_server *srv = h->data;
+    srv->polled_ms = uv_now(srv->loop);
+}
+
 static int bind_host(store_server *srv, const char *host, int port) {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -759,6 +767,11 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
     srv->lease_timer.data = srv;
     uv_idle_init(loop, &srv->pending_idle);
     srv->pending_idle.data = srv;
+    uv_check_init(loop, &srv->poll_check);
+    srv->poll_check.data = srv;
+    srv->polled_ms = uv_now(loop);
+    uv_check_start(&srv->poll_check, on_polled);
+    uv_unref((uv_handle_t *)&srv->poll_check);
     uv_timer_init(loop, &srv->sweep_timer);
     srv->sweep_timer.data = srv;
     uint64_t every = (uint64_t)srv->request_timeout_ms / 4 + 1;
@@ -766,7 +779,7 @@ int store_server_init(uv_loop_t *loop, store_server *srv, const store_server_opt
         every = (uint64_t)srv->stall_report_ms / 4 + 1;
     uv_timer_start(&srv->sweep_timer, on_sweep, every, every);
     uv_unref((uv_handle_t *)&srv->sweep_timer); /* it alone does not keep a loop alive */
-    srv->handles_open += 3;
+    srv->handles_open += 4;
     return 0;
 fail:
     free(srv->rbuf);
@@ -805,6 +818,7 @@ void store_server_close(store_server *srv, void (*cb)(store_server *)) {
     if (srv->lease_timer.loop) {
         uv_close((uv_handle_t *)&srv->lease_timer, on_server_handle_closed);
         uv_close((uv_handle_t *)&srv->pending_idle, on_server_handle_closed);
+        uv_close((uv_handle_t *)&srv->poll_check, on_server_handle_closed);
         uv_close((uv_handle_t *)&srv->sweep_timer, on_server_handle_closed);
     }
 }

@@ -46,6 +46,8 @@ typedef struct store_server {
     uv_tcp_t listener;
     uv_timer_t lease_timer;
     uv_idle_t pending_idle; /* flushes woken connections */
+    uv_check_t poll_check;  /* notes polled_ms after each poll of the sockets */
+    uint64_t polled_ms;     /* when the loop last polled its sockets (uv_now) */
     uv_timer_t sweep_timer; /* drops clients stuck in the middle of a request */
     int request_timeout_ms;
     int stall_report_ms;

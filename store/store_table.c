@@ -86,6 +86,7 @@ struct store_lease {
     store_lease *next, *prev; /* every lease */
     store_lease *hnext;       /* its bucket by id */
     store_entry *owned;
+    store_conn *renewer;      /* the connection of its grant or latest renewal, while open */
 };
 
 static const uint8_t empty_bytes[1];
@@ -450,6 +451,15 @@ static int lease_add(store_server *srv, store_lease *l) {
     return 0;
 }
 
+/* Notes the connection whose renewals keep a lease (NULL: none). */
+static void lease_renewed_by(store_lease *l, store_conn *c) {
+    if (c && c->closing) c = NULL; /* (store_table_conn_gone has run for it) */
+    if (l->renewer == c) return;
+    if (l->renewer) l->renewer->leases--;
+    if (c) c->leases++;
+    l->renewer = c;
+}
+
 static void lease_free(store_server *srv, store_lease *l) {
     store_table *t = &srv->table;
     store_lease **pp = lease_bucket(t, l->id);
@@ -459,38 +469,50 @@ static void lease_free(store_server *srv, store_lease *l) {
     else t->leases = l->next;
     if (l->next) l->next->prev = l->prev;
     t->nleases--;
+    lease_renewed_by(l, NULL);
     release_owned(srv, &l->owned);
     free(l);
 }
 
-/* A lease timer this late means the store itself did not run (its host
- * busy, swapping, paused): the renewals sent meanwhile wait unread in its
- * sockets, and libuv runs timers before it reads them. */
-#define LEASE_STALL_MS 100
-
+/* A lease is judged by what its owner sent, not by when the store got
+ * round to reading it. libuv runs timers before it polls the sockets, so
+ * when the lease timer fires, what clients sent since the last poll
+ * (srv->polled_ms) is unread: a renewal may wait there, the more so the
+ * longer the store did not run (its host busy, swapping, paused). So the
+ * leases that lapse are those due by that last poll; one due since is
+ * judged after the next.
+ *
+ * And a lease due by then whose renewing connection sent anything read
+ * since it was due is its owner's, alive: a client that waits for each
+ * answer (the agents' heartbeat writes its time for `ddprun status` after
+ * a renewal) could renew only after that request's answer. Such a lease
+ * counts as renewed when that request was read. */
 static void on_lease_timer(uv_timer_t *t) {
     store_server *srv = t->data;
-    uint64_t now = uv_now(srv->loop), late = now - srv->table.lease_due;
-    if (now > srv->table.lease_due && late > LEASE_STALL_MS) {
-        /* Every lease gets the stalled time back, as etcd's new leader
-         * gives every lease a fresh TTL: an owner is judged by the
-         * renewals the store could read, not by the store's own pause. */
-        log_msg(late >= 1000 ? LOG_WARN : LOG_DEBUG,
-                "the store did not run for %" PRIu64 " ms (its host busy or paused): every lease "
-                "gets that time back, so that renewals sent meanwhile count", late);
-        /* (and LEASE_STALL_MS more: the timer must not fire again before
-         * this turn of the loop has read the sockets) */
-        for (store_lease *l = srv->table.leases; l; l = l->next) l->deadline += late + LEASE_STALL_MS;
-        lease_schedule(srv);
-        return;
-    }
+    uint64_t now = uv_now(srv->loop), cut = srv->polled_ms;
+    if (now - cut >= 1000)
+        log_warn("the store did not run for %.1f s (its host busy or paused): its leases are "
+                 "judged by the renewals sent meanwhile, once it has read them",
+                 (double)(now - cut) / 1000);
+    int later = 0; /* a lease due since the last poll */
     for (store_lease *l = srv->table.leases, *next; l; l = next) {
         next = l->next;
-        if (l->deadline <= now) {
+        if (l->deadline > now) continue;
+        if (l->deadline > cut) {
+            later = 1;
+        } else if (l->renewer && l->renewer->request_ms >= l->deadline) {
+            l->deadline = l->renewer->request_ms + (uint64_t)l->ttl_ms;
+        } else {
             log_debug("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
-                     "its keys", l->id, l->ttl_ms);
+                      "its keys", l->id, l->ttl_ms);
             lease_free(srv, l);
         }
+    }
+    if (later) { /* after the next poll (a timer of 0 started here would
+                  * fire again in this same pass over the timers) */
+        srv->table.lease_due = now + 1;
+        uv_timer_start(&srv->lease_timer, on_lease_timer, 1, 0);
+        return;
     }
     lease_schedule(srv);
 }
@@ -772,8 +794,10 @@ static void do_lease(store_conn *c, const store_req *req) {
         }
         l->id = srv->table.next_lease_id++;
         l->ttl_ms = req->num;
+        lease_renewed_by(l, c);
         l->deadline = uv_now(srv->loop) + (uint64_t)req->num;
         if (lease_add(srv, l)) {
+            lease_renewed_by(l, NULL);
             free(l);
             c->oom = 1;
             return;
@@ -787,8 +811,12 @@ static void do_lease(store_conn *c, const store_req *req) {
     store_lease *l = lease_find(srv, req->id);
     r_u8(c, l ? 0 : 1);
     if (!l) return;
-    if (req->op == STORE_OP_LEASE_RENEW) l->deadline = uv_now(srv->loop) + (uint64_t)l->ttl_ms;
-    else lease_free(srv, l);
+    if (req->op == STORE_OP_LEASE_RENEW) {
+        l->deadline = uv_now(srv->loop) + (uint64_t)l->ttl_ms;
+        lease_renewed_by(l, c);
+    } else {
+        lease_free(srv, l);
+    }
 }
 
 static void do_watch(store_conn *c, const store_req *req) {
@@ -834,6 +862,7 @@ static void do_keys(store_conn *c, const store_req *req) {
 void store_table_handle(store_conn *c, const store_req *req) {
     store_server *srv = c->srv;
     store_entry *e;
+    c->request_ms = uv_now(srv->loop);
     switch (req->op) {
     case STORE_OP_VALIDATE: break; /* the generation was decided from it already */
     case STORE_OP_HELLO: do_hello(c, req); break;
@@ -897,6 +926,8 @@ int store_table_is_cancel(const store_conn *c, uint8_t code) {
 
 void store_table_conn_gone(store_server *srv, store_conn *c) {
     if (c->wait) waiter_cancel(srv, c->wait);
+    for (store_lease *l = srv->table.leases; c->leases && l; l = l->next)
+        if (l->renewer == c) lease_renewed_by(l, NULL);
     release_owned(srv, &c->owned);
     while (c->watches) {
         store_wnode *n = c->watches;

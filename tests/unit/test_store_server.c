@@ -800,9 +800,9 @@ TEST(client_wait_any_that_completes_while_being_cancelled_succeeds) {
 
 typedef struct {
     int port;
-    _Atomic int step; /* 1: the lease is granted; 2: its renewal is answered */
+    _Atomic int step; /* 1: the leases are granted; 2: the renewal is answered */
     int renewed;      /* the renewal's result */
-    uint64_t lease;
+    uint64_t lease, dead; /* renewed during the stall; never renewed */
 } stalled_client;
 
 static void *renew_across_a_stall(void *arg) {
@@ -812,12 +812,42 @@ static void *renew_across_a_stall(void *arg) {
     s->renewed = -1;
     if (store_client_connect(&o, &c) != 0) return NULL;
     if (store_lease_grant(c, 300, &s->lease) == 0 &&
-        store_set_owned(c, "hb", "1", 1, s->lease) == 0) {
+        store_set_owned(c, "hb", "1", 1, s->lease) == 0 &&
+        store_lease_grant(c, 2500, &s->dead) == 0 &&
+        store_set_owned(c, "gone", "1", 1, s->dead) == 0) {
         s->step = 1;
         sleep_ms(100); /* the store stops running meanwhile: this renewal waits in its socket */
         s->renewed = store_lease_renew(c, s->lease);
     }
     s->step = 2;
+    store_client_close(c);
+    return NULL;
+}
+
+/* A client whose lease's last renewal the store read just before it
+ * stalled, and whose next request (any) waits in the socket meanwhile:
+ * the agents' heartbeat, its time written after the renewal. */
+typedef struct {
+    int port;
+    _Atomic int step; /* 1: the lease is granted; 2: the request is answered */
+    int answered;
+} busy_client;
+
+static void *request_across_a_stall(void *arg) {
+    busy_client *b = arg;
+    store_client_opts o = {.host = "127.0.0.1", .port = b->port, .timeout_ms = 10000};
+    store_client *c;
+    uint64_t lease;
+    b->answered = -1;
+    if (store_client_connect(&o, &c) != 0) return NULL;
+    if (store_lease_grant(c, 300, &lease) == 0 && store_set_owned(c, "busy", "1", 1, lease) == 0) {
+        b->step = 1;
+        sleep_ms(100);
+        const char *k[] = {"hb"};
+        int all;
+        b->answered = store_check(c, 1, k, &all);
+    }
+    b->step = 2;
     store_client_close(c);
     return NULL;
 }
@@ -829,6 +859,17 @@ static void run_until(uv_loop_t *loop, _Atomic int *step, int want) {
     }
 }
 
+static uint64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A lease renewed while the store did not run is not lost for it (the
+ * renewal waited in the store's socket), nor one whose renewing connection
+ * sent another request meanwhile (its owner is alive, and waits for that
+ * answer before it renews), and a lease nobody renews lapses when it is
+ * due: the stall lends it no time (a silent loss noticed late). */
 TEST(server_a_stall_of_the_store_expires_no_lease_renewed_meanwhile) {
     /* the server on the test's own loop: not running the loop is the stall */
     uv_loop_t loop;
@@ -837,14 +878,35 @@ TEST(server_a_stall_of_the_store_expires_no_lease_renewed_meanwhile) {
     store_server_opts o = {.host = "127.0.0.1"};
     CHECK_EQ(store_server_init(&loop, &srv, &o), 0);
     stalled_client s = {.port = store_server_port(&srv)};
-    pthread_t t;
+    busy_client b = {.port = store_server_port(&srv)};
+    pthread_t t, tb;
     pthread_create(&t, NULL, renew_across_a_stall, &s);
+    pthread_create(&tb, NULL, request_across_a_stall, &b);
     run_until(&loop, &s.step, 1);
+    run_until(&loop, &b.step, 1);
+    uint64_t granted = mono_ms();
     CHECK_EQ(s.step, 1);
-    sleep_ms(1000); /* the store stalls for more than three of the lease's lifetimes */
+    CHECK_EQ(b.step, 1);
+    sleep_ms(2000); /* the store stalls for more than six of the first lease's lifetimes */
     run_until(&loop, &s.step, 2);
+    run_until(&loop, &b.step, 2);
     pthread_join(t, NULL);
-    CHECK_EQ(s.renewed, 0); /* the renewal sent during the stall counted */
+    pthread_join(tb, NULL);
+    CHECK_EQ(s.renewed, 0);          /* the renewal sent during the stall counted */
+    CHECK_EQ(b.answered, 0);
+    for (int i = 0; i < 20; i++) { /* the verdict, once the sockets are read */
+        uv_run(&loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+    CHECK_EQ(srv.stats.keys, 3); /* the busy client's lease lives, and the other is not due */
+    while (srv.stats.keys > 0 && mono_ms() - granted < 6000) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+    /* due 2.5 s after its grant; given the stalled time back, 4.3 s */
+    uint64_t lapsed = mono_ms() - granted;
+    CHECK_EQ(srv.stats.keys, 0);
+    CHECK(lapsed >= 2400 && lapsed < 3400);
     store_server_close(&srv, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
