@@ -74,6 +74,16 @@ cpu_sum() {
     for p in "$@"; do cat "/proc/$p/stat" 2> /dev/null; done | awk -v hz="$hz" '{s += $14 + $15} END {printf "%.2f", s / hz}'
 }
 # pss_mb PID...: their mean proportional memory, MB.
+# etcd_sum ENDPOINT PATTERN: the sum of etcd's counters (its /metrics)
+# whose lines start with PATTERN; "" without curl or an answer.
+etcd_sum() {
+    command -v curl > /dev/null || return 0
+    curl -s --max-time 5 "http://$1/metrics" |
+        awk -v p="$2" 'index($0, p) == 1 {s += $NF; n++} END {if (n) printf "%.0f", s}'
+}
+ETCD_RPCS='grpc_server_started_total'
+ETCD_WATCH_SENT='grpc_server_msg_sent_total{grpc_method="Watch"'
+
 pss_mb() {
     local p
     for p in "$@"; do awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2> /dev/null; done |
@@ -161,6 +171,11 @@ run_job() {
     STOPPED=
     for ((i = 0; i < n; i++)); do all+=("$i"); done
     [ -n "$spid" ] && cpu0=$(cpu_sum "$spid")
+    local watch0="" rpc0=""
+    if [ "$backend" = etcd-v3 ] && [ -n "$spid" ]; then
+        watch0=$(etcd_sum "$endpoint" "$ETCD_WATCH_SENT")
+        rpc0=$(etcd_sum "$endpoint" "$ETCD_RPCS")
+    fi
     job "$launcher" "$n" "$backend" "$endpoint"
     t0=$(now_s)
     form=$(since 1 "$t0" "${all[@]}")
@@ -175,16 +190,22 @@ run_job() {
         done
         a0=$(cpu_sum "${AGENT[@]}")
         if [ -n "$spid" ]; then
-            local c0 c1 lines
+            local c0 c1 lines r0="" r1=""
             lines=$(grep -c 'stats:' "$TMP/store.err")
+            [ "$backend" = etcd-v3 ] && r0=$(etcd_sum "$endpoint" "$ETCD_RPCS")
             c0=$(cpu_sum "$spid")
             sleep "$REST"
             c1=$(cpu_sum "$spid")
+            [ "$backend" = etcd-v3 ] && r1=$(etcd_sum "$endpoint" "$ETCD_RPCS")
             rest_cpu=$(awk -v a="$c0" -v b="$c1" -v t="$REST" 'BEGIN {printf "%.0f%%", 100 * (b - a) / t}')
-            # the mean rate of the stats lines printed during the rest ("(123/s)")
-            rps=$(grep 'stats:' "$TMP/store.err" | tail -n +"$((lines + 1))" |
-                  sed -n 's/.*requests (\([0-9]*\)\/s).*/\1/p' |
-                  awk '{s += $1; n++} END {if (n) printf "%.0f", s / n; else print "-"}')
+            if [ "$backend" = etcd-v3 ]; then # requests (each a gRPC call or stream) a second
+                [ -n "$r0" ] && [ -n "$r1" ] &&
+                    rps=$(awk -v a="$r0" -v b="$r1" -v t="$REST" 'BEGIN {printf "%.0f", (b - a) / t}')
+            else # the mean rate of the stats lines printed during the rest ("(123/s)")
+                rps=$(grep 'stats:' "$TMP/store.err" | tail -n +"$((lines + 1))" |
+                      sed -n 's/.*requests (\([0-9]*\)\/s).*/\1/p' |
+                      awk '{s += $1; n++} END {if (n) printf "%.0f", s / n; else print "-"}')
+            fi
         else
             sleep "$REST"
         fi
@@ -218,6 +239,11 @@ run_job() {
     else
         worker=- agent=- silent=-
     fi
+    local watch1="" rpc1=""
+    if [ -n "$watch0" ]; then
+        watch1=$(etcd_sum "$endpoint" "$ETCD_WATCH_SENT")
+        rpc1=$(etcd_sum "$endpoint" "$ETCD_RPCS")
+    fi
     stop_job
     if [ -n "$spid" ]; then
         cpu1=$(cpu_sum "$spid")
@@ -235,9 +261,12 @@ run_job() {
     printf '  %-9s %-8s %6s %8s %8s %8s %8s %8s %10s %8s %8s %9s %10s %9s %6s\n' "$launcher" "$backend" "$n" \
         "$(fmt "$form")" "$(fmt "$worker")" "$(fmt "$agent")" "$(fmt "$silent")" "$notice" "$total" \
         "$rest_cpu" "$rps" "$mem" "$acpu" "$amem" "$false_losses"
+    [ -n "$watch1" ] && [ -n "$rpc1" ] &&
+        echo "    (etcd over the job, from its counters: $((rpc1 - rpc0)) requests, $((watch1 - watch0)) watch messages sent)"
     if [ -n "${KEEP:-}" ]; then
         cp -r "$OUT" "$KEEP/"
         [ -z "$spid" ] || cp "$TMP/store.err" "$KEEP/store.$backend.$n.err" 2> /dev/null || true
+        [ "$backend" != etcd-v3 ] || cp "$TMP/etcd.log" "$KEEP/etcd.$n.log" 2> /dev/null || true
     fi
     rm -rf "$OUT"
 }

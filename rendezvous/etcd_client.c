@@ -38,7 +38,9 @@ typedef struct {
     buf_t in;              /* what came and is not yet a whole line */
     const etcd_want *want; /* the caller's, for as long as the watch lasts */
     size_t nwant;
-    int64_t created;       /* the store's revision when etcd had the watch; 0: not yet */
+    int nwatches;          /* create requests in the body (one per key, or the range) */
+    int ncreated;          /* of which etcd said it has */
+    int64_t created;       /* the store's revision when etcd had the last of them */
     int64_t event_rev;     /* a wanted event's revision; 0: none yet */
     size_t which;          /* which one */
     int canceled;          /* etcd cancelled the watch (its start revision was compacted) */
@@ -54,6 +56,7 @@ struct etcd_client {
     watch_state w;
     atomic_int interrupt; /* etcd_interrupt was called; the next wait for an event ends */
     atomic_int cancelled; /* etcd_cancel was called: every request fails */
+    uint64_t watch_events; /* events the watches' streams brought, wanted or not */
     char member[MAX_MEMBERS][256]; /* "host:port" */
     int nmembers, cur;
     char scheme[8];               /* "http" or "https" */
@@ -572,9 +575,11 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ctx) {
         } else if (json_is_true(json_object_get(res, "canceled"))) {
             w->canceled = 1;
         } else {
-            if (json_is_true(json_object_get(res, "created")))
+            if (json_is_true(json_object_get(res, "created")) && ++w->ncreated >= w->nwatches)
                 w->created = num(json_object_get(res, "header"), "revision");
-            which = wanted(w, json_object_get(res, "events"), &rev);
+            json_t *events = json_object_get(res, "events");
+            w->c->watch_events += json_array_size(events);
+            which = wanted(w, events, &rev);
             if (which >= 0) w->which = (size_t)which, w->event_rev = rev;
         }
         json_decref(o);
@@ -622,16 +627,49 @@ void etcd_watch_stop(etcd_client *c) {
 /* A stream from a member that went away silently (a pulled cable) just
  * stays quiet; the client's next plain request fails over from it, and
  * from then on the watch no longer counts. */
+uint64_t etcd_watch_events(const etcd_client *c) { return c->watch_events; }
+
 int etcd_watch_active(const etcd_client *c) { return c->w.active && c->w.member == c->cur; }
 
-int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_t after,
-                     const etcd_want *want, size_t nwant, int64_t *created) {
-    etcd_watch_stop(c);
-    json_t *req = json_pack("{s:o, s:o}", "key", b64s(first), "range_end", range_end(first, last));
+/* One create request (key alone, or the range from key to last). */
+static char *create_request(const char *key, const char *last, int range, int64_t after) {
+    json_t *req = range ? json_pack("{s:o, s:o}", "key", b64s(key), "range_end", range_end(key, last))
+                        : json_pack("{s:o}", "key", b64s(key));
     if (req && after > 0) json_object_set_new(req, "start_revision", json_integer(after + 1));
     json_t *body = json_pack("{s:o}", "create_request", req);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    return text;
+}
+
+/* The watch's body: the range's create request, or one per wanted key,
+ * a line each (etcd's gateway reads a stream's messages one after the
+ * other from the body, and they share the stream). */
+static char *watch_body(const char *first, const char *last, int64_t after, const etcd_want *want,
+                        size_t nwant, int *nwatches) {
+    buf_t b = {0};
+    int bad = 0;
+    *nwatches = first ? 1 : (int)nwant;
+    for (int i = 0; !bad && i < *nwatches; i++) {
+        char *one = first ? create_request(first, last, 1, after)
+                          : create_request(want[i].key, NULL, 0, after);
+        bad = !one || buf_append(&b, one, strlen(one)) || buf_append(&b, "\n", 1);
+        free(one);
+    }
+    if (bad) {
+        buf_free(&b);
+        return NULL;
+    }
+    b.data[b.len - 1] = 0; /* (the last line's newline) */
+    return (char *)b.data;
+}
+
+int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_t after,
+                     const etcd_want *want, size_t nwant, int64_t *created) {
+    etcd_watch_stop(c);
+    if (!first && nwant == 0) return fail(c, -EINVAL, "a watch of no key");
+    int nwatches = 0;
+    char *text = watch_body(first, last, after, want, nwant, &nwatches);
     if (!text) return fail(c, -ENOMEM, "out of memory for a watch");
     char tried[1024] = "";
     int rc = -EHOSTUNREACH;
@@ -648,6 +686,7 @@ int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_
         char url[512];
         snprintf(url, sizeof url, "%s://%s/v3/watch", c->scheme, c->member[m]);
         w->c = c, w->want = want, w->nwant = nwant, w->body = strdup(text), w->hdr = headers(c);
+        w->nwatches = nwatches;
         c->lib->easy_setopt(c->stream, CURLOPT_URL, url);
         c->lib->easy_setopt(c->stream, CURLOPT_HTTPHEADER, w->hdr);
         c->lib->easy_setopt(c->stream, CURLOPT_POSTFIELDS, w->body);

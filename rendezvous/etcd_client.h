@@ -107,8 +107,10 @@ typedef struct {
     int deleted;
 } etcd_want;
 /* A watch of the keys from first to last (both included; last NULL:
- * every key starting with first), one per client, on a stream of its own
- * beside the client's other requests. etcd_watch_start returns once etcd
+ * every key starting with first), or with first NULL of each wanted key
+ * alone (a watch per key on the one stream: only their changes come),
+ * one per client, on a stream of its own beside the client's other
+ * requests. etcd_watch_start returns once etcd
  * has it: *created (may be NULL) is the store's revision then, and the
  * watch sees every change after it (with after > 0: after that revision
  * instead, which etcd replays, though only every 100 ms or so). Only the
@@ -128,6 +130,9 @@ int etcd_watch_wait(etcd_client *c, int timeout_ms, size_t *which, int64_t *revi
  * plain request that failed over from the watch's member found it gone). */
 int etcd_watch_active(const etcd_client *c);
 void etcd_watch_stop(etcd_client *c);
+/* How many events the client's watches have brought so far, wanted or
+ * passed over. */
+uint64_t etcd_watch_events(const etcd_client *c);
 /* The three at once: one wait for a change after revision after. */
 int etcd_watch(etcd_client *c, const char *first, const char *last, int64_t after,
                int timeout_ms, const etcd_want *want, size_t nwant, size_t *which,

@@ -253,6 +253,25 @@ int main(int argc, char **argv) {
     CHECK(!etcd_watch_active(c), "the watch is over after its event");
     ok("a watch from now: its revision; it goes on across waits");
 
+    /* A watch of each wanted key alone (one stream): the writes between
+     * them are not sent at all, and etcd has every key's watch before the
+     * start returns. */
+    const etcd_want apart[] = {{"/w/k1", 0}, {"/w/k3", 0}};
+    CHECK(etcd_put(c, "/w/k0", "1", 1, 0, &rev) == 0, "put /w/k0");
+    rc = etcd_watch_start(c, NULL, NULL, 0, apart, 2, &created);
+    CHECK(rc == 0 && created == rev, "a watch of two keys gave %d, created at %" PRId64
+          " (store at %" PRId64 ")", rc, created, rev);
+    uint64_t events = etcd_watch_events(c);
+    for (int i = 0; i < 3; i++)
+        CHECK(etcd_put(c, "/w/k2", "1", 1, 0, NULL) == 0, "put /w/k2, between the two");
+    CHECK(etcd_put(c, "/w/k3", "1", 1, 0, &rev) == 0, "put /w/k3");
+    rc = etcd_watch_wait(c, 5000, &which, &at);
+    CHECK(rc == 0 && which == 1 && at == rev, "the wait on two keys gave %d (event %zu at %" PRId64
+          ", put at %" PRId64 ")", rc, which, at, rev);
+    CHECK(etcd_watch_events(c) - events == 1, "%" PRIu64 " events came for one wanted",
+          etcd_watch_events(c) - events);
+    ok("a watch of keys apart: only their own events come");
+
     /* etcd_interrupt from another thread ends the watch at once; one
      * before the watch ends the next one; plain requests go through. */
     pthread_t th;
