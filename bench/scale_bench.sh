@@ -27,7 +27,8 @@
 # BACKENDS ("c10d etcd-v3"), TORCH_SIZES ("8"; "" leaves torchrun out),
 # REST (5), CAP (120), HEARTBEAT (our agents' keep_alive_interval, s;
 # 2 by default), LOAD (busy loops, one per CPU by default 0, that run
-# through the rest: a CPU-saturated machine; make bench-soak), KEEP (a directory: each job's files, its agents'
+# through the rest: a CPU-saturated machine; make bench-soak), STORE_NICE (the
+# store's or etcd's niceness, 0; -10 stands for a host of its own), KEEP (a directory: each job's files, its agents'
 # logs and its workers' starts, are copied there). Exits 1 when a phase of ours failed or timed out,
 # so that tests/integration/scale_small.sh can run a small one in make
 # check.
@@ -48,6 +49,7 @@ for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 TMP=$(mktemp -d /tmp/ddprun-scale-bench.XXXXXX)
 PIDS=()
 LOAD=${LOAD:-0}
+STORE_NICE=${STORE_NICE:-0}
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -CONT "$p" 2> /dev/null; kill -KILL "$p" 2> /dev/null; done
@@ -276,13 +278,13 @@ start_store() {
     local port pport
     port=$(free_port)
     if [ "$1" = c10d ]; then
-        "$STORE" --host 127.0.0.1 --port "$port" --stats-every 1 -q 2> "$TMP/store.err" &
+        nice -n "$STORE_NICE" "$STORE" --host 127.0.0.1 --port "$port" --stats-every 1 -q 2> "$TMP/store.err" &
         SPID=$!
         PIDS+=($!)
         for _ in $(seq 100); do grep -q "listening on" "$TMP/store.err" 2> /dev/null && break; sleep 0.05; done
     else
         pport=$(free_port)
-        etcd --name s --data-dir "$TMP/etcd.$port" --listen-client-urls "http://127.0.0.1:$port" \
+        nice -n "$STORE_NICE" etcd --name s --data-dir "$TMP/etcd.$port" --listen-client-urls "http://127.0.0.1:$port" \
             --advertise-client-urls "http://127.0.0.1:$port" \
             --listen-peer-urls "http://127.0.0.1:$pport" \
             --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
