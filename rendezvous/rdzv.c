@@ -78,6 +78,18 @@ static int set_str(rdzv_kv *c, const char *k, const char *v) {
 }
 
 
+/* The message for a call to the store (or etcd) that failed: where no
+ * answer came in time (none of its servers: out of reach, or too slow) or
+ * the connection broke for good, the store is lost and this node stops
+ * (rdzv_lost_message says so, naming it); otherwise what failed. */
+static int store_failed(rdzv *r, int rc, const char *what, char *err, size_t errlen) {
+    if (rc == -EHOSTUNREACH || rc == -ETIMEDOUT || kv_broken(r->c))
+        rdzv_lost_message(r, rc, err, errlen);
+    else
+        snprintf(err, errlen, "rendezvous '%s': %s: %s", r->run_id, what, strerror(-rc));
+    return rc;
+}
+
 /* Notes a renewal: when, and for `ddprun status` beat/<agent> the
  * wall-clock time of it, at every third renewal (once a heartbeat
  * interval): on etcd each write is a consensus round and a disk sync, and
@@ -273,8 +285,7 @@ static int agree_on_settings(rdzv *r, char *err, size_t errlen) {
     size_t cn = 0;
     int rc = kv_compare_set(r->c, key(r, k, "settings"), "", 0, v, strlen(v), &cur, &cn);
     if (rc) {
-        snprintf(err, errlen, "rendezvous '%s': lost %s: %s", r->run_id, r->c->where,
-                 strerror(-rc));
+        store_failed(r, rc, "cannot agree on the job's settings", err, errlen);
         return rc;
     }
     const char *tab = memchr(cur, '\t', cn);
@@ -409,10 +420,7 @@ static int job_kept(rdzv *r, char *err, size_t errlen) {
         snprintf(by, sizeof by, "node %.*s", (int)vn, (char *)v);
     free(v);
     int rc = say_done(r, r->member_round);
-    if (rc) {
-        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
-        return rc;
-    }
+    if (rc) return store_failed(r, rc, "cannot say this node is done", err, errlen);
     snprintf(err, errlen,
              "rendezvous '%s': %s had finished the job and kept its result (a data-parallel "
              "job's ranks hold one state): this node's failure came after the end and nothing "
@@ -590,9 +598,7 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
             return -ETIMEDOUT;
         }
     }
-    snprintf(err, errlen, "rendezvous '%s': lost %s: %s", r->run_id, r->c->where,
-             strerror(-rc));
-    return rc;
+    return store_failed(r, rc, "cannot wait for the round to close", err, errlen);
 }
 
 /* Nodes that asked for a rank (--node-rank) first, by that rank; then the
@@ -725,9 +731,9 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
     free(vals);
     free(lens);
     if (rc) {
-        snprintf(err, errlen, "rendezvous '%s': cannot read the members of round %d: %s",
-                 r->run_id, round, strerror(-rc));
-        return rc;
+        char what[64];
+        snprintf(what, sizeof what, "cannot read the members of round %d", round);
+        return store_failed(r, rc, what, err, errlen);
     }
     n = live;
     r->nnodes = (int)n;
@@ -866,7 +872,7 @@ static int wait_next_round(rdzv *r, int round, int watch, int64_t deadline, char
     else if (rc == -EPIPE)
         snprintf(err, errlen, "rendezvous '%s' is closed: the job has finished", r->run_id);
     else if (rc)
-        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
+        store_failed(r, rc, "cannot wait for the next round", err, errlen);
     return rc;
 }
 
@@ -964,10 +970,7 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     char k[KEY_MAX];
     long cur = 0, restarts = 0, st = -1, closed_job = 0, expect = 0;
     int rc = read_round(r, &cur, &closed_job, &restarts, &st, &expect);
-    if (rc) {
-        snprintf(err, errlen, "rendezvous '%s': lost the store: %s", r->run_id, strerror(-rc));
-        return rc;
-    }
+    if (rc) return store_failed(r, rc, "cannot read the round", err, errlen);
     int round = (int)cur;
     log_debug("rendezvous '%s': round %ld read (state %ld)", r->run_id, cur, st);
     pthread_mutex_lock(&r->mu);
@@ -1429,9 +1432,11 @@ int rdzv_exit_barrier(rdzv *r, double timeout_s, int kept) {
 
 void rdzv_lost_message(const rdzv *r, int rc, char *err, size_t errlen) {
     int broke = kv_broken(r->c); /* what broke the connection, if anything did */
-    const char *why = broke == -ETIMEDOUT || (!broke && rc == -ETIMEDOUT)
-                          ? "it stopped answering"
-                          : strerror(-(broke ? broke : rc));
+    int why_rc = broke ? broke : rc;
+    const char *why = why_rc == -ETIMEDOUT ? "it stopped answering"
+                      : why_rc == -EHOSTUNREACH
+                          ? "no answer in time: out of reach, or too slow"
+                          : strerror(-why_rc);
     snprintf(err, errlen, r->in_job_store
                               ? "lost the rendezvous: %s does not answer (%s): the job cannot go "
                                 "on without it; this node stops"

@@ -579,8 +579,32 @@ TEST(rdzv_lost_names_the_store) {
     snprintf(want, sizeof want, "lost the rendezvous: the store at 127.0.0.1:%d does not answer "
              "(it stopped answering)", f.port);
     CHECK(strncmp(err, want, strlen(want)) == 0);
+    /* (what the etcd client says when no member answered in time) */
+    rdzv_lost_message(r, -EHOSTUNREACH, err, sizeof err);
+    CHECK(strstr(err, "does not answer (no answer in time: out of reach, or too slow)") != NULL);
     rdzv_close(r);
     fixture_stop(&f);
+}
+
+/* A rendezvous whose store went away while it joined says it lost the
+ * rendezvous, naming the store, not a bare errno. */
+TEST(rdzv_a_store_gone_while_joining_is_named) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a;
+    agent_init(&a, &f, "node1", 2, 2); /* waits for a second node */
+    a.o.join_timeout = 5;
+    char err[512];
+    CHECK_EQ(rdzv_open(&a.o, &a.r, err, sizeof err), 0);
+    int port = f.port;
+    fixture_stop(&f);
+    rdzv_result res;
+    CHECK(rdzv_next(a.r, &res, a.err, sizeof a.err) != 0);
+    char want[128];
+    snprintf(want, sizeof want, "lost the rendezvous: the store at 127.0.0.1:%d does not answer",
+             port);
+    if (strncmp(a.err, want, strlen(want)) != 0) test_fail(__FILE__, __LINE__, "said: %s", a.err);
+    rdzv_close(a.r);
 }
 
 /* Before a round's workers start, node rank 0 empties the workers'
