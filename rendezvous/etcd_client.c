@@ -624,11 +624,11 @@ void etcd_watch_stop(etcd_client *c) {
     memset(w, 0, sizeof *w);
 }
 
+uint64_t etcd_watch_events(const etcd_client *c) { return c->watch_events; }
+
 /* A stream from a member that went away silently (a pulled cable) just
  * stays quiet; the client's next plain request fails over from it, and
  * from then on the watch no longer counts. */
-uint64_t etcd_watch_events(const etcd_client *c) { return c->watch_events; }
-
 int etcd_watch_active(const etcd_client *c) { return c->w.active && c->w.member == c->cur; }
 
 /* One create request (key alone, or the range from key to last). */

@@ -284,10 +284,7 @@ static int agree_on_settings(rdzv *r, char *err, size_t errlen) {
     uint8_t *cur = NULL;
     size_t cn = 0;
     int rc = kv_compare_set(r->c, key(r, k, "settings"), "", 0, v, strlen(v), &cur, &cn);
-    if (rc) {
-        store_failed(r, rc, "cannot agree on the job's settings", err, errlen);
-        return rc;
-    }
+    if (rc) return store_failed(r, rc, "cannot agree on the job's settings", err, errlen);
     const char *tab = memchr(cur, '\t', cn);
     size_t flen = tab ? (size_t)(tab - (const char *)cur) : cn;
     if (flen != strlen(mine) || memcmp(cur, mine, flen) != 0) {

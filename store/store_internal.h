@@ -42,8 +42,8 @@ struct store_conn {
     size_t inflight;      /* reply bytes handed to libuv, not yet written */
     int throttled;        /* reading stopped: too many replies unsent */
     const char *refused;  /* set by the table: why the connection must go */
-    uint64_t progress_ms; /* when the last whole request was read (uv_now) */
-    uint64_t request_ms;  /* when the table last handled one of its requests (uv_now) */
+    uint64_t progress_ms; /* when the last whole request was read (uv_now); the
+                           * leases it renews are judged by it too */
     unsigned leases;      /* leases whose renewals come through it (store_table.c) */
 };
 

@@ -416,7 +416,7 @@ static void release_owned(store_server *srv, store_entry **head) {
 
 /* ---- leases ------------------------------------------------------------- */
 
-static void lease_schedule(store_server *srv);
+static void lease_arm(store_server *srv, uint64_t first);
 
 /* Leases are found by id in a bucket array (ids are sequential, so id &
  * mask spreads them evenly): a renewal costs O(1) with thousands of
@@ -494,44 +494,48 @@ static void on_lease_timer(uv_timer_t *t) {
         log_warn("the store did not run for %.1f s (its host busy or paused): its leases are "
                  "judged by the renewals sent meanwhile, once it has read them",
                  (double)(now - cut) / 1000);
-    int later = 0; /* a lease due since the last poll */
+    /* one walk: the verdicts, and the next deadline (a lease due since
+     * the last poll is that, so the timer comes back after the next) */
+    uint64_t first = UINT64_MAX;
     for (store_lease *l = srv->table.leases, *next; l; l = next) {
         next = l->next;
-        if (l->deadline > now) continue;
-        if (l->deadline > cut) {
-            later = 1;
-        } else if (l->renewer && l->renewer->request_ms >= l->deadline) {
-            l->deadline = l->renewer->request_ms + (uint64_t)l->ttl_ms;
-        } else {
-            log_debug("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); deleting "
-                      "its keys", l->id, l->ttl_ms);
-            lease_free(srv, l);
+        if (l->deadline <= cut) {
+            if (l->renewer && l->renewer->progress_ms >= l->deadline) {
+                l->deadline = l->renewer->progress_ms + (uint64_t)l->ttl_ms;
+            } else {
+                log_debug("lease %" PRIu64 " expired (not renewed within %" PRId64 " ms); "
+                          "deleting its keys", l->id, l->ttl_ms);
+                lease_free(srv, l);
+                continue;
+            }
         }
+        if (l->deadline < first) first = l->deadline;
     }
-    if (later) { /* after the next poll (a timer of 0 started here would
-                  * fire again in this same pass over the timers) */
-        srv->table.lease_due = now + 1;
-        uv_timer_start(&srv->lease_timer, on_lease_timer, 1, 0);
-        return;
-    }
-    lease_schedule(srv);
+    lease_arm(srv, first);
 }
 
 /* One timer, armed for the earliest deadline, so an unrenewed lease is
- * noticed the moment it lapses. A renewal only moves a deadline later and
- * a revoke removes one: neither re-arms it (a timer that fires early finds
- * nothing due and re-arms), so the walk of every lease happens once per
- * firing, not once per renewal. */
-static void lease_schedule(store_server *srv) {
+ * noticed the moment it lapses; one already due, in 1 ms (a timer of 0
+ * started from the lease timer would fire again in the same pass over the
+ * timers, before the sockets are read). A renewal only moves a deadline
+ * later and a revoke removes one: neither re-arms it (a timer that fires
+ * early finds nothing due and re-arms), so the walk of every lease happens
+ * once per firing, not once per renewal. */
+static void lease_arm(store_server *srv, uint64_t first) {
     if (!srv->table.leases) {
         uv_timer_stop(&srv->lease_timer);
         return;
     }
-    uint64_t first = UINT64_MAX, now = uv_now(srv->loop);
+    uint64_t now = uv_now(srv->loop), delay = first > now ? first - now : 1;
+    srv->table.lease_due = now + delay;
+    uv_timer_start(&srv->lease_timer, on_lease_timer, delay, 0);
+}
+
+static void lease_schedule(store_server *srv) {
+    uint64_t first = UINT64_MAX;
     for (store_lease *l = srv->table.leases; l; l = l->next)
         if (l->deadline < first) first = l->deadline;
-    srv->table.lease_due = first > now ? first : now;
-    uv_timer_start(&srv->lease_timer, on_lease_timer, first > now ? first - now : 0, 0);
+    lease_arm(srv, first);
 }
 
 static store_lease *lease_find(store_server *srv, uint64_t id) {
@@ -862,7 +866,6 @@ static void do_keys(store_conn *c, const store_req *req) {
 void store_table_handle(store_conn *c, const store_req *req) {
     store_server *srv = c->srv;
     store_entry *e;
-    c->request_ms = uv_now(srv->loop);
     switch (req->op) {
     case STORE_OP_VALIDATE: break; /* the generation was decided from it already */
     case STORE_OP_HELLO: do_hello(c, req); break;
