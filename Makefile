@@ -97,6 +97,15 @@ $(B)/obj/worker/backend/cuda/%.o $(B)/obj/worker/comm/nccl/%.o $(B)/obj/tests/gp
 # toolkit or from scripts/nvjpeg-get, else the decoder says it is missing.
 NVJPEG_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/nvjpeg.h build/nvjpeg/include/nvjpeg.h)))
 $(B)/obj/worker/backend/cuda/cuda_jpeg.o: CPPFLAGS += $(if $(NVJPEG_INC),-DHAVE_NVJPEG -I$(NVJPEG_INC))
+# What nvJPEG's batched decode waits for beside other work on the GPU
+# (bench/nvjpeg_beside.cu), built where nvJPEG's library is here too.
+NVJPEG_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnvjpeg.so build/nvjpeg/lib/libnvjpeg.so.*))
+ifeq ($(CUDA)$(if $(and $(NVJPEG_INC),$(NVJPEG_LIB)),1),11)
+all: $(B)/tests/nvjpeg-beside
+endif
+$(B)/tests/nvjpeg-beside: bench/nvjpeg_beside.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -I$(NVJPEG_INC) $< -o $@ -Xlinker $(NVJPEG_LIB)
 $(B)/obj/worker/backend/cuda/%.o: worker/backend/cuda/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -I. -c $< -o $@

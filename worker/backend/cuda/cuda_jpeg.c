@@ -18,11 +18,17 @@
  * images, its crops and nvJPEG's batch states, take turns: a start fills
  * one while the other may still be read by the backend's stream, and
  * waits (on the host) until the backend is done with the slot it reuses,
- * two batches back. (Measured on an H200, docs/results.md: nvJPEG's
- * hardware call itself does not return before the step running beside it
- * ends, about 48 ms for 256 images beside a 45 ms step against 18 ms on an
- * idle GPU, with stream-ordered allocators too; so the overlap gains less
- * than it could, and --decode-share lets the loader take a share.)
+ * two batches back.
+ *
+ * The hardware decoder is made with NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE.
+ * Pipelined (nvJPEG's default), its work on the GPU waited behind every
+ * kernel queued before it, at any priority of our stream (its own streams
+ * are not ours), so a batch started beside a training step ended with
+ * the step: 256 images took 50 ms of the host beside a 45 ms ResNet-50
+ * step, against 10-12 ms on an idle GPU. Not pipelined, it runs beside
+ * kernels that fill every SM and slows them by 1% (bench/nvjpeg_beside.cu;
+ * docs/results.md). DDP_TRAIN_NVJPEG_PIPELINED=1 restores the default, for
+ * comparison (bench/gpu_jpeg_bench.sh's gpu-N-pipelined row).
  *
  * Chroma is upsampled with interpolation where nvJPEG can (12.1 on), as
  * libjpeg-turbo does by default: the samples are then --decode cpu's
@@ -141,13 +147,17 @@ static int load(nvj *j, char *err, size_t errlen) {
  * sample repeated (*smooth 0). NULL where the backend is missing. */
 static nvjpegHandle_t handle_open(nvj *j, nvjpegBackend_t backend, int *smooth) {
     nvjpegHandle_t h = NULL;
+    unsigned flags = 0;
+    const char *pipelined = getenv("DDP_TRAIN_NVJPEG_PIPELINED");
+    if (backend == NVJPEG_BACKEND_HARDWARE && !(pipelined && !strcmp(pipelined, "1")))
+        flags |= NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE;
 #ifdef NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
-    *smooth = j->fn.create(backend, NULL, NULL, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &h) ==
-              NVJPEG_STATUS_SUCCESS;
+    *smooth = j->fn.create(backend, NULL, NULL, flags | NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
+                           &h) == NVJPEG_STATUS_SUCCESS;
     if (*smooth) return h;
 #endif
     *smooth = 0;
-    return j->fn.create(backend, NULL, NULL, 0, &h) == NVJPEG_STATUS_SUCCESS ? h : NULL;
+    return j->fn.create(backend, NULL, NULL, flags, &h) == NVJPEG_STATUS_SUCCESS ? h : NULL;
 }
 
 static void slot_free(nvj *j, nvj_slot *s) {
