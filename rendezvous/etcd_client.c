@@ -166,6 +166,16 @@ static int another_turn(int64_t give_up) {
     return 1;
 }
 
+/* How long a request waits for its answer: the timeout, after which it
+ * goes to the next member; but with one member, the client's patience. A
+ * request given up and sent again to the same member is only more load
+ * on it: a member slow to answer 1,000 agents got each request as many
+ * times as it was late by timeouts (a 1 s timeout at a 2 s heartbeat),
+ * and fell further behind. */
+static int answer_ms(const etcd_client *c) {
+    return c->nmembers > 1 || c->patience_ms < c->timeout_ms ? c->timeout_ms : c->patience_ms;
+}
+
 /* POSTs body to path on the current member, failing over to the others. */
 static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) {
     *reply = NULL;
@@ -201,7 +211,7 @@ static int post(etcd_client *c, const char *path, json_t *body, json_t **reply) 
         c->lib->easy_setopt(c->curl, CURLOPT_POSTFIELDS, text);
         c->lib->easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
         c->lib->easy_setopt(c->curl, CURLOPT_WRITEDATA, &r);
-        c->lib->easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
+        c->lib->easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)answer_ms(c));
         c->lib->easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
         CURLcode e = c->lib->easy_perform(c->curl);
         c->lib->slist_free_all(hdr);
@@ -701,7 +711,7 @@ int etcd_watch_start(etcd_client *c, const char *first, const char *last, int64_
         w->active = 1;
         w->member = c->cur = m;
         /* Up to the member's whole timeout to say it has the watch. */
-        rc = drive(c, clock_now_ms() + c->timeout_ms, 1);
+        rc = drive(c, clock_now_ms() + answer_ms(c), 1);
         if (rc == 0) {
             if (created) *created = w->created;
             break;

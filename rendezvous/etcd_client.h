@@ -25,7 +25,8 @@ typedef struct {
     const char *cacert;     /* TLS: the CA file, or NULL for plain HTTP */
     const char *cert, *key; /* TLS client certificate and key, or NULL */
     const char *user, *password; /* etcd's own authentication, or NULL */
-    int timeout_ms;         /* per request and member (default 5000) */
+    int timeout_ms;         /* per request and member (default 5000); with one member, an
+                             * answer is waited for up to patience_ms (no other to ask) */
     int patience_ms;        /* a request's or a watch's, while every member fails or says
                              * "not now" (an election, this host's link down a moment):
                              * tried again until then (default the larger of 10 s and

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/thread_prio.h"
@@ -107,11 +108,21 @@ static int beat_time(rdzv *r) {
     return set_str(r->hb, key(r, k, "beat/%s", r->agent_id), v);
 }
 
-/* A fresh heartbeat: a new lease and hb/<agent> bound to it. */
+/* A fresh heartbeat: a new lease and hb/<agent> bound to it. A lease that
+ * lapsed before its key was written (a store slower to answer than the
+ * heartbeat: etcd given 1,000 agents' joins at once on two cores) is
+ * granted again, up to BEAT_TRIES times; then -ETIME. */
+#define BEAT_TRIES 5
 static int beat_again(rdzv *r) {
     char k[KEY_MAX];
-    int rc = kv_lease_grant(r->hb, (int64_t)(r->o.heartbeat * 1000), &r->lease);
-    if (rc == 0) rc = kv_set_owned(r->hb, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    int rc = -ENOENT;
+    for (int i = 0; rc == -ENOENT && i < BEAT_TRIES; i++) {
+        if (i) log_debug("rendezvous: the heartbeat's lease lapsed before its key was written; "
+                         "granting another");
+        rc = kv_lease_grant(r->hb, (int64_t)(r->o.heartbeat * 1000), &r->lease);
+        if (rc == 0) rc = kv_set_owned(r->hb, key(r, k, "hb/%s", r->agent_id), "1", 1, r->lease);
+    }
+    if (rc == -ENOENT) rc = -ETIME;
     if (rc == 0) { /* beat/ comes with the first renewal: one write fewer per agent */
         r->last_renew_ms = clock_now_ms();
         if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
@@ -255,7 +266,12 @@ static void make_agent_id(rdzv *r) {
 static void first_request_failed(const rdzv *r, int rc, char *err, size_t errlen) {
     rdzv_kv *probe = NULL;
     char why[1024] = "";
-    if (r->o.backend->open(&r->o.where, 0, &probe, why, sizeof why) != 0)
+    if (rc == -ETIME)
+        snprintf(err, errlen, "%s answers slower than the heartbeat: %d leases of %.1f s in a "
+                 "row lapsed before the key that goes with each was written (a store host "
+                 "starved of CPU? raise --rdzv-conf heartbeat=S, or give the store a host of "
+                 "its own)", r->c->where, BEAT_TRIES, r->o.heartbeat);
+    else if (r->o.backend->open(&r->o.where, 0, &probe, why, sizeof why) != 0)
         snprintf(err, errlen, "%s", why);
     else if (r->in_job_store)
         snprintf(err, errlen, "%s is not a ddprun store (%s)", r->c->where, strerror(-rc));
@@ -520,7 +536,7 @@ static void joined_hosts(rdzv *r, int round, long n, char *out, size_t cap) {
 static int expected_nodes(rdzv *r, rdzv_kv *c, int round, long *expect);
 
 static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_deadline,
-                       long *closed, char *err, size_t errlen) {
+                       long *closed, int *closer, char *err, size_t errlen) {
     const int64_t self = n;
     char kstate[KEY_MAX], kjoin[KEY_MAX], knext[KEY_MAX], kclosed[KEY_MAX];
     key(r, kstate, "r%d/state", round);
@@ -539,11 +555,14 @@ static int wait_closed(rdzv *r, int round, int64_t n, long expect, int64_t join_
             return 0;
         }
         if (n >= r->o.max_nodes || (n >= r->o.min_nodes && n >= expect)) {
-            char v[32];
-            snprintf(v, sizeof v, "%lld", (long long)n);
+            /* the count, then the closer's id: readers take the number
+             * (strtol), and the closer knows the round is its own */
+            char v[160];
+            snprintf(v, sizeof v, "%lld %s", (long long)n, r->agent_id);
             uint8_t *out = NULL;
             size_t on;
             rc = kv_compare_set(r->c, kstate, "", 0, v, strlen(v), &out, &on);
+            *closer = rc == 0 && on == strlen(v) && memcmp(out, v, on) == 0;
             free(out);
             continue;
         }
@@ -659,8 +678,70 @@ static int order_nodes(rdzv_node *nodes, int n, int strict) {
     return rc;
 }
 
-/* Reads the members' descriptions and orders them into ranks. */
-static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
+/* Where ranges are costly (rdzv_kv_ops.ranges_costly), the node that
+ * closed a round writes its members' descriptions as one value,
+ * r<round>/members, one a line (a dead place's tombstone included), and
+ * the others read that: on etcd, 1,000 agents each reading 1,000 keys
+ * was the largest load of a round's forming. */
+static int members_published(const rdzv *r) { return r->c->ops->ranges_costly; }
+
+/* r<round>/members into vals/lens, for places 1..n; -ENOENT where it is
+ * missing or does not hold n lines (the places are then read one by one). */
+static int read_published(rdzv *r, int round, long n, uint8_t **vals, size_t *lens) {
+    char k[KEY_MAX];
+    uint8_t *v = NULL;
+    size_t vn = 0, at = 0;
+    int rc = kv_try_get(r->c, key(r, k, "r%d/members", round), &v, &vn);
+    long i = 0;
+    for (; rc == 0 && i < n && at < vn; i++) {
+        const uint8_t *nl = memchr(v + at, '\n', vn - at);
+        size_t len = nl ? (size_t)(nl - (v + at)) : vn - at;
+        if (!(vals[i] = malloc(len + 1))) rc = -ENOMEM;
+        else memcpy(vals[i], v + at, len), lens[i] = len;
+        at += len + 1;
+    }
+    free(v);
+    if (rc == 0 && (i != n || at != vn + 1)) rc = -ENOENT; /* n lines, no more, no fewer */
+    for (long j = 0; rc && j < i; j++) free(vals[j]), vals[j] = NULL, lens[j] = 0;
+    return rc;
+}
+
+/* The closer's: vals/lens (places 1..n, each filled) as r<round>/members.
+ * A value the store refuses (too large) is written empty, so that the
+ * others stop waiting for it and read the places. */
+static void publish_members(rdzv *r, int round, long n, uint8_t **vals, const size_t *lens) {
+    char k[KEY_MAX];
+    buf_t b = {0};
+    int rc = 0;
+    for (long i = 0; rc == 0 && i < n; i++)
+        rc = buf_append(&b, vals[i], lens[i]) || (i + 1 < n && buf_append(&b, "\n", 1)) ? -ENOMEM : 0;
+    key(r, k, "r%d/members", round);
+    if (rc == 0) rc = kv_set(r->c, k, b.data, b.len);
+    if (rc) {
+        log_debug("rendezvous '%s': round %d: its %ld members not written as one value (%s); "
+                  "each reads them one by one", r->run_id, round, n, strerror(-rc));
+        kv_set(r->c, k, "", 0);
+    }
+    buf_free(&b);
+}
+
+/* A member that did not close the round: until the closer has written
+ * the members (or two heartbeats and a second: it died meanwhile; then
+ * the places are read one by one). Outside r->mu: the wait can be long. */
+static int wait_published(rdzv *r, int round) {
+    char k[KEY_MAX];
+    const char *keys[] = {key(r, k, "r%d/members", round)};
+    const uint8_t cond = STORE_COND_EXISTS;
+    size_t idx;
+    int64_t until = clock_now_ms() + (int64_t)(2 * r->o.heartbeat * 1000) + 1000;
+    int rc = wait_any_until(r, 1, &cond, keys, until, 0, &idx);
+    return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+/* Reads the members' descriptions and orders them into ranks; the closer
+ * of the round (closer) then writes them as one value where the backend
+ * wants that (members_published), and the others read that value. */
+static int read_members(rdzv *r, int round, long n, int closer, char *err, size_t errlen) {
     if (n > RDZV_MAX_NODES) {
         snprintf(err, errlen, "rendezvous '%s': %ld nodes exceed the limit of %d", r->run_id, n,
                  RDZV_MAX_NODES);
@@ -675,7 +756,10 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         if (!keys[i]) rc = -ENOMEM;
         else key(r, keys[i], "r%d/node/%ld", round, i + 1);
     }
-    if (rc == 0) rc = kv_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
+    int published = -ENOENT;
+    if (rc == 0 && members_published(r) && !closer)
+        rc = (published = read_published(r, round, n, vals, lens)) == -ENOENT ? 0 : published;
+    if (rc == 0 && published) rc = kv_multi_get(r->c, (size_t)n, (const char *const *)keys, vals, lens);
     /* A description not yet written after its index: its joiner writes it
      * next, unless it died between the two. Past a heartbeat the slot is
      * closed for good with a tombstone, COMPARE_SET against the joiner's
@@ -695,6 +779,7 @@ static int read_members(rdzv *r, int round, long n, char *err, size_t errlen) {
         else if (rc == 0)
             rc = kv_try_get(r->c, keys[i], &vals[i], &lens[i]);
     }
+    if (rc == 0 && closer && members_published(r)) publish_members(r, round, n, vals, lens);
     /* the descriptions, each NUL-terminated, in one buffer that the nodes
      * point into until the next round is read */
     size_t total = 0;
@@ -896,7 +981,7 @@ static int wait_as_late_node(rdzv *r, int round, long n, int64_t deadline, char 
     }
     char why[256];
     pthread_mutex_lock(&r->mu); /* (the round's members, to watch) */
-    int watch = read_members(r, round, n, why, sizeof why) == 0;
+    int watch = read_members(r, round, n, 0, why, sizeof why) == 0;
     pthread_mutex_unlock(&r->mu);
     int rc = wait_next_round(r, round, watch, deadline, err, errlen);
     if (rc == -EPIPE) {
@@ -995,9 +1080,11 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
     int lost_place = rc == 0 && (wn != strlen(desc) || memcmp(won, desc, wn) != 0);
     free(won);
     long n = 0;
+    int closer = 0;
     if (rc == 0) log_debug("rendezvous '%s': round %d: joined as node %lld", r->run_id, round,
                            (long long)idx);
-    if (rc == 0 && !lost_place) rc = wait_closed(r, round, idx, expect, deadline, &n, err, errlen);
+    if (rc == 0 && !lost_place)
+        rc = wait_closed(r, round, idx, expect, deadline, &n, &closer, err, errlen);
     if (rc == 0) log_debug("rendezvous '%s': round %d: closed with %ld nodes", r->run_id, round, n);
     if (rc == -EPIPE) rc = job_closed(r, 0, err, errlen);
     if (rc) return rc;
@@ -1006,8 +1093,10 @@ static int try_round(rdzv *r, rdzv_result *res, int64_t deadline, char *err, siz
         rc = wait_as_late_node(r, round, n, deadline, err, errlen);
         return rc ? rc : ROUND_AGAIN;
     }
+    if (members_published(r) && !closer && (rc = wait_published(r, round)))
+        return store_failed(r, rc, "cannot wait for the round's members", err, errlen);
     pthread_mutex_lock(&r->mu);
-    rc = read_members(r, round, n, err, errlen);
+    rc = read_members(r, round, n, closer, err, errlen);
     pthread_mutex_unlock(&r->mu);
     if (rc) return rc;
     if (r->nnodes < r->o.min_nodes) { /* joiners died: too few; every member ends it alike */

@@ -465,6 +465,7 @@ static const rdzv_kv_ops etcd_ops = {
     .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
     .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
     .set_owned = e_set_owned, .broken = e_broken, .cancel = e_cancel, .close = e_close,
+    .ranges_costly = 1,
 };
 
 int rdzv_kv_etcd_open(const rdzv_etcd_opts *o, rdzv_kv **out, char *err, size_t errlen) {

@@ -2,6 +2,7 @@
  * handle) meet through a store running in the test process. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "common/clock.h"
@@ -721,4 +722,110 @@ TEST(rdzv_parse_node_reads_every_generation_of_description) {
     CHECK(parse(b, sizeof b, "a5\th5", &n) != 0);
     CHECK(parse(b, sizeof b, "", &n) != 0);
     CHECK(parse(b, sizeof b, "\th6\t1\t0", &n) != 0);
+}
+
+/* A c10d backend with knobs: its handles' set_owned says a lease has
+ * lapsed (-ENOENT, as etcd does) for the next patched_lapses calls with a
+ * lease, ranges can be called costly (as etcd's are), and multi_get is
+ * counted. */
+static rdzv_kv_ops patched_ops;
+static const rdzv_kv_ops *patched_inner;
+static int patched_costly;
+static atomic_int patched_lapses, patched_multi_gets;
+
+static int patched_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint64_t lease) {
+    if (lease && atomic_load(&patched_lapses) > 0) {
+        atomic_fetch_sub(&patched_lapses, 1);
+        return -ENOENT;
+    }
+    return patched_inner->set_owned(kv, k, v, n, lease);
+}
+
+static int patched_multi_get(rdzv_kv *kv, size_t n, const char *const *keys, uint8_t **vals,
+                             size_t *lens) {
+    atomic_fetch_add(&patched_multi_gets, 1);
+    return patched_inner->multi_get(kv, n, keys, vals, lens);
+}
+
+static int patched_open(const rdzv_endpoint *e, int quiet, rdzv_kv **kv, char *err, size_t errlen) {
+    int rc = rdzv_backend_find("c10d", NULL)->open(e, quiet, kv, err, errlen);
+    if (rc) return rc;
+    if (!patched_inner) { /* (the same table for every handle; tests run one at a time) */
+        patched_inner = (*kv)->ops;
+        patched_ops = *patched_inner;
+        patched_ops.set_owned = patched_set_owned;
+        patched_ops.multi_get = patched_multi_get;
+    }
+    patched_ops.ranges_costly = patched_costly;
+    (*kv)->ops = &patched_ops;
+    return 0;
+}
+
+static rdzv_backend patched_backend(int ranges_costly, int lapses) {
+    patched_costly = ranges_costly;
+    atomic_store(&patched_lapses, lapses);
+    atomic_store(&patched_multi_gets, 0);
+    rdzv_backend b = *rdzv_backend_find("c10d", NULL);
+    b.open = patched_open;
+    return b;
+}
+
+/* A heartbeat lease that lapses before its key is written (a store slower
+ * than the heartbeat) is granted again; one that lapses every time is
+ * named as such, not as a missing file. */
+TEST(rdzv_a_lease_lapsed_before_its_key_is_granted_again) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a;
+    agent_init(&a, &f, "node1", 1, 1);
+    rdzv_backend b = patched_backend(0, 2);
+    a.o.backend = &b;
+    CHECK_EQ(rdzv_open(&a.o, &a.r, a.err, sizeof a.err), 0);
+    CHECK_EQ(atomic_load(&patched_lapses), 0);
+    CHECK_EQ(rdzv_next(a.r, &a.res, a.err, sizeof a.err), 0);
+    rdzv_close(a.r);
+    a.r = NULL;
+    b = patched_backend(0, 100);
+    CHECK(rdzv_open(&a.o, &a.r, a.err, sizeof a.err) != 0);
+    CHECK(strstr(a.err, "answers slower than the heartbeat") != NULL);
+    fixture_stop(&f);
+}
+
+/* Where ranges are costly, the node that closes a round writes its members
+ * as one value and the others read that: the members are read by range
+ * once, not by every node, and every node gets the same ranks. */
+TEST(rdzv_members_read_as_one_value_where_ranges_are_costly) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a[3];
+    agents_init(a, 3, &f, 3, 3);
+    rdzv_backend b = patched_backend(1, 0);
+    for (int i = 0; i < 3; i++) a[i].o.backend = &b;
+    join_all(a, 3);
+    CHECK_EQ(atomic_load(&patched_multi_gets), 1);
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    uint8_t *v = NULL;
+    size_t vn = 0, lines = 1;
+    CHECK_EQ(kv_try_get(kv, "/ddprun/job/r0/members", &v, &vn), 0);
+    for (size_t i = 0; i < vn; i++) lines += v[i] == '\n';
+    CHECK_EQ(lines, 3);
+    free(v);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(a[i].res.group_rank, i); /* n0, n1, n2: host order */
+        CHECK_EQ(a[i].res.group_world_size, 3);
+        CHECK_EQ(a[i].res.rank_offset, 2 * i);
+    }
+    kv_close(kv);
+    close_all(a, 3);
+    /* the same ranks where ranges are cheap: every node reads them */
+    agents_init(a, 3, &f, 3, 3);
+    for (int i = 0; i < 3; i++) a[i].o.run_id = "job2";
+    b = patched_backend(0, 0);
+    for (int i = 0; i < 3; i++) a[i].o.backend = &b;
+    join_all(a, 3);
+    CHECK_EQ(atomic_load(&patched_multi_gets), 3);
+    for (int i = 0; i < 3; i++) CHECK_EQ(a[i].res.group_rank, i);
+    close_all(a, 3);
+    fixture_stop(&f);
 }
