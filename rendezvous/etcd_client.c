@@ -81,6 +81,7 @@ static int fail(etcd_client *c, int rc, const char *fmt, ...) {
 
 const char *etcd_error(const etcd_client *c) { return c->err; }
 const char *etcd_member(const etcd_client *c) { return c->member[c->cur]; }
+int etcd_members(const etcd_client *c) { return c->nmembers; }
 
 /* --- one request --------------------------------------------------------- */
 

@@ -54,6 +54,8 @@ void etcd_close(etcd_client *c);
 const char *etcd_error(const etcd_client *c);
 /* The member the client talks to now ("h2:2379"). */
 const char *etcd_member(const etcd_client *c);
+/* How many members the client was given. */
+int etcd_members(const etcd_client *c);
 
 /* Every call returns 0 or a negative errno (etcd_error says more):
  * -EHOSTUNREACH no member answered, -EACCES authentication refused,
