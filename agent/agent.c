@@ -29,6 +29,7 @@
 #include "common/ddprun_env.h"
 #include "common/fdlimit.h"
 #include "common/log.h"
+#include "common/proc_stat.h"
 
 
 /* Every change of the agent's state goes through here: the metrics'
@@ -292,6 +293,8 @@ static void on_rdzv_event(void *ctx, rdzv_driver_event *e) {
 static void settle_failures(agent *a) {
     if (!uv_is_active((uv_handle_t *)&a->settle)) return;
     uv_check_stop(&a->settle);
+    uv_timer_stop(&a->settle_limit);
+    a->ndying = 0;
     failure *fs = a->fails + a->settle_from;
     int n = a->nfails - a->settle_from;
     coll_verdict hang;
@@ -331,15 +334,52 @@ static void settle_failures(agent *a) {
     if (rc) log_error("cannot tell the other nodes about the failure: %s", strerror(-rc));
 }
 
-static void on_settle(uv_check_t *c) { settle_failures(c->data); }
+/* How long a failure's settling waits for workers that were dying before
+ * the group's stop (a GPU process takes a quarter of a second to exit). */
+#define SETTLE_LIMIT_MS 500
+
+/* At the end of each turn after the first failure: settled unless a
+ * worker that was dying before the group's stop is still to be reaped. */
+static void on_settle(uv_check_t *c) {
+    agent *a = c->data;
+    a->settle_waited = 1;
+    for (int i = 0; i < a->ndying; i++)
+        if (a->dying[i]) return; /* (its SIGCHLD wakes the loop; settle_limit bounds it) */
+    settle_failures(a);
+}
+
+static void on_settle_limit(uv_timer_t *t) { settle_failures(t->data); }
+
+/* The group's other workers that are already on their way out (killed,
+ * exiting, or dead and not yet reaped) as the first failure is reaped. */
+static void note_dying(agent *a, const worker *first) {
+    a->ndying = 0, a->settle_waited = 0;
+    for (int i = 0; a->wg && i < a->wg->n && a->ndying < (int)(sizeof a->dying / sizeof *a->dying);
+         i++) {
+        const worker *w = &a->wg->w[i];
+        proc_stat st;
+        if (w == first || w->pid <= 0 || !w->running || proc_stat_read(w->pid, &st) != 0) continue;
+        if (st.state == 'Z' || (st.flags & PROC_PF_EXITING)) a->dying[a->ndying++] = w->pid;
+    }
+}
+
+/* Whether pid was noted dying (and now reaped: struck off). */
+static int was_dying(agent *a, int pid) {
+    for (int i = 0; i < a->ndying; i++)
+        if (a->dying[i] == pid) return a->dying[i] = 0, 1;
+    return 0;
+}
 
 static void on_worker_exit(worker_group *g, worker *w) {
     agent *a = g->data;
     int failed = (w->term_signal != 0 || w->exit_status != 0) && !worker_finished_first(w);
     char scope[256]; /* (asked at every exit: a kill the group's stop overtook is cleared) */
     int by_watchdog = file_timer_killed(a->watchdog, w->pid, scope, sizeof scope);
-    /* A failure while running, or one reaped in the same turn as that one. */
-    int cause = failed && (a->state == ST_RUNNING || uv_is_active((uv_handle_t *)&a->settle));
+    /* A failure while running, one reaped in the same turn as that one, or
+     * later one of those that were dying already (not ended by our stop). */
+    int dying = was_dying(a, w->pid);
+    int cause = failed && (a->state == ST_RUNNING ||
+                           (uv_is_active((uv_handle_t *)&a->settle) && (!a->settle_waited || dying)));
     agent_report_note_exit(a->report, w);
     metrics_worker_exited(a->metrics, w->local_rank,
                           cause                      ? METRICS_W_FAILED
@@ -353,6 +393,8 @@ static void on_worker_exit(worker_group *g, worker *w) {
     if (a->state == ST_RUNNING) { /* the first: the cause is judged at the end of the turn */
         a->settle_from = a->nfails < MAX_FAILURES ? a->nfails : MAX_FAILURES - 1;
         uv_check_start(&a->settle, on_settle);
+        note_dying(a, w);
+        if (a->ndying) uv_timer_start(&a->settle_limit, on_settle_limit, SETTLE_LIMIT_MS, 0);
     }
     node_dirs_keep_logs(a->dirs);
     failure *f = &a->fails[a->nfails < MAX_FAILURES ? a->nfails++ : MAX_FAILURES - 1];
@@ -452,6 +494,8 @@ int agent_run(const agent_config *cfg, const char *self_exe) {
     a->wake.data = a;
     uv_check_init(a->loop, &a->settle);
     a->settle.data = a;
+    uv_timer_init(a->loop, &a->settle_limit);
+    a->settle_limit.data = a;
     int code = 1;
     char why[256];
     if (side_calls_start(a->loop, a, &a->side) || agent_goodput_start(a->loop, &a->gp)) {

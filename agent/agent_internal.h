@@ -65,6 +65,14 @@ typedef struct {
     int nfails;
     uv_check_t settle; /* at the end of the turn a worker failed in: which failure was the cause */
     int settle_from;   /* fails[settle_from..nfails): the failed exits reaped in that turn */
+    /* Workers already dying when the first failure was reaped (before the
+     * group's stop): their exits are waited for, up to settle_limit, so a
+     * worker killed first and reaped a turn after the peer that exited on
+     * its lost connection is still judged the cause. 0: reaped since. */
+    int dying[64];
+    int ndying;
+    int settle_waited;      /* a turn has ended since the first failure */
+    uv_timer_t settle_limit;
     numa_plan numa; /* --numa-binding: each local rank's CPUs (numa.n 0: none) */
     file_timer *watchdog; /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimerServer */
     char watchdog_path[400];

@@ -372,6 +372,7 @@ void agent_free(agent *a) {
     for (int i = 0; i < a->cfg->nsignals; i++) uv_close((uv_handle_t *)&a->sigs[i], on_handle_closed);
     uv_close((uv_handle_t *)&a->wake, on_handle_closed);
     uv_close((uv_handle_t *)&a->settle, on_handle_closed);
+    uv_close((uv_handle_t *)&a->settle_limit, on_handle_closed);
     if (a->wg) worker_group_free(a->wg);
     uv_run(a->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(a->loop) != 0) {
