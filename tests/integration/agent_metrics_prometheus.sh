@@ -74,10 +74,7 @@ query_is 10 'ddprun_restarts_total' 'v == 0'
 
 # SIGKILL to one worker: the group restarts once.
 # (the worker of rank 1 by its environment: not whatever child comes first)
-victim=""
-for p in $(pgrep -P "$PID_job"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "RANK=1" && victim=$p
-done
+victim=$(worker_pid "$PID_job" RANK=1)
 [ -n "$victim" ] || die "no worker of rank 1 found under agent $PID_job ($(pgrep -P "$PID_job" | tr '\n' ' '))"
 kill -KILL "$victim"
 echo "killed rank 1's worker, pid $victim: $(tr '\0' ' ' < "/proc/$victim/cmdline" 2> /dev/null | cut -c1-60)"

@@ -45,10 +45,7 @@ chmod +x "$TMP/worker.sh"
 start_ddprun job --standalone --nproc-per-node=2 --max-restarts=0 --no-python "$TMP/worker.sh"
 wait_line 20 "$TMP/job.out" "holding"
 wait_line 10 "$TMP/job.out" "watching"
-victim=""
-for p in $(pgrep -P "$PID_job"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "LOCAL_RANK=0" && victim=$p
-done
+victim=$(worker_pid "$PID_job" LOCAL_RANK=0)
 [ -n "$victim" ] || die "no local rank 0 under agent $PID_job"
 kill -KILL "$victim"
 wait_exit 20 "$PID_job"

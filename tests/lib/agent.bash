@@ -103,6 +103,17 @@ exited() {
     [ -z "$state" ] || [ "$state" = Z ]
 }
 
+# worker_pid AGENT_PID VAR=VALUE: the pid of the agent's worker whose
+# environment holds VAR=VALUE (RANK=1, LOCAL_RANK=0), by its environment
+# rather than whichever child comes first; "" if none.
+worker_pid() {
+    local p found=""
+    for p in $(pgrep -P "$1"); do
+        tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "$2" && found=$p
+    done
+    echo "$found"
+}
+
 # wait_exit SECONDS PID: waits for our child PID to exit and sets RC to its
 # exit status; fails the scenario if it still runs after SECONDS.
 wait_exit() {
