@@ -22,9 +22,9 @@
  *
  * The hardware decoder is made with NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE.
  * Pipelined (nvJPEG's default), its work on the GPU waited behind every
- * kernel queued before it, at any priority of our stream (its own streams
- * are not ours), so a batch started beside a training step ended with
- * the step: 256 images took 50 ms of the host beside a 45 ms ResNet-50
+ * kernel queued before it, at any priority of our stream (its work does
+ * not seem to run on our stream), so a batch started beside a training
+ * step ended with the step: 256 images took 50 ms of the host beside a 45 ms ResNet-50
  * step, against 10-12 ms on an idle GPU. Not pipelined, it runs beside
  * kernels that fill every SM and slows them by 1% (bench/nvjpeg_beside.cu;
  * docs/results.md). DDP_TRAIN_NVJPEG_PIPELINED=1 restores the default, for
