@@ -192,8 +192,8 @@ run_job() {
         done
         a0=$(cpu_sum "${AGENT[@]}")
         if [ -n "$spid" ]; then
-            local c0 c1 lines r0="" r1=""
-            lines=$(grep -c 'stats:' "$TMP/store.err")
+            local c0 c1 lines=0 r0="" r1=""
+            [ "$backend" = etcd-v3 ] || lines=$(grep -c 'stats:' "$TMP/store.err")
             [ "$backend" = etcd-v3 ] && r0=$(etcd_sum "$endpoint" "$ETCD_RPCS")
             c0=$(cpu_sum "$spid")
             sleep "$REST"

@@ -168,13 +168,18 @@ static int another_turn(int64_t give_up) {
 }
 
 /* How long a request waits for its answer: the timeout, after which it
- * goes to the next member; but with one member, the client's patience. A
- * request given up and sent again to the same member is only more load
- * on it: a member slow to answer 1,000 agents got each request as many
- * times as it was late by timeouts (a 1 s timeout at a 2 s heartbeat),
- * and fell further behind. */
+ * goes to the next member; but with one member, half the client's
+ * patience. A request given up and sent again to the same member is only
+ * more load on it: a member slow to answer 1,000 agents got each request
+ * as many times as it was late by timeouts (a 1 s timeout at a 2 s
+ * heartbeat), and fell further behind. Yet a member can also drop a
+ * request: one stopped while ours was on its way proposed it on waking,
+ * as a leader already deposed, and answered only at its own request
+ * timeout (7 s), later than our patience. Half the patience sends each
+ * request at most twice, the second time to a member awake again. */
 static int answer_ms(const etcd_client *c) {
-    return c->nmembers > 1 || c->patience_ms < c->timeout_ms ? c->timeout_ms : c->patience_ms;
+    int half = c->patience_ms / 2;
+    return c->nmembers > 1 || half < c->timeout_ms ? c->timeout_ms : half;
 }
 
 /* POSTs body to path on the current member, failing over to the others. */
