@@ -7,7 +7,23 @@
  * to the store. Frames coming down are written to their client at once. A
  * channel's number is reused only once both sides have said it is closed
  * (proto/store_proto.h), so no late reply of a gone client reaches a new
- * one. */
+ * one.
+ *
+ * Requests shared. A node's ranks often ask the store the same thing at
+ * once: every rank WAITs for and MULTI_GETs the NCCL unique ids (782 keys
+ * each at 100,000 ranks under torch 2.x), GETs the same peer's address.
+ * The proxy sends such a request once for all of them (a group) and gives
+ * each the reply. That keeps each request's meaning: a request joins only
+ * a group not yet sent, so the store serves the group after every member
+ * asked; a member has no earlier request unanswered (the proxy follows
+ * each channel's replies, proto/store_reply.h), and its later requests
+ * wait at the proxy until its reply came. While a group is at the store,
+ * the next one for the same request gathers, and goes once it returns. A
+ * group travels on a channel of the proxy's own, closed once answered, or
+ * once every member has gone or cancelled its wait. A channel whose
+ * replies cannot be followed (torch 1.13's WATCH_KEY events, a wait given
+ * up by a torch 1.13 client, a request the proxy cannot parse) is relayed
+ * as bytes from then on, and shares nothing. */
 #include "store/store_proxy.h"
 
 #include <errno.h>
@@ -19,6 +35,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "proto/store_proto.h"
+#include "proto/store_reply.h"
 
 #define RBUF (64 * 1024)
 /* Past this many bytes unsent to the store, the clients' reads pause; they
@@ -26,9 +43,14 @@
 #define UP_SOFT ((size_t)16 << 20)
 /* A client that leaves this many reply bytes unread is dropped. */
 #define CLIENT_HARD ((size_t)64 << 20)
+/* A request still incomplete at this size is not held whole: its channel
+ * is relayed as bytes from then on. */
+#define IN_MAX ((size_t)1 << 20)
 
 enum { CHAN_FREE = 0, CHAN_OPEN, CHAN_CLOSING /* we sent the close, the store has not */ };
 enum { UP_DOWN = 0, UP_CONNECTING, UP_CONNECTED, UP_CLOSING };
+
+struct group;
 
 typedef struct client {
     uv_tcp_t tcp;
@@ -38,7 +60,32 @@ typedef struct client {
     int paused;      /* reading stopped: the store's side is backed up */
     int spoke;       /* sent a byte: the store knows its channel */
     size_t inflight; /* reply bytes handed to libuv, not yet written */
+    /* its requests and replies, followed */
+    buf_t in;              /* request bytes not yet whole, or held behind a shared one */
+    store_gen gen;
+    int untracked;         /* relayed as bytes from here on */
+    int answered;          /* the store has answered it: it was let in */
+    store_reply *fifo;     /* replies awaited, oldest first (a ring) */
+    uint32_t fhead, flen, fcap;
+    struct group *joined;  /* its request is this group's */
+    struct client *next_member;
 } client;
+
+/* One request sent for several clients. */
+typedef struct group {
+    struct group *next;
+    store_op op;
+    uint64_t nitems;
+    uint8_t *args; /* the request after its query type: identity and re-encoding */
+    size_t nargs;
+    int sent;
+    uint32_t chan;     /* its channel, once sent */
+    size_t skip;       /* reply bytes of its channel's HELLO still to come */
+    store_reply reply; /* followed on its channel */
+    buf_t out;         /* the reply so far */
+    client *members;
+    uint32_t nmembers;
+} group;
 
 typedef struct {
     uv_write_t req;
@@ -59,6 +106,8 @@ struct store_proxy {
     size_t up_inflight;
     int npaused;   /* clients whose reading is paused (UP_SOFT) */
     client **conn; /* by channel */
+    group **gchan; /* by channel: a group's own */
+    group *groups;
     uint8_t *state;
     uint32_t cap;
     char *host, *token, *listen_host;
@@ -77,6 +126,8 @@ static void client_close(client *c);
 static void client_resume(client *c);
 static void maybe_closed(store_proxy *p);
 static void drop_clients(store_proxy *p);
+static void client_take(client *c, const uint8_t *data, size_t n);
+static void groups_send(store_proxy *p);
 
 /* ---- channels ------------------------------------------------------------ */
 
@@ -88,10 +139,14 @@ static int chan_alloc(store_proxy *p, uint32_t *out) {
     client **conn = realloc(p->conn, cap * sizeof *conn);
     if (!conn) return -ENOMEM;
     p->conn = conn;
+    group **gchan = realloc(p->gchan, cap * sizeof *gchan);
+    if (!gchan) return -ENOMEM;
+    p->gchan = gchan;
     uint8_t *state = realloc(p->state, cap);
     if (!state) return -ENOMEM;
     p->state = state;
     memset(p->conn + p->cap, 0, (cap - p->cap) * sizeof *conn);
+    memset(p->gchan + p->cap, 0, (cap - p->cap) * sizeof *gchan);
     memset(p->state + p->cap, 0, cap - p->cap);
     *out = p->cap;
     p->cap = cap;
@@ -115,6 +170,16 @@ static void frame_up(store_proxy *p, uint32_t chan, const void *data, size_t n) 
     }
     p->st.bytes_up += n;
     want_flush(p);
+}
+
+/* A channel's bytes, in frames of at most STORE_MUX_MAX_FRAME (none for
+ * no bytes: an empty frame closes the channel). */
+static void frames_up(store_proxy *p, uint32_t chan, const uint8_t *data, size_t n) {
+    while (n > 0 && p->up_state != UP_DOWN && p->up_state != UP_CLOSING) {
+        size_t k = n < STORE_MUX_MAX_FRAME ? n : STORE_MUX_MAX_FRAME;
+        frame_up(p, chan, data, k);
+        data += k, n -= k;
+    }
 }
 
 /* Once the bytes not yet written to the store are under half of UP_SOFT
@@ -184,6 +249,7 @@ static void up_flush(store_proxy *p) {
 static void on_idle_flush(uv_idle_t *h) {
     store_proxy *p = h->data;
     uv_idle_stop(h);
+    groups_send(p);
     up_flush(p);
 }
 
@@ -236,6 +302,338 @@ static void client_write(client *c, const uint8_t *data, size_t n) {
     }
 }
 
+/* ---- a channel's requests and replies, followed ---------------------------- */
+
+/* Limits for parsing only: the store applies its own. */
+static const store_limits any_size = {UINT32_MAX, UINT32_MAX};
+
+static store_reply *fifo_at(client *c, uint32_t i) { return &c->fifo[(c->fhead + i) % c->fcap]; }
+
+static void fifo_pop(client *c) {
+    c->fhead = (c->fhead + 1) % c->fcap;
+    c->flen--;
+}
+
+/* Relays the channel as bytes from here on (what it holds goes up with
+ * its next bytes, client_take). */
+static void untrack(client *c) {
+    c->untracked = 1;
+    free(c->fifo);
+    c->fifo = NULL;
+    c->flen = c->fcap = c->fhead = 0;
+}
+
+/* Notes the reply that a request passed to the store will get. */
+static void expect_reply(client *c, const store_req *req) {
+    store_reply r;
+    store_reply_expect(&r, req);
+    if (r.kind == STORE_REPLY_UNTRACKED) {
+        untrack(c);
+        return;
+    }
+    int done = 0;
+    store_reply_scan(&r, NULL, 0, &done);
+    if (done) return; /* no reply, or an empty one */
+    if (c->flen == c->fcap) {
+        uint32_t cap = c->fcap ? 2 * c->fcap : 4;
+        store_reply *f = malloc(cap * sizeof *f);
+        if (!f) {
+            untrack(c);
+            return;
+        }
+        for (uint32_t i = 0; i < c->flen; i++) f[i] = *fifo_at(c, i);
+        free(c->fifo);
+        c->fifo = f, c->fcap = cap, c->fhead = 0;
+    }
+    *fifo_at(c, c->flen++) = r;
+}
+
+/* Bytes the store sent the client: which replies they end. */
+static void follow_replies(client *c, const uint8_t *d, size_t n) {
+    c->answered = 1;
+    size_t at = 0;
+    while (at < n && !c->untracked) {
+        if (c->flen == 0) { /* nothing asked for them */
+            untrack(c);
+            break;
+        }
+        store_reply *r = fifo_at(c, 0);
+        /* a wait cancelled before it ended gets no reply: its cancel's
+         * WAIT_CANCELED comes alone */
+        if (r->wait && store_reply_untouched(r) && c->flen > 1 && fifo_at(c, 1)->cancel &&
+            d[at] == STORE_WAIT_CANCELED) {
+            fifo_pop(c);
+            continue;
+        }
+        int done = 0;
+        at += store_reply_scan(r, d + at, n - at, &done);
+        if (done) fifo_pop(c);
+    }
+}
+
+static void group_join(client *c, const store_req *req, const uint8_t *raw, size_t used);
+static void group_leave(client *c);
+
+/* Whether req may be sent once for all the clients asking it at once. */
+static int shareable(const client *c, const store_req *req) {
+    return c->answered && c->flen == 0 && c->p->up_state == UP_CONNECTED &&
+           (req->op == STORE_OP_WAIT || req->op == STORE_OP_GET || req->op == STORE_OP_MULTI_GET);
+}
+
+/* The whole requests at the start of d[0..n): passed to the store, or
+ * joined to a group. Returns the bytes taken. */
+static size_t take_requests(client *c, const uint8_t *d, size_t n) {
+    store_proxy *p = c->p;
+    size_t off = 0, pass = 0; /* d[pass..off) goes to the store as it is */
+    while (off < n && !c->untracked && !c->closing) {
+        if (c->joined) {
+            if (c->joined->op != STORE_OP_WAIT) break; /* held until the reply */
+            if (c->gen == STORE_GEN_V1) {
+                /* torch 1.13 has no CANCEL_WAIT: a new request means the
+                 * wait was given up, and the store would answer it no more */
+                group_leave(c);
+                continue;
+            }
+            if (d[off] != store_wire_code(c->gen, STORE_OP_CANCEL_WAIT)) break;
+            group_leave(c);
+            const uint8_t cancelled = STORE_WAIT_CANCELED;
+            client_write(c, &cancelled, 1);
+            pass = ++off;
+            continue;
+        }
+        if (c->gen == STORE_GEN_UNKNOWN && d[off] != STORE_WIRE_HELLO && d[off] != STORE_WIRE_MUX) {
+            c->gen = store_detect_gen(d + off, n - off);
+            if (c->gen == STORE_GEN_UNKNOWN) break;
+        }
+        store_req req;
+        size_t used = 0;
+        int rc = store_parse(c->gen, d + off, n - off, &any_size, &req, &used);
+        if (rc == STORE_PARSE_MORE) break;
+        if (rc < 0) { /* the store says what is wrong */
+            untrack(c);
+            break;
+        }
+        if (shareable(c, &req)) {
+            frames_up(p, c->chan, d + pass, off - pass);
+            group_join(c, &req, d + off, used);
+            pass = off += used;
+            continue;
+        }
+        if (c->gen == STORE_GEN_V1 && c->flen > 0 && fifo_at(c, c->flen - 1)->wait) {
+            /* a torch 1.13 wait given up: whether the store answered it
+             * first cannot be told from the bytes */
+            off += used;
+            untrack(c);
+            break;
+        }
+        off += used;
+        expect_reply(c, &req);
+    }
+    frames_up(p, c->chan, d + pass, off - pass);
+    return off;
+}
+
+/* Bytes from the client (none: go on with what it holds). */
+static void client_take(client *c, const uint8_t *data, size_t n) {
+    if (c->closing) return;
+    if (c->untracked && !c->joined) {
+        if (c->in.len) {
+            frames_up(c->p, c->chan, c->in.data, c->in.len);
+            buf_clear(&c->in);
+        }
+        frames_up(c->p, c->chan, data, n);
+        return;
+    }
+    if (c->in.len || c->joined) {
+        if (n && buf_append(&c->in, data, n) != 0) {
+            client_close(c);
+            return;
+        }
+        data = c->in.data, n = c->in.len;
+    }
+    size_t used = c->untracked ? 0 : take_requests(c, data, n);
+    if (data == c->in.data) buf_consume(&c->in, used);
+    else if (used < n && buf_append(&c->in, data + used, n - used) != 0) {
+        client_close(c);
+        return;
+    }
+    if (c->joined && c->in.len > CLIENT_HARD) {
+        log_rated(&c->p->log, LOG_WARN, "store proxy: client #%u sent %zu MiB while waiting "
+                  "for a reply; dropping it", c->chan, c->in.len >> 20);
+        client_close(c);
+        return;
+    }
+    if (!c->joined && c->in.len > IN_MAX) untrack(c);
+    if (c->untracked && !c->joined && c->in.len) {
+        frames_up(c->p, c->chan, c->in.data, c->in.len);
+        buf_clear(&c->in);
+    }
+}
+
+/* ---- groups: one request for several clients -------------------------------- */
+
+/* (A node has few groups at a time; memcmp is faster than hashing the
+ * 34 KB of a 782-key request byte by byte, which took a third of the
+ * proxies' time.) */
+static int same_request(const group *g, store_op op, const uint8_t *a, size_t n) {
+    return g->op == op && g->nargs == n && memcmp(g->args, a, n) == 0;
+}
+
+static void group_unlink(store_proxy *p, group *g) {
+    for (group **at = &p->groups; *at; at = &(*at)->next)
+        if (*at == g) {
+            *at = g->next;
+            break;
+        }
+}
+
+/* Ends a group: its channel closed, if sent. Its members are no longer
+ * its (the caller saw to them). */
+static void group_free(store_proxy *p, group *g) {
+    group_unlink(p, g);
+    if (g->sent && p->gchan[g->chan] == g) {
+        p->gchan[g->chan] = NULL;
+        if (p->up_state == UP_CONNECTED || p->up_state == UP_CONNECTING) {
+            frame_up(p, g->chan, NULL, 0);
+            p->state[g->chan] = CHAN_CLOSING;
+        } else {
+            p->state[g->chan] = CHAN_FREE;
+        }
+    }
+    free(g->args);
+    buf_free(&g->out);
+    free(g);
+    want_flush(p); /* the next group for the same request may go now */
+}
+
+static void group_join(client *c, const store_req *req, const uint8_t *raw, size_t used) {
+    store_proxy *p = c->p;
+    const uint8_t *a = raw + 1; /* after the query type, the same in both generations */
+    size_t n = used - 1;
+    group *g = p->groups;
+    while (g && (g->sent || !same_request(g, req->op, a, n))) g = g->next;
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g || !(g->args = malloc(n ? n : 1))) {
+            free(g);
+            client_close(c);
+            return;
+        }
+        memcpy(g->args, a, n);
+        g->nargs = n, g->op = req->op, g->nitems = req->nitems;
+        g->next = p->groups;
+        p->groups = g;
+    }
+    c->joined = g;
+    c->next_member = g->members;
+    g->members = c;
+    g->nmembers++;
+    p->st.requests_shared++;
+    want_flush(p);
+}
+
+static void group_leave(client *c) {
+    group *g = c->joined;
+    c->joined = NULL;
+    for (client **at = &g->members; *at; at = &(*at)->next_member)
+        if (*at == c) {
+            *at = c->next_member;
+            break;
+        }
+    if (--g->nmembers == 0) group_free(c->p, g);
+}
+
+/* Sends a group on a channel of its own: HELLO where the store wants a
+ * token, VALIDATE, the request. */
+static void group_send(store_proxy *p, group *g) {
+    uint32_t ch;
+    if (chan_alloc(p, &ch) != 0) { /* every channel taken: sent by each member then */
+        for (client *m = g->members; m; m = m->next_member) {
+            m->joined = NULL;
+            untrack(m);
+            client_close(m);
+        }
+        g->members = NULL;
+        group_free(p, g);
+        return;
+    }
+    buf_t b = BUF_INIT;
+    if (p->token) {
+        store_enc_u8(&b, STORE_WIRE_HELLO);
+        store_enc_u32(&b, STORE_EXT_MAGIC);
+        store_enc_u32(&b, STORE_EXT_VERSION);
+        store_enc_bytes(&b, p->token, strlen(p->token));
+        g->skip = 5;
+    }
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_VALIDATE);
+    store_enc_u32(&b, STORE_VALIDATE_MAGIC);
+    store_enc_op(&b, STORE_GEN_V2, g->op);
+    if (buf_append(&b, g->args, g->nargs) != 0) {
+        buf_free(&b);
+        up_reset(p, "out of memory");
+        return;
+    }
+    store_req req = {.op = g->op, .nitems = g->nitems};
+    store_reply_expect(&g->reply, &req);
+    g->sent = 1;
+    g->chan = ch;
+    p->state[ch] = CHAN_OPEN;
+    p->gchan[ch] = g;
+    p->st.shared_sent++;
+    frames_up(p, ch, b.data, b.len);
+    buf_free(&b);
+}
+
+/* Sends the groups gathered, each unless the same request is at the store. */
+static void groups_send(store_proxy *p) {
+    for (group *g = p->groups, *next; g && p->up_state == UP_CONNECTED; g = next) {
+        next = g->next;
+        if (g->sent) continue;
+        int busy = 0;
+        for (group *o = p->groups; o && !busy; o = o->next)
+            busy = o->sent && same_request(o, g->op, g->args, g->nargs);
+        if (!busy) group_send(p, g);
+    }
+}
+
+/* Bytes on a group's channel: once its reply is whole, every member gets
+ * it and goes on with what it held. */
+static void group_reply(store_proxy *p, group *g, const uint8_t *d, size_t n) {
+    size_t at = 0;
+    for (; g->skip > 0 && at < n; at++) g->skip--; /* HELLO's status and version */
+    int done = 0;
+    size_t k = store_reply_scan(&g->reply, d + at, n - at, &done);
+    if (k && buf_append(&g->out, d + at, k) != 0) {
+        up_reset(p, "out of memory");
+        return;
+    }
+    if (!done) return;
+    client *members = g->members;
+    g->members = NULL;
+    for (client *m = members; m; m = m->next_member) {
+        m->joined = NULL;
+        client_write(m, g->out.data, g->out.len);
+    }
+    group_free(p, g);
+    for (client *m = members, *next; m && p->up_state == UP_CONNECTED; m = next) {
+        next = m->next_member; /* (it may join another group) */
+        if (m->in.len) client_take(m, NULL, 0);
+    }
+}
+
+/* Every group ends with the connection to the store; their members are
+ * disconnected with the other clients. */
+static void groups_drop(store_proxy *p) {
+    while (p->groups) {
+        group *g = p->groups;
+        for (client *m = g->members; m; m = m->next_member) m->joined = NULL;
+        g->members = NULL;
+        if (g->sent) p->gchan[g->chan] = NULL, p->state[g->chan] = CHAN_FREE;
+        g->sent = 0;
+        group_free(p, g);
+    }
+}
+
 /* The handshake's replies, then frames. 0, or -1 once the upstream was
  * reset. */
 static int up_consume(store_proxy *p) {
@@ -263,8 +661,14 @@ static int up_consume(store_proxy *p) {
         const uint8_t *data = d + off + STORE_MUX_HDR;
         off += STORE_MUX_HDR + len;
         client *c = p->conn[chan];
+        group *g = p->gchan[chan];
         if (len > 0) {
-            if (p->state[chan] == CHAN_OPEN && c) client_write(c, data, len);
+            if (p->state[chan] == CHAN_OPEN && c) {
+                if (!c->untracked) follow_replies(c, data, len);
+                client_write(c, data, len);
+            } else if (p->state[chan] == CHAN_OPEN && g) {
+                group_reply(p, g, data, len);
+            }
             if (p->up_state != UP_CONNECTED) return -1; /* reset meanwhile (out of memory) */
             continue;
         }
@@ -275,6 +679,15 @@ static int up_consume(store_proxy *p) {
             if (c) {
                 c->chan = UINT32_MAX;
                 client_close(c);
+            }
+            if (g) { /* its members are dropped as the store dropped it */
+                p->gchan[chan] = NULL;
+                client *members = g->members;
+                g->members = NULL;
+                g->sent = 0;
+                for (client *m = members; m; m = m->next_member) m->joined = NULL;
+                for (client *m = members; m; m = m->next_member) client_close(m);
+                group_free(p, g);
             }
             if (p->up_state != UP_CONNECTED) return -1;
         }
@@ -382,6 +795,7 @@ static void on_up_closed(uv_handle_t *h) {
 
 /* Disconnects every client; every channel is free again. */
 static void drop_clients(store_proxy *p) {
+    groups_drop(p);
     p->npaused = 0;
     for (uint32_t i = 0; i < p->cap; i++) {
         client *c = p->conn[i];
@@ -416,6 +830,8 @@ static void up_reset(store_proxy *p, const char *why) {
 static void on_client_closed(uv_handle_t *h) {
     client *c = h->data;
     store_proxy *p = c->p;
+    buf_free(&c->in);
+    free(c->fifo);
     free(c);
     p->handles--;
     maybe_closed(p);
@@ -426,6 +842,7 @@ static void client_close(client *c) {
     c->closing = 1;
     store_proxy *p = c->p;
     p->st.clients_open--;
+    if (c->joined) group_leave(c);
     if (c->chan != UINT32_MAX && p->conn[c->chan] == c) {
         p->conn[c->chan] = NULL;
         /* a channel that never carried a byte does not exist for the store */
@@ -460,7 +877,7 @@ static void on_client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     }
     if (nread == 0 || c->closing) return;
     c->spoke = 1;
-    frame_up(p, c->chan, b->base, (size_t)nread);
+    client_take(c, (const uint8_t *)b->base, (size_t)nread);
     if (p->up_inflight + p->up_out.len >= UP_SOFT) { /* the store's side is backed up */
         uv_read_stop(s);
         c->paused = 1;
@@ -570,6 +987,7 @@ static void maybe_closed(store_proxy *p) {
     buf_free(&p->up_in);
     buf_free(&p->up_out);
     free(p->conn);
+    free(p->gchan);
     free(p->state);
     free(p->host);
     free(p->token);

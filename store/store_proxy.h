@@ -1,12 +1,14 @@
 /* A per-node store proxy: serves a node's store clients (its workers'
  * TCPStore connections, torch 1.13 or 2.x, or ddprun's) on a local port and
  * carries them all to the job's store over one connection, multiplexed
- * (STORE_OP_MUX, proto/store_proto.h). The proxy does not parse the
- * clients' requests: each client's bytes travel as they are, and the store
- * serves each channel exactly as a connection of its own (its generation,
- * waits, timeouts, owned keys), so every operation keeps its meaning. The
- * job's store sees one connection per node instead of one per rank, and
- * reads and writes many clients' requests and replies in one system call.
+ * (STORE_OP_MUX, proto/store_proto.h). Each client's bytes travel as they
+ * are, and the store serves each channel exactly as a connection of its
+ * own (its generation, waits, timeouts, owned keys), so every operation
+ * keeps its meaning. The job's store sees one connection per node instead
+ * of one per rank, and reads and writes many clients' requests and replies
+ * in one system call. The same WAIT, GET or MULTI_GET from several clients
+ * at once goes to the store once, and each gets the reply (store_proxy.c
+ * says why that keeps every request's meaning).
  *
  * Runs on a libuv loop the caller owns. The upstream connection is made
  * when the first client comes; if it breaks (the store is gone), every
@@ -33,6 +35,8 @@ typedef struct {
     uint64_t clients_open;
     uint64_t upstream_connects; /* connections made to the store */
     uint64_t bytes_up, bytes_down;
+    uint64_t requests_shared; /* requests that went to the store in a group (below) */
+    uint64_t shared_sent;     /* the groups: one request for several clients' same one */
 } store_proxy_stats;
 
 /* Listens and serves on `loop`. 0 or a negative errno. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -316,9 +317,11 @@ typedef struct {
     size_t n;
 } sender_arg;
 
+/* Zeros: to the proxy, torch 1.13 SETs of an empty key to an empty value,
+ * 17 bytes each, 3,855 in a chunk. */
 static void *send_bytes(void *p) {
     sender_arg *a = p;
-    static uint8_t chunk[1 << 16];
+    static uint8_t chunk[17 * 3855];
     for (size_t at = 0; at < a->n; at += sizeof chunk)
         if (write(a->fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk) break;
     return NULL;
@@ -340,7 +343,7 @@ TEST(store_proxy_holds_clients_back_while_the_store_is_slow) {
     struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)x.port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     CHECK_EQ(connect(c, (struct sockaddr *)&pa, sizeof pa), 0);
-    sender_arg sa = {.fd = c, .n = (size_t)64 << 20};
+    sender_arg sa = {.fd = c, .n = (size_t)1024 * 17 * 3855}; /* 64 MiB, whole requests */
     pthread_t t;
     pthread_create(&t, NULL, send_bytes, &sa);
     int up = accept(lfd, NULL, NULL);
@@ -368,4 +371,371 @@ TEST(store_proxy_holds_clients_back_while_the_store_is_slow) {
     close(up);
     close(lfd);
     proxy_stop(&x);
+}
+
+/* ---- requests shared -------------------------------------------------------- */
+
+typedef struct {
+    proxy_fixture *x;
+    int id;
+    int rc;
+} ids_arg;
+
+/* What every rank does for torch 2.x's NCCL ids: one round trip (its
+ * handshake), then WAIT for every id, and MULTI_GET them. */
+static void *fetch_ids(void *p) {
+    ids_arg *a = p;
+    store_client *c = proxied(a->x, STORE_GEN_V2);
+    static const char *const ids[] = {"id/0", "id/1", "id/2"};
+    int64_t n;
+    a->rc = store_add(c, "started", 1, &n);
+    if (a->rc == 0) a->rc = store_wait(c, 3, ids, 5000);
+    uint8_t *v[3] = {0};
+    size_t len[3] = {0};
+    if (a->rc == 0) a->rc = store_multi_get(c, 3, ids, v, len);
+    for (int i = 0; i < 3 && a->rc == 0; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "nccl id %d", i);
+        if (len[i] != strlen(want) || memcmp(v[i], want, len[i]) != 0) a->rc = -EPROTO;
+    }
+    for (int i = 0; i < 3; i++) free(v[i]);
+    store_client_close(c);
+    return NULL;
+}
+
+/* A node's ranks that wait for the same keys and read them at once: the
+ * store gets a few requests where the ranks made 2 x 48 (while one is at
+ * the store, the same one from others gathers), and every rank gets the
+ * values. */
+TEST(store_proxy_sends_the_same_request_of_many_clients_once) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    enum { N = 48 };
+    pthread_t t[N];
+    ids_arg a[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (ids_arg){.x = &x, .id = i, .rc = -1};
+        pthread_create(&t[i], NULL, fetch_ids, &a[i]);
+    }
+    store_client *direct = fixture_client(&f);
+    const char *started = "started";
+    int64_t n = 0;
+    for (int k = 0; k < 500 && n < N; k++) {
+        sleep_ms(10);
+        CHECK_EQ(store_add(direct, started, 0, &n), 0);
+    }
+    CHECK_EQ(n, N);
+    sleep_ms(100); /* every rank waiting */
+    for (int i = 0; i < 3; i++) {
+        char k[16], v[16];
+        snprintf(k, sizeof k, "id/%d", i);
+        snprintf(v, sizeof v, "nccl id %d", i);
+        CHECK_EQ(store_set(direct, k, v, strlen(v)), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(a[i].rc, 0);
+    }
+    store_client_close(direct);
+    proxy_stop(&x);
+    CHECK_EQ(x.st.requests_shared, 2 * N);
+    /* 3-5 here: the first to ask, then the rest gathered meanwhile, for
+     * the WAIT and the MULTI_GET; 20-31 when a request is sent as soon as
+     * it is made */
+    if (x.st.shared_sent > N / 4)
+        test_fail(__FILE__, __LINE__, "the store got %llu requests for %d ranks' %llu",
+                  (unsigned long long)x.st.shared_sent, N,
+                  (unsigned long long)x.st.requests_shared);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    proxy_fixture *x;
+    int timeout_ms;
+    int rc, after;
+} cancel_arg;
+
+static void *wait_never(void *p) {
+    cancel_arg *a = p;
+    store_client *c = proxied(a->x, STORE_GEN_V2);
+    const char *k = "late";
+    int64_t n;
+    a->rc = store_add(c, "waiters", 1, &n);
+    if (a->rc == 0) a->rc = store_wait(c, 1, &k, a->timeout_ms);
+    a->after = store_add(c, "waiters", 0, &n); /* the connection still serves */
+    store_client_close(c);
+    return NULL;
+}
+
+/* A shared wait that times out is cancelled for that client alone: it gets
+ * WAIT_CANCELED and goes on; the other still waits and is answered. */
+TEST(store_proxy_a_shared_wait_cancelled_by_one_client) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    pthread_t t[2];
+    cancel_arg a[2] = {{.x = &x, .timeout_ms = 300}, {.x = &x, .timeout_ms = 5000}};
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, wait_never, &a[i]);
+    pthread_join(t[0], NULL);
+    CHECK_EQ(a[0].rc, -ETIMEDOUT);
+    CHECK_EQ(a[0].after, 0);
+    store_client *direct = fixture_client(&f);
+    CHECK_EQ(store_set(direct, "late", "1", 1), 0);
+    pthread_join(t[1], NULL);
+    CHECK_EQ(a[1].rc, 0);
+    CHECK_EQ(a[1].after, 0);
+    store_client_close(direct);
+    proxy_stop(&x);
+    CHECK_EQ(x.st.requests_shared, 2);
+    fixture_stop(&f);
+}
+
+/* ---- the test as the store: the proxy's bytes, one by one ---------------- */
+
+typedef struct {
+    int lfd, up;
+    proxy_fixture x;
+} fake_store;
+
+static void fake_start(fake_store *s) {
+    s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    CHECK_EQ(bind(s->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(s->lfd, 4), 0);
+    CHECK_EQ(getsockname(s->lfd, (struct sockaddr *)&a, &alen), 0);
+    proxy_start(&s->x, ntohs(a.sin_port));
+    s->up = -1;
+}
+
+static void fake_stop(fake_store *s) {
+    if (s->up >= 0) close(s->up);
+    close(s->lfd);
+    proxy_stop(&s->x);
+}
+
+/* The next frame from the proxy: its channel, and its bytes in buf. */
+static uint32_t fake_frame(fake_store *s, uint8_t *buf, uint32_t cap, uint32_t *len) {
+    uint8_t h[STORE_MUX_HDR];
+    uint32_t chan;
+    CHECK_EQ(raw_recv(s->up, h, sizeof h, 2000), sizeof h);
+    store_mux_parse_hdr(h, &chan, len);
+    CHECK(*len <= cap);
+    CHECK_EQ(raw_recv(s->up, buf, *len, 2000), *len);
+    return chan;
+}
+
+static void fake_reply(fake_store *s, uint32_t chan, const void *data, uint32_t len) {
+    uint8_t h[STORE_MUX_HDR];
+    store_mux_hdr(h, chan, len);
+    raw_send(s->up, h, sizeof h);
+    raw_send(s->up, data, len);
+}
+
+/* A torch 2.x client through the proxy, its handshake (VALIDATE, PING)
+ * answered by the fake store; returns its socket and channel. */
+static int fake_client(fake_store *s, uint32_t *chan) {
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->x.port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&pa, sizeof pa), 0);
+    buf_t b = BUF_INIT;
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_VALIDATE);
+    store_enc_u32(&b, STORE_VALIDATE_MAGIC);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_PING);
+    store_enc_u32(&b, 77);
+    raw_send(c, b.data, b.len);
+    if (s->up < 0) {
+        s->up = accept(s->lfd, NULL, NULL);
+        CHECK(s->up >= 0);
+        uint8_t mux[5];
+        CHECK_EQ(raw_recv(s->up, mux, 5, 2000), 5);
+        CHECK_EQ(mux[0], STORE_WIRE_MUX);
+        const uint8_t ok = 0;
+        raw_send(s->up, &ok, 1);
+    }
+    uint8_t in[64];
+    uint32_t len;
+    *chan = fake_frame(s, in, sizeof in, &len);
+    CHECK_EQ(len, b.len);
+    fake_reply(s, *chan, in + 6, 4); /* the nonce back */
+    uint8_t nonce[4];
+    CHECK_EQ(raw_recv(c, nonce, 4, 2000), 4);
+    CHECK_EQ(store_load_u32(nonce), 77);
+    buf_free(&b);
+    return c;
+}
+
+/* A shared request goes on a channel of the proxy's own (VALIDATE, then
+ * the request); when its only client leaves, the proxy closes that channel
+ * too, so the store forgets the wait. */
+TEST(store_proxy_a_group_whose_clients_left_closes_its_channel) {
+    fake_store s;
+    fake_start(&s);
+    uint32_t client_chan, chan, len;
+    int c = fake_client(&s, &client_chan);
+    buf_t b = BUF_INIT;
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_WAIT);
+    store_enc_u64(&b, 1);
+    store_enc_bytes(&b, "w", 1);
+    raw_send(c, b.data, b.len);
+    uint8_t in[64];
+    uint32_t group_chan = fake_frame(&s, in, sizeof in, &len);
+    CHECK(group_chan != client_chan);
+    CHECK_EQ(len, 5 + b.len);
+    CHECK_EQ(in[0], 0);
+    CHECK_EQ(store_load_u32(in + 1), STORE_VALIDATE_MAGIC);
+    CHECK(memcmp(in + 5, b.data, b.len) == 0);
+    close(c); /* the only client leaves: both channels close */
+    int closed_client = 0, closed_group = 0;
+    for (int i = 0; i < 2; i++) {
+        chan = fake_frame(&s, in, sizeof in, &len);
+        CHECK_EQ(len, 0);
+        closed_client += chan == client_chan;
+        closed_group += chan == group_chan;
+    }
+    CHECK(closed_client == 1 && closed_group == 1);
+    buf_free(&b);
+    fake_stop(&s);
+    CHECK_EQ(s.x.st.shared_sent, 1);
+}
+
+/* A request made while the same one is at the store is not answered by
+ * it (the store may have served it before this one was made): it waits,
+ * and goes to the store once the first is answered. */
+TEST(store_proxy_a_request_made_after_its_twin_was_sent_is_sent_again) {
+    fake_store s;
+    fake_start(&s);
+    uint32_t ca, cb, len;
+    int a = fake_client(&s, &ca), b = fake_client(&s, &cb);
+    buf_t req = BUF_INIT;
+    store_enc_op(&req, STORE_GEN_V2, STORE_OP_MULTI_GET);
+    store_enc_u64(&req, 1);
+    store_enc_bytes(&req, "k", 1);
+    raw_send(a, req.data, req.len);
+    uint8_t in[64];
+    uint32_t g1 = fake_frame(&s, in, sizeof in, &len); /* A's, on a group's channel */
+    CHECK_EQ(len, 5 + req.len);
+    raw_send(b, req.data, req.len); /* B's: the same, while A's is at the store */
+    sleep_ms(100);
+    buf_t old = BUF_INIT, new = BUF_INIT;
+    store_enc_bytes(&old, "old", 3);
+    store_enc_bytes(&new, "new", 3);
+    fake_reply(&s, g1, old.data, (uint32_t)old.len);
+    uint8_t got[16];
+    CHECK_EQ(raw_recv(a, got, old.len, 2000), old.len);
+    CHECK(memcmp(got, old.data, old.len) == 0);
+    uint32_t chan = fake_frame(&s, in, sizeof in, &len);
+    if (len == 0) chan = fake_frame(&s, in, sizeof in, &len); /* g1's close first */
+    CHECK(len == 5 + req.len && memcmp(in + 5, req.data, req.len) == 0); /* B's goes now */
+    fake_reply(&s, chan, new.data, (uint32_t)new.len);
+    CHECK_EQ(raw_recv(b, got, new.len, 2000), new.len);
+    CHECK(memcmp(got, new.data, new.len) == 0);
+    close(a);
+    close(b);
+    buf_free(&req);
+    buf_free(&old);
+    buf_free(&new);
+    fake_stop(&s);
+    CHECK_EQ(s.x.st.requests_shared, 2);
+    CHECK_EQ(s.x.st.shared_sent, 2);
+}
+
+/* A client that sends requests without waiting for replies: one behind an
+ * unanswered request of its own is not shared (the store would serve the
+ * group first, and its reply would come out of turn). Here a GET follows a
+ * SET held behind a WAIT_ANY: the GET sees the SET, after the wait's
+ * reply. */
+TEST(store_proxy_a_pipelined_request_waits_its_turn) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)x.port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&pa, sizeof pa), 0);
+    buf_t b = BUF_INIT;
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_VALIDATE);
+    store_enc_u32(&b, STORE_VALIDATE_MAGIC);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_PING);
+    store_enc_u32(&b, 5);
+    raw_send(c, b.data, b.len);
+    uint8_t r[32];
+    CHECK_EQ(raw_recv(c, r, 4, 2000), 4);
+    buf_clear(&b);
+    store_enc_u8(&b, STORE_WIRE_WAIT_ANY);
+    store_enc_u64(&b, 1);
+    store_enc_u8(&b, STORE_COND_EXISTS);
+    store_enc_bytes(&b, "gate", 4);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_SET);
+    store_enc_bytes(&b, "k", 1);
+    store_enc_bytes(&b, "v", 1);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_GET);
+    store_enc_bytes(&b, "k", 1);
+    raw_send(c, b.data, b.len);
+    sleep_ms(200);
+    store_client *direct = fixture_client(&f);
+    CHECK_EQ(store_set(direct, "gate", "1", 1), 0);
+    CHECK_EQ(raw_recv(c, r, 9 + 9, 2000), 18);
+    CHECK_EQ(r[0], STORE_WAIT_STOP_WAITING); /* the wait's, first */
+    CHECK_EQ(store_load_u64(r + 1), 0);
+    CHECK_EQ(store_load_u64(r + 9), 1); /* then the GET's: "v" */
+    CHECK_EQ(r[17], 'v');
+    buf_free(&b);
+    close(c);
+    store_client_close(direct);
+    proxy_stop(&x);
+    CHECK_EQ(x.st.requests_shared, 0);
+    fixture_stop(&f);
+}
+
+/* torch 1.13's WATCH_KEY: events come between replies, so the proxy can no
+ * longer tell its replies apart and relays that client as bytes: the
+ * registration, the event and later replies all arrive, each once (the
+ * watch split across two reads, the GET after it in the same one). */
+TEST(store_proxy_relays_a_watching_client_as_bytes) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)x.port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&pa, sizeof pa), 0);
+    buf_t b = BUF_INIT;
+    store_enc_op(&b, STORE_GEN_V1, STORE_OP_SET);
+    store_enc_bytes(&b, "k", 1);
+    store_enc_bytes(&b, "v", 1);
+    size_t set_len = b.len;
+    store_enc_op(&b, STORE_GEN_V1, STORE_OP_WATCH_KEY);
+    store_enc_bytes(&b, "w", 1);
+    store_enc_op(&b, STORE_GEN_V1, STORE_OP_GET);
+    store_enc_bytes(&b, "k", 1);
+    raw_send(c, b.data, set_len + 3);
+    sleep_ms(100);
+    raw_send(c, b.data + set_len + 3, b.len - set_len - 3);
+    uint8_t r[64];
+    CHECK_EQ(raw_recv(c, r, 1 + 9, 2000), 10);
+    CHECK_EQ(r[0], STORE_WATCH_CALLBACK_REGISTERED);
+    CHECK(store_load_u64(r + 1) == 1 && r[9] == 'v');
+    store_client *direct = fixture_client(&f);
+    CHECK_EQ(store_set(direct, "w", "1", 1), 0);
+    /* KEY_CREATED, key "w", old value "", new value "1" */
+    CHECK_EQ(raw_recv(c, r, 1 + 9 + 8 + 9, 2000), 27);
+    CHECK_EQ(r[0], STORE_WATCH_KEY_CREATED);
+    CHECK(store_load_u64(r + 1) == 1 && r[9] == 'w' && store_load_u64(r + 10) == 0);
+    CHECK(store_load_u64(r + 18) == 1 && r[26] == '1');
+    raw_send(c, b.data + set_len + 10, b.len - set_len - 10); /* GET k again */
+    CHECK_EQ(raw_recv(c, r, 9, 2000), 9);
+    CHECK_EQ(r[8], 'v');
+    CHECK_EQ(raw_recv(c, r, 1, 200), 0); /* nothing more: no request went twice */
+    buf_free(&b);
+    close(c);
+    store_client_close(direct);
+    proxy_stop(&x);
+    fixture_stop(&f);
 }
