@@ -168,6 +168,15 @@ static void *waiter(void *p) {
     return NULL;
 }
 
+/* n clients on threads of their own, each running fn with its a[i]. */
+static void start_clients(proxy_fixture *x, int n, void *(*fn)(void *), waiter_arg *a,
+                          pthread_t *t) {
+    for (int i = 0; i < n; i++) {
+        a[i] = (waiter_arg){.x = x, .id = i, .rc = -1};
+        pthread_create(&t[i], NULL, fn, &a[i]);
+    }
+}
+
 /* Many clients wait on one key at once through one connection; one set
  * releases them all, and each then gets its own replies. */
 TEST(store_proxy_many_waiting_clients_share_one_connection) {
@@ -178,10 +187,7 @@ TEST(store_proxy_many_waiting_clients_share_one_connection) {
     enum { N = 64 };
     pthread_t t[N];
     waiter_arg a[N];
-    for (int i = 0; i < N; i++) {
-        a[i] = (waiter_arg){.x = &x, .id = i, .rc = -1};
-        pthread_create(&t[i], NULL, waiter, &a[i]);
-    }
+    start_clients(&x, N, waiter, a, t);
     sleep_ms(200);
     store_client *direct = fixture_client(&f);
     CHECK_EQ(store_set(direct, "go", "1", 1), 0);
@@ -375,16 +381,10 @@ TEST(store_proxy_holds_clients_back_while_the_store_is_slow) {
 
 /* ---- requests shared -------------------------------------------------------- */
 
-typedef struct {
-    proxy_fixture *x;
-    int id;
-    int rc;
-} ids_arg;
-
 /* What every rank does for torch 2.x's NCCL ids: one round trip (its
  * handshake), then WAIT for every id, and MULTI_GET them. */
 static void *fetch_ids(void *p) {
-    ids_arg *a = p;
+    waiter_arg *a = p;
     store_client *c = proxied(a->x, STORE_GEN_V2);
     static const char *const ids[] = {"id/0", "id/1", "id/2"};
     int64_t n;
@@ -414,11 +414,8 @@ TEST(store_proxy_sends_the_same_request_of_many_clients_once) {
     proxy_start(&x, f.port);
     enum { N = 48 };
     pthread_t t[N];
-    ids_arg a[N];
-    for (int i = 0; i < N; i++) {
-        a[i] = (ids_arg){.x = &x, .id = i, .rc = -1};
-        pthread_create(&t[i], NULL, fetch_ids, &a[i]);
-    }
+    waiter_arg a[N];
+    start_clients(&x, N, fetch_ids, a, t);
     store_client *direct = fixture_client(&f);
     const char *started = "started";
     int64_t n = 0;
