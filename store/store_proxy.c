@@ -371,13 +371,28 @@ static void follow_replies(client *c, const uint8_t *d, size_t n) {
     }
 }
 
-static void group_join(client *c, const store_req *req, const uint8_t *raw, size_t used);
+static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *args,
+                       size_t nargs);
 static void group_leave(client *c);
 
-/* Whether req may be sent once for all the clients asking it at once. */
-static int shareable(const client *c, const store_req *req) {
-    return c->answered && c->flen == 0 && c->p->up_state == UP_CONNECTED &&
-           (req->op == STORE_OP_WAIT || req->op == STORE_OP_GET || req->op == STORE_OP_MULTI_GET);
+/* Whether c may share a request now. */
+static int may_share(const client *c) {
+    return c->answered && c->flen == 0 && c->p->up_state == UP_CONNECTED;
+}
+
+static int shareable_op(store_op op) {
+    return op == STORE_OP_WAIT || op == STORE_OP_GET || op == STORE_OP_MULTI_GET;
+}
+
+/* A group whose request d[0..n) begins with, byte for byte: that is then
+ * the request (a request's bytes say where it ends), found without parsing
+ * its 782 keys again for each of a node's ranks. */
+static group *twin_of(const client *c, const uint8_t *d, size_t n) {
+    for (group *g = c->p->groups; g; g = g->next)
+        if (n > g->nargs && d[0] == store_wire_code(c->gen, g->op) &&
+            memcmp(d + 1, g->args, g->nargs) == 0)
+            return g;
+    return NULL;
 }
 
 /* The whole requests at the start of d[0..n): passed to the store, or
@@ -405,6 +420,14 @@ static size_t take_requests(client *c, const uint8_t *d, size_t n) {
             c->gen = store_detect_gen(d + off, n - off);
             if (c->gen == STORE_GEN_UNKNOWN) break;
         }
+        group *twin = may_share(c) && c->gen != STORE_GEN_UNKNOWN ? twin_of(c, d + off, n - off)
+                                                                 : NULL;
+        if (twin) {
+            frames_up(p, c->chan, d + pass, off - pass);
+            group_join(c, twin->op, twin->nitems, d + off + 1, twin->nargs);
+            pass = off += 1 + twin->nargs;
+            continue;
+        }
         store_req req;
         size_t used = 0;
         int rc = store_parse(c->gen, d + off, n - off, &any_size, &req, &used);
@@ -413,9 +436,9 @@ static size_t take_requests(client *c, const uint8_t *d, size_t n) {
             untrack(c);
             break;
         }
-        if (shareable(c, &req)) {
+        if (may_share(c) && shareable_op(req.op)) {
             frames_up(p, c->chan, d + pass, off - pass);
-            group_join(c, &req, d + off, used);
+            group_join(c, req.op, req.nitems, d + off + 1, used - 1);
             pass = off += used;
             continue;
         }
@@ -506,12 +529,12 @@ static void group_free(store_proxy *p, group *g) {
     want_flush(p); /* the next group for the same request may go now */
 }
 
-static void group_join(client *c, const store_req *req, const uint8_t *raw, size_t used) {
+/* c's request op with args (what follows its query type, the same in both
+ * generations) joins the group of that request not yet sent, or a new one. */
+static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *a, size_t n) {
     store_proxy *p = c->p;
-    const uint8_t *a = raw + 1; /* after the query type, the same in both generations */
-    size_t n = used - 1;
     group *g = p->groups;
-    while (g && (g->sent || !same_request(g, req->op, a, n))) g = g->next;
+    while (g && (g->sent || !same_request(g, op, a, n))) g = g->next;
     if (!g) {
         g = calloc(1, sizeof *g);
         if (!g || !(g->args = malloc(n ? n : 1))) {
@@ -520,7 +543,7 @@ static void group_join(client *c, const store_req *req, const uint8_t *raw, size
             return;
         }
         memcpy(g->args, a, n);
-        g->nargs = n, g->op = req->op, g->nitems = req->nitems;
+        g->nargs = n, g->op = op, g->nitems = nitems;
         g->next = p->groups;
         p->groups = g;
     }

@@ -736,3 +736,34 @@ TEST(store_proxy_relays_a_watching_client_as_bytes) {
     proxy_stop(&x);
     fixture_stop(&f);
 }
+
+/* A CHECK of the keys a shared WAIT waits for has the same arguments, not
+ * the same meaning: it is answered at once. */
+TEST(store_proxy_a_check_is_not_the_wait_for_the_same_keys) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    pthread_t t;
+    cancel_arg w = {.x = &x, .timeout_ms = 5000};
+    pthread_create(&t, NULL, wait_never, &w); /* WAIT ["late"], shared */
+    sleep_ms(200);
+    store_client *c = proxied(&x, STORE_GEN_V2);
+    int64_t n;
+    CHECK_EQ(store_add(c, "waiters", 0, &n), 0);
+    CHECK_EQ(n, 1); /* the waiter is there */
+    const char *k = "late";
+    int all = 1;
+    int64_t t0 = clock_now_ms();
+    CHECK_EQ(store_check(c, 1, &k, &all), 0);
+    CHECK_EQ(all, 0);
+    CHECK(clock_now_ms() - t0 < 1000);
+    store_client *direct = fixture_client(&f);
+    CHECK_EQ(store_set(direct, "late", "1", 1), 0);
+    pthread_join(t, NULL);
+    CHECK_EQ(w.rc, 0);
+    store_client_close(c);
+    store_client_close(direct);
+    proxy_stop(&x);
+    fixture_stop(&f);
+}
