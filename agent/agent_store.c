@@ -182,7 +182,8 @@ void agent_store_linger(const agent_store *s, const char *rdzv_id, const char *a
 int agent_store_proxy_start(agent_store *s, const agent_config *c, uv_loop_t *loop) {
     if (!agent_config_store_proxy(c)) return 0;
     store_proxy_opts o = {.upstream_host = s->host ? "127.0.0.1" : s->addr,
-                          .upstream_port = s->port, .token = c->env.store_token};
+                          .upstream_port = s->port, .token = c->env.store_token,
+                          .stall_report_ms = (int)(c->env.store_stall_s * 1000)};
     int rc = store_proxy_start(loop, &o, &s->proxy);
     if (rc) {
         log_error("--store-proxy: cannot listen on 127.0.0.1 for this node's workers: %s",

@@ -34,6 +34,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/sock_owner.h"
 #include "proto/store_proto.h"
 #include "proto/store_reply.h"
 
@@ -69,6 +70,12 @@ typedef struct client {
     uint32_t fhead, flen, fcap;
     struct group *joined;  /* its request is this group's */
     struct client *next_member;
+    /* its WAIT, for the stall report */
+    int peer_port;
+    uint64_t wait_since;   /* when it was made (the loop's clock); 0: none */
+    uint8_t *wait_args;    /* its key list as sent */
+    size_t wait_nargs;
+    int wait_told;
 } client;
 
 /* One request sent for several clients. */
@@ -114,6 +121,8 @@ struct store_proxy {
     int port, listen_port;
     store_proxy_stats st;
     int closing, handles;
+    uv_timer_t stall_timer;
+    int stall_ms;
     void (*close_cb)(void *);
     void *close_arg;
     log_rate log;
@@ -323,6 +332,22 @@ static void untrack(client *c) {
     c->flen = c->fcap = c->fhead = 0;
 }
 
+/* The stall report's record of a client's WAIT: its keys and when. */
+static void wait_note(client *c, const uint8_t *args, size_t nargs) {
+    free(c->wait_args);
+    c->wait_args = malloc(nargs ? nargs : 1);
+    c->wait_since = c->wait_args ? uv_now(c->p->loop) + 1 : 0;
+    if (c->wait_args) memcpy(c->wait_args, args, nargs);
+    c->wait_nargs = nargs;
+    c->wait_told = 0;
+}
+
+static void wait_done(client *c) {
+    free(c->wait_args);
+    c->wait_args = NULL;
+    c->wait_since = 0;
+}
+
 /* Notes the reply that a request passed to the store will get. */
 static void expect_reply(client *c, const store_req *req) {
     store_reply r;
@@ -362,12 +387,16 @@ static void follow_replies(client *c, const uint8_t *d, size_t n) {
          * WAIT_CANCELED comes alone */
         if (r->wait && store_reply_untouched(r) && c->flen > 1 && fifo_at(c, 1)->cancel &&
             d[at] == STORE_WAIT_CANCELED) {
+            wait_done(c);
             fifo_pop(c);
             continue;
         }
         int done = 0;
         at += store_reply_scan(r, d + at, n - at, &done);
-        if (done) fifo_pop(c);
+        if (done) {
+            if (r->wait) wait_done(c);
+            fifo_pop(c);
+        }
     }
 }
 
@@ -449,6 +478,7 @@ static size_t take_requests(client *c, const uint8_t *d, size_t n) {
             untrack(c);
             break;
         }
+        if (req.op == STORE_OP_WAIT) wait_note(c, d + off + 1, used - 1);
         off += used;
         expect_reply(c, &req);
     }
@@ -548,6 +578,7 @@ static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *a
         p->groups = g;
     }
     c->joined = g;
+    if (op == STORE_OP_WAIT) wait_note(c, a, n);
     c->next_member = g->members;
     g->members = c;
     g->nmembers++;
@@ -558,6 +589,7 @@ static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *a
 static void group_leave(client *c) {
     group *g = c->joined;
     c->joined = NULL;
+    wait_done(c);
     for (client **at = &g->members; *at; at = &(*at)->next_member)
         if (*at == c) {
             *at = c->next_member;
@@ -635,6 +667,7 @@ static void group_reply(store_proxy *p, group *g, const uint8_t *d, size_t n) {
     g->members = NULL;
     for (client *m = members; m; m = m->next_member) {
         m->joined = NULL;
+        wait_done(m);
         client_write(m, g->out.data, g->out.len);
     }
     group_free(p, g);
@@ -855,6 +888,7 @@ static void on_client_closed(uv_handle_t *h) {
     store_proxy *p = c->p;
     buf_free(&c->in);
     free(c->fifo);
+    free(c->wait_args);
     free(c);
     p->handles--;
     maybe_closed(p);
@@ -934,6 +968,11 @@ static void on_accept(uv_stream_t *listener, int status) {
     }
     p->conn[c->chan] = c;
     p->state[c->chan] = CHAN_OPEN;
+    struct sockaddr_storage peer;
+    int plen = sizeof peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &plen) == 0)
+        c->peer_port = peer.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&peer)->sin6_port)
+                                                  : ntohs(((struct sockaddr_in *)&peer)->sin_port);
     uv_tcp_nodelay(&c->tcp, 1);
     uv_read_start((uv_stream_t *)&c->tcp, client_alloc, on_client_read);
     up_connect(p);
@@ -941,6 +980,57 @@ static void on_accept(uv_stream_t *listener, int status) {
 
 static void client_resume(client *c) {
     uv_read_start((uv_stream_t *)&c->tcp, client_alloc, on_client_read);
+}
+
+/* ---- the stall report ----------------------------------------------------- */
+
+/* A WAIT's keys, quoted and comma-separated, into out. */
+static void wait_keys(const client *c, char *out, size_t cap) {
+    const uint8_t *a = c->wait_args, *end = a + c->wait_nargs;
+    size_t at = 0;
+    out[0] = '\0';
+    if (c->wait_nargs < 8) return;
+    uint64_t n = store_load_u64(a);
+    a += 8;
+    for (uint64_t i = 0; i < n && end - a >= 8 && at < cap; i++) {
+        uint64_t len = store_load_u64(a);
+        a += 8;
+        if ((uint64_t)(end - a) < len) break;
+        at += (size_t)snprintf(out + at, cap - at, "%s'%.*s'", i ? ", " : "",
+                               (int)(len < 120 ? len : 120), (const char *)a);
+        a += len;
+    }
+}
+
+/* Clients that have waited stall_ms for keys: named in one warning, with
+ * the rank and pid of each (the store's own report names this node's
+ * proxy, not its workers), once per wait. */
+static void on_stall_timer(uv_timer_t *t) {
+    store_proxy *p = t->data;
+    uint64_t now = uv_now(p->loop);
+    char msg[4096];
+    size_t at = 0;
+    for (uint32_t i = 0; i < p->cap && at < sizeof msg - 1; i++) {
+        client *c = p->conn[i];
+        if (!c || c->closing || !c->wait_since || c->wait_told ||
+            now + 1 - c->wait_since < (uint64_t)p->stall_ms)
+            continue;
+        c->wait_told = 1;
+        char keys[1024], who[96];
+        wait_keys(c, keys, sizeof keys);
+        if (strncmp(keys, "'/ddprun/", 9) == 0) continue; /* ddprun's own */
+        pid_t pid = c->peer_port ? sock_owner_pid(c->peer_port, p->listen_port) : 0;
+        int rank = pid ? sock_owner_env_int(pid, "RANK") : -1;
+        if (rank >= 0) snprintf(who, sizeof who, "rank %d (pid %d)", rank, (int)pid);
+        else if (pid) snprintf(who, sizeof who, "pid %d", (int)pid);
+        else snprintf(who, sizeof who, "client #%u", c->chan);
+        at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%s waits for %s", at ? "; " : "",
+                               who, keys);
+    }
+    if (at)
+        log_warn("store proxy: workers of this node have waited over %.0f s for keys that "
+                 "nobody has set (a worker that never got there, or a set-up stuck): %s",
+                 p->stall_ms / 1000.0, msg);
 }
 
 /* ---- lifetime --------------------------------------------------------------- */
@@ -970,7 +1060,15 @@ int store_proxy_start(uv_loop_t *loop, const store_proxy_opts *o, store_proxy **
     p->listener.data = p;
     uv_idle_init(loop, &p->flush);
     p->flush.data = p;
-    p->handles = 2;
+    uv_timer_init(loop, &p->stall_timer);
+    p->stall_timer.data = p;
+    p->handles = 3;
+    p->stall_ms = o->stall_report_ms > 0 ? o->stall_report_ms : 0;
+    if (p->stall_ms) {
+        uint64_t every = (uint64_t)p->stall_ms / 4 + 1;
+        uv_timer_start(&p->stall_timer, on_stall_timer, every, every);
+        uv_unref((uv_handle_t *)&p->stall_timer);
+    }
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
@@ -1033,5 +1131,6 @@ void store_proxy_close(store_proxy *p, void (*cb)(void *), void *arg) {
     drop_clients(p);
     uv_close((uv_handle_t *)&p->listener, on_handle_closed);
     uv_close((uv_handle_t *)&p->flush, on_handle_closed);
+    uv_close((uv_handle_t *)&p->stall_timer, on_handle_closed);
     maybe_closed(p);
 }

@@ -28,6 +28,9 @@ typedef struct {
     const char *upstream_host; /* the job's store (ddprun's, which multiplexes) */
     int upstream_port;
     const char *token;         /* presented upstream first (DDPRUN_STORE_TOKEN); NULL: none */
+    int stall_report_ms;       /* > 0: clients that have waited this long in a WAIT are
+                                * named in a warning, with their rank and pid (as the
+                                * store's own report, which names this proxy); 0: off */
 } store_proxy_opts;
 
 typedef struct {

@@ -4,8 +4,9 @@
 # it (as when a rank never reaches its set-up, or reads another round's
 # keys). After DDPRUN_STORE_STALL_S (1 s here; 60 by default) the agent
 # names, in one warning, each waiting client by rank and pid and the key it
-# waits for. A wait that ends in time, and the agents' own waits, are never
-# reported; a bad DDPRUN_STORE_STALL_S is refused.
+# waits for; through the agent's store proxy (--store-proxy on), the agent
+# names them so itself. A wait that ends in time, and the agents' own waits,
+# are never reported; a bad DDPRUN_STORE_STALL_S is refused.
 # timeout: 60
 # shellcheck source=tests/lib/agent.bash disable=SC2154 # PID_<name> come from start_ddprun
 source "$(dirname "$0")/../lib/agent.bash"
@@ -39,6 +40,17 @@ done
 kill -TERM "$PID_stuck"
 wait_exit 30 "$PID_stuck"
 echo "reported: ${line#*ddprun: warning: }"
+
+# Through the agent's store proxy the store can name only the node's proxy;
+# the agent names its own workers, by rank and pid.
+start_ddprun proxied --standalone --store-proxy on --nproc-per-node=2 --no-python "$worker"
+proxy_named() { grep "store proxy: workers of this node have waited over 1 s" "$TMP/proxied.err" |
+    grep -qE "rank $1 \(pid [0-9]+\) waits for 'ready_from_$((1 - $1))'"; }
+for _ in $(seq 150); do proxy_named 0 && proxy_named 1 && break; sleep 0.1; done
+{ proxy_named 0 && proxy_named 1; } || { dump proxied; die "the proxy did not name both waiting ranks"; }
+kill -TERM "$PID_proxied"
+wait_exit 30 "$PID_proxied"
+echo "reported by the proxy: $(grep "store proxy: workers of this node" "$TMP/proxied.err" | head -n1 | sed 's/.*warning: //')"
 
 # A wait that ends within the time: nothing said.
 QUICK=1 start_ddprun quick --standalone --nproc-per-node=2 --no-python "$worker"

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,10 +40,11 @@ static void *proxy_main(void *arg) {
     return NULL;
 }
 
-static void proxy_start(proxy_fixture *x, int store_port) {
+static void proxy_start_stall(proxy_fixture *x, int store_port, int stall_ms) {
     memset(x, 0, sizeof *x);
     uv_loop_init(&x->loop);
-    store_proxy_opts o = {.upstream_host = "127.0.0.1", .upstream_port = store_port};
+    store_proxy_opts o = {.upstream_host = "127.0.0.1", .upstream_port = store_port,
+                          .stall_report_ms = stall_ms};
     int rc = store_proxy_start(&x->loop, &o, &x->p);
     if (rc) test_fail(__FILE__, __LINE__, "store_proxy_start: %s", strerror(-rc));
     x->port = store_proxy_port(x->p);
@@ -50,6 +52,8 @@ static void proxy_start(proxy_fixture *x, int store_port) {
     x->stop.data = x;
     pthread_create(&x->thread, NULL, proxy_main, x);
 }
+
+static void proxy_start(proxy_fixture *x, int store_port) { proxy_start_stall(x, store_port, 0); }
 
 static void proxy_stop(proxy_fixture *x) {
     uv_async_send(&x->stop);
@@ -766,4 +770,60 @@ TEST(store_proxy_a_check_is_not_the_wait_for_the_same_keys) {
     store_client_close(direct);
     proxy_stop(&x);
     fixture_stop(&f);
+}
+
+typedef struct {
+    proxy_fixture *x;
+    const char *key;
+    int rc;
+} stall_arg;
+
+static void *wait_key(void *p) {
+    stall_arg *a = p;
+    store_client *c = proxied(a->x, STORE_GEN_V2);
+    int64_t n;
+    a->rc = store_add(c, "waiters", 1, &n);
+    if (a->rc == 0) a->rc = store_wait(c, 1, &a->key, 5000);
+    store_client_close(c);
+    return NULL;
+}
+
+/* A worker that waits too long for a key is named by the proxy, with its
+ * pid (the store can name only the proxy): once, and not for ddprun's own
+ * keys nor once its wait is over. */
+TEST(store_proxy_names_its_clients_that_wait_too_long) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    int fd = memfd_create("stderr", 0), saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    proxy_fixture x;
+    proxy_start_stall(&x, f.port, 300);
+    pthread_t t[3];
+    stall_arg a[3] = {{&x, "never", -1}, {&x, "/ddprun/job/x", -1}, {&x, "soon", -1}};
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, wait_key, &a[i]);
+    store_client *direct = fixture_client(&f);
+    sleep_ms(100);
+    CHECK_EQ(store_set(direct, "soon", "1", 1), 0);
+    sleep_ms(900);
+    CHECK_EQ(store_set(direct, "never", "1", 1), 0);
+    CHECK_EQ(store_set(direct, "/ddprun/job/x", "1", 1), 0);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(a[i].rc, 0);
+    }
+    store_client_close(direct);
+    proxy_stop(&x);
+    fixture_stop(&f);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *out = calloc(1, (size_t)n + 1);
+    CHECK_EQ(pread(fd, out, (size_t)n, 0), (ssize_t)n);
+    close(fd);
+    char want[64];
+    snprintf(want, sizeof want, "pid %d waits for 'never'", (int)getpid());
+    if (!strstr(out, want) || strstr(out, "ddprun/job") || strstr(out, "soon"))
+        test_fail(__FILE__, __LINE__, "wanted \"%s\" alone, got: %s", want, out);
+    CHECK(strstr(strstr(out, "waits for") + 1, "waits for") == NULL); /* once */
+    free(out);
 }
