@@ -323,10 +323,14 @@ static void fifo_pop(client *c) {
     c->flen--;
 }
 
+static void wait_done(client *c);
+
 /* Relays the channel as bytes from here on (what it holds goes up with
- * its next bytes, client_take). */
+ * its next bytes, client_take); when its wait ends can no longer be told,
+ * so the stall report forgets it. */
 static void untrack(client *c) {
     c->untracked = 1;
+    if (!c->joined) wait_done(c);
     free(c->fifo);
     c->fifo = NULL;
     c->flen = c->fcap = c->fhead = 0;
