@@ -29,7 +29,10 @@
 # 2 by default), LOAD (busy loops, one per CPU by default 0, that run
 # through the rest: a CPU-saturated machine; make bench-soak), STORE_NICE (the
 # store's or etcd's niceness, 0; -10 stands for a host of its own), KEEP (a directory: each job's files, its agents'
-# logs and its workers' starts, are copied there). Exits 1 when a phase of ours failed or timed out,
+# logs and its workers' starts, are copied there), STORE_PROXY (on or off:
+# our agents run with --store-proxy so, and every worker first does what
+# init_process_group does in the workers' store: an ADD, the last rank's SET,
+# a WAIT; through its agent's proxy when on). Exits 1 when a phase of ours failed or timed out,
 # so that tests/integration/scale_small.sh can run a small one in make
 # check.
 set -u
@@ -132,7 +135,9 @@ job() {
     for ((i = 0; i < n; i++)); do : > "$OUT/n$i"; done
     for ((i = 0; i < n; i++)); do
         if [ "$launcher" = ddprun ]; then
-            SCALE_OUT=$OUT SCALE_NODE=$i "$DDPRUN" --nnodes "$((n - 2)):$n" --nproc-per-node 1 \
+            SCALE_OUT=$OUT SCALE_NODE=$i SCALE_STORE=${STORE_PROXY:-} PATH=$ROOT/build/bin:$PATH \
+                "$DDPRUN" --nnodes "$((n - 2)):$n" --nproc-per-node 1 \
+                ${STORE_PROXY:+--store-proxy "$STORE_PROXY"} \
                 --max-restarts 10 --rdzv-backend "$backend" --rdzv-endpoint "$endpoint" \
                 --rdzv-id "scale$n" --local-addr "node$i" \
                 --rdzv-conf "join_timeout=$CAP${HEARTBEAT:+,keep_alive_interval=$HEARTBEAT}" \
