@@ -220,12 +220,16 @@ static void window_work(void *ctx, void *arg) {
     (void)ctx;
     window_job *j = arg;
     int side = j->w->o.side_conn;
-    char *json = speeds_json(j->mine, j->n);
-    int rc = json ? rdzv_publish_node_info(j->rd, side, j->round, "speed", j->group_rank, json)
-                  : -ENOMEM;
-    free(json);
-    if (rc) log_debug("cannot publish the workers' compute: %s", strerror(-rc));
+    if (j->n > 0) {
+        char *json = speeds_json(j->mine, j->n);
+        int rc = json ? rdzv_publish_node_info(j->rd, side, j->round, "speed", j->group_rank,
+                                               json)
+                      : -ENOMEM;
+        free(json);
+        if (rc) log_debug("cannot publish the workers' compute: %s", strerror(-rc));
+    }
     if (j->group_rank == 0) judge(j);
+    if (j->n == 0) return; /* no rank of this node to look for in the list */
     if (rdzv_node_infos(j->rd, side, j->round, "stragglers", 1, &j->list) != 0) return;
     json_t *arr = j->list ? json_loads(j->list, 0, NULL) : NULL;
     double c, m;
@@ -323,6 +327,14 @@ static void on_window(uv_timer_t *t) {
                       .round = w->round.round, .group_rank = w->round.group_rank,
                       .nodes = w->round.group_world_size > 1 ? w->round.group_world_size : 1,
                       .spares = -1};
+    if (j->n == 0 && j->group_rank != 0) {
+        /* workers that keep no step record (a script, not ddp-train): this
+         * node has nothing to publish or look for (at 1,000 idle nodes on
+         * etcd, 200 requests a second for nothing) */
+        free(mine);
+        free(j);
+        return;
+    }
     if (side_calls_run(w->o.side, window_work, window_done, j) == 0) {
         w->busy = 1;
     } else {
