@@ -20,6 +20,10 @@ const char *test_tmpdir(void);
 /* test_tmpdir()/name, in one of four rotating buffers (so a few can be in
  * use at once). */
 const char *test_path(const char *name);
+/* Until test_stderr_end(), stderr goes to a memory file; that returns what
+ * was written to it (the caller frees it). Not nested. */
+void test_stderr_begin(void);
+char *test_stderr_end(void);
 
 #define TEST(name)                                                        \
     static void name(void);                                               \

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -12,16 +11,9 @@
 
 /* Runs fn with stderr going to a memory file; returns what it got. */
 static char *capture_stderr(void (*fn)(log_rate *), log_rate *r) {
-    int fd = memfd_create("stderr", 0), saved = dup(STDERR_FILENO);
-    dup2(fd, STDERR_FILENO);
+    test_stderr_begin();
     fn(r);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *out = calloc(1, (size_t)n + 1);
-    CHECK_EQ(pread(fd, out, (size_t)n, 0), (ssize_t)n);
-    close(fd);
-    return out;
+    return test_stderr_end();
 }
 
 static int count_lines(const char *s) {

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -140,4 +141,27 @@ int main(int argc, char **argv) {
         if (wanted && run_one(&tests[i], timeout_s, suite) == 1) failed++;
     }
     return failed ? 1 : 0;
+}
+
+static int stderr_mem = -1, stderr_saved = -1;
+
+void test_stderr_begin(void) {
+    fflush(stderr);
+    stderr_mem = memfd_create("stderr", 0);
+    stderr_saved = dup(STDERR_FILENO);
+    if (stderr_mem < 0 || stderr_saved < 0) test_fail(__FILE__, __LINE__, "cannot capture stderr");
+    dup2(stderr_mem, STDERR_FILENO);
+}
+
+char *test_stderr_end(void) {
+    fflush(stderr);
+    dup2(stderr_saved, STDERR_FILENO);
+    close(stderr_saved);
+    off_t n = lseek(stderr_mem, 0, SEEK_END);
+    char *out = calloc(1, (size_t)n + 1);
+    if (!out || pread(stderr_mem, out, (size_t)n, 0) != (ssize_t)n)
+        test_fail(__FILE__, __LINE__, "cannot read what stderr got");
+    close(stderr_mem);
+    stderr_mem = stderr_saved = -1;
+    return out;
 }

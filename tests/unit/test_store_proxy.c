@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -794,8 +793,7 @@ static void *wait_key(void *p) {
 TEST(store_proxy_names_its_clients_that_wait_too_long) {
     store_fixture f;
     fixture_start(&f, NULL);
-    int fd = memfd_create("stderr", 0), saved = dup(STDERR_FILENO);
-    dup2(fd, STDERR_FILENO);
+    test_stderr_begin();
     proxy_fixture x;
     proxy_start_stall(&x, f.port, 300);
     pthread_t t[3];
@@ -814,12 +812,7 @@ TEST(store_proxy_names_its_clients_that_wait_too_long) {
     store_client_close(direct);
     proxy_stop(&x);
     fixture_stop(&f);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *out = calloc(1, (size_t)n + 1);
-    CHECK_EQ(pread(fd, out, (size_t)n, 0), (ssize_t)n);
-    close(fd);
+    char *out = test_stderr_end();
     char want[64];
     snprintf(want, sizeof want, "pid %d waits for 'never'", (int)getpid());
     if (!strstr(out, want) || strstr(out, "ddprun/job") || strstr(out, "soon"))
