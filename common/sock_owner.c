@@ -65,6 +65,16 @@ pid_t sock_owner_pid(int local_port, int remote_port) {
     return inode ? inode_owner(inode) : 0;
 }
 
+void sock_owner_name(int local_port, int peer_port, const char *addr, char *out, size_t len) {
+    pid_t pid = peer_port ? sock_owner_pid(peer_port, local_port) : 0;
+    int rank = pid ? sock_owner_env_int(pid, "RANK") : -1;
+    const char *sep = addr ? ", " : "", *at = addr ? addr : "";
+    if (rank >= 0) snprintf(out, len, "rank %d (pid %d%s%s)", rank, (int)pid, sep, at);
+    else if (pid) snprintf(out, len, "pid %d%s%s%s", (int)pid, addr ? " (" : "", at,
+                           addr ? ")" : "");
+    else snprintf(out, len, "%s", at);
+}
+
 int sock_owner_env_int(pid_t pid, const char *name) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);

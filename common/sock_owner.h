@@ -12,5 +12,9 @@
 pid_t sock_owner_pid(int local_port, int remote_port);
 /* The integer value of variable name in pid's environment, or -1. */
 int sock_owner_env_int(pid_t pid, const char *name);
+/* Names the local process at the other end of a connection to local_port
+ * from peer_port: "rank R (pid P" or "pid P", then ", addr)" or ")" with
+ * addr NULL; just addr (or "") where no process of this host holds it. */
+void sock_owner_name(int local_port, int peer_port, const char *addr, char *out, size_t len);
 
 #endif

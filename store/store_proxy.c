@@ -73,7 +73,7 @@ typedef struct client {
     /* its WAIT, for the stall report */
     int peer_port;
     uint64_t wait_since;   /* when it was made (the loop's clock); 0: none */
-    uint8_t *wait_args;    /* its key list as sent */
+    uint8_t *wait_args;    /* its key list as sent, unless it is its group's */
     size_t wait_nargs;
     int wait_told;
 } client;
@@ -336,13 +336,18 @@ static void untrack(client *c) {
     c->flen = c->fcap = c->fhead = 0;
 }
 
-/* The stall report's record of a client's WAIT: its keys and when. */
+/* The stall report's record of a client's WAIT: when, and its keys (a
+ * copy where they are not its group's). Nothing without the report. */
 static void wait_note(client *c, const uint8_t *args, size_t nargs) {
+    if (!c->p->stall_ms) return;
     free(c->wait_args);
-    c->wait_args = malloc(nargs ? nargs : 1);
-    c->wait_since = c->wait_args ? uv_now(c->p->loop) + 1 : 0;
-    if (c->wait_args) memcpy(c->wait_args, args, nargs);
-    c->wait_nargs = nargs;
+    c->wait_args = NULL;
+    c->wait_nargs = 0;
+    if (!c->joined && (c->wait_args = malloc(nargs ? nargs : 1))) {
+        memcpy(c->wait_args, args, nargs);
+        c->wait_nargs = nargs;
+    }
+    c->wait_since = c->joined || c->wait_args ? uv_now(c->p->loop) + 1 : 0;
     c->wait_told = 0;
 }
 
@@ -990,10 +995,11 @@ static void client_resume(client *c) {
 
 /* A WAIT's keys, quoted and comma-separated, into out. */
 static void wait_keys(const client *c, char *out, size_t cap) {
-    const uint8_t *a = c->wait_args, *end = a + c->wait_nargs;
-    size_t at = 0;
+    const uint8_t *a = c->joined ? c->joined->args : c->wait_args;
+    size_t nargs = c->joined ? c->joined->nargs : c->wait_nargs, at = 0;
+    const uint8_t *end = a + nargs;
     out[0] = '\0';
-    if (c->wait_nargs < 8) return;
+    if (nargs < 8) return;
     uint64_t n = store_load_u64(a);
     a += 8;
     for (uint64_t i = 0; i < n && end - a >= 8 && at < cap; i++) {
@@ -1023,11 +1029,8 @@ static void on_stall_timer(uv_timer_t *t) {
         char keys[1024], who[96];
         wait_keys(c, keys, sizeof keys);
         if (strncmp(keys, "'/ddprun/", 9) == 0) continue; /* ddprun's own */
-        pid_t pid = c->peer_port ? sock_owner_pid(c->peer_port, p->listen_port) : 0;
-        int rank = pid ? sock_owner_env_int(pid, "RANK") : -1;
-        if (rank >= 0) snprintf(who, sizeof who, "rank %d (pid %d)", rank, (int)pid);
-        else if (pid) snprintf(who, sizeof who, "pid %d", (int)pid);
-        else snprintf(who, sizeof who, "client #%u", c->chan);
+        sock_owner_name(p->listen_port, c->peer_port, NULL, who, sizeof who);
+        if (!who[0]) snprintf(who, sizeof who, "client #%u", c->chan);
         at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%s waits for %s", at ? "; " : "",
                                who, keys);
     }

@@ -620,11 +620,7 @@ static void on_pending(uv_idle_t *idle) {
 /* A client named for the stall report: its address, and where it is a
  * process of this host, its pid and rank. */
 static void name_client(const store_server *srv, const store_conn *c, char *out, size_t len) {
-    pid_t pid = c->peer_port ? sock_owner_pid(c->peer_port, srv->port) : 0;
-    int rank = pid ? sock_owner_env_int(pid, "RANK") : -1;
-    if (rank >= 0) snprintf(out, len, "rank %d (pid %d, %s)", rank, (int)pid, c->peer);
-    else if (pid) snprintf(out, len, "pid %d (%s)", (int)pid, c->peer);
-    else snprintf(out, len, "%s", c->peer);
+    sock_owner_name(srv->port, c->peer_port, c->peer, out, len);
 }
 
 /* Waits on keys nobody has set, older than stall_report_ms: one warning
