@@ -65,10 +65,14 @@ static void on_write(uv_write_t *req, int status) {
 }
 
 /* Reads a throttled connection's requests again once half the soft limit
- * has gone out, starting with those it had sent already. */
+ * has gone out, starting with those it had sent already. The request it
+ * had half sent waited on us, not on it: its time starts again now (else
+ * the request timeout could drop it before the next read brings the rest,
+ * a multiplexed connection with a frame half read above all). */
 static void conn_maybe_resume(store_conn *c) {
     if (!c->throttled || c->closing || store_conn_unsent(c) >= store_out_soft(c->srv) / 2) return;
     c->throttled = 0;
+    c->progress_ms = uv_now(c->srv->loop);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (c->in.len > 0) store_conn_mark_pending(c);
 }
