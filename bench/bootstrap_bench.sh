@@ -12,7 +12,10 @@
 #  3. ddprun through per-node proxies: R/RANKS_PER_NODE processes of
 #     `ddprun-store --proxy-to STORE`, one per simulated node, each on a
 #     port of its own, the simulator's node n connecting to proxy n; R in
-#     RANKS_PROXY. Skipped while ddprun-store has no --proxy-to.
+#     RANKS_PROXY, with the CPU seconds each side used meanwhile (the store,
+#     the proxies, the simulated ranks: on one machine their sum is the
+#     bound, on a cluster only the store's is central). Skipped while
+#     ddprun-store has no --proxy-to.
 #
 # The goal it checks: 100,000 ranks in under 10 s. One server process here
 # may hold 20,000 descriptors, so direct runs beyond ~19,000 ranks fail,
@@ -69,6 +72,11 @@ stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 # Peak resident memory of a live process, MiB.
 hwm_mib() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo -; }
+
+# CPU seconds a live process has run so far (its scheduler's count, ns).
+cpu_s() { awk '{ printf "%.4f", $1 / 1e9 }' "/proc/$1/schedstat" 2>/dev/null || echo 0; }
+# cpu_of PID...: each one's cpu_s, a line each.
+cpu_of() { local p; for p in "$@"; do cpu_s "$p"; echo; done; }
 
 
 # sim LABEL R ENDPOINTS ARGS...: one bootstrap-sim run; prints its line
@@ -182,12 +190,16 @@ goal="not measured"
 if ! "$STORE" --help 2>&1 | grep -q -- '--proxy-to'; then
     echo "Skipped: ddprun-store has no --proxy-to yet."
 else
-    echo "| ranks | nodes = proxies | ours via proxies s | ours direct s | torch direct s | ours via proxies / torch direct | done p99 ms | store peak RSS MiB |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "CPU seconds (user + system, the last round): the job's store; every proxy together and"
+    echo "the busiest one; every simulated rank together. On a cluster only the store's are"
+    echo "central: each proxy and its node's ranks have that node's cores."
+    echo
+    echo "| ranks | nodes = proxies | ours via proxies s | ours direct s | torch direct s | ours via proxies / torch direct | done p99 ms | store peak RSS MiB | CPU s: store / proxies (busiest) / ranks |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for r in $RANKS_PROXY; do
         m=$(((r + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
         : > "$TMP/proxy.vals"
-        p99=- rss=-
+        p99=- rss=- cpu=-
         for round in $(seq "$ROUNDS"); do
             start_server "store.proxied.$r.$round" "$STORE" --host 127.0.0.1 --port 0
             store_pid=$SERVER_PID store_port=$SERVER_PORT
@@ -215,8 +227,15 @@ else
                 fi
                 eps+=("127.0.0.1:$port")
             done
+            # (the CPU they used starting is not the bootstrap's)
+            cpu_of "$store_pid" "${ppids[@]}" > "$TMP/cpu.before"
             line=$(sim "proxied.$r.$round" "$r" "$(IFS=,; echo "${eps[*]}")" --src-per-node)
             rss=$(hwm_mib "$store_pid")
+            cpu_of "$store_pid" "${ppids[@]}" > "$TMP/cpu.after"
+            cpu=$(paste "$TMP/cpu.before" "$TMP/cpu.after" | awk -v ranks="$(field cpu_s "$line")" '
+                NR == 1 { store = $2 - $1; next }
+                { d = $2 - $1; s += d; if (d > m) m = d }
+                END { printf "%.2f / %.2f (%.3f) / %s", store, s, m, ranks }')
             for p in "${ppids[@]}"; do kill "$p" 2>/dev/null || true; done
             for p in "${ppids[@]}"; do wait "$p" 2>/dev/null || true; done
             stop_pid "$store_pid"
@@ -227,7 +246,7 @@ else
         v=$(median < "$TMP/proxy.vals")
         # The direct figures where the first table ran this R.
         od=${DIRECT_OURS[$r]:--} td=${DIRECT_TORCH[$r]:--}
-        echo "| $r | $m | $v | $od | $td | $(ratio "$v" "$td") | $p99 | $rss |"
+        echo "| $r | $m | $v | $od | $td | $(ratio "$v" "$td") | $p99 | $rss | $cpu |"
         if [ "$r" -ge 100000 ]; then
             if awk -v s="$v" 'BEGIN { exit !(s ~ /^[0-9.]+$/ && s < 10) }'; then goal="met ($v s)"
             else goal="NOT met ($v)"; fi

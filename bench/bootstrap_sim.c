@@ -1005,6 +1005,11 @@ int main(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     int64_t end = clock_now_ns() - sh->t0_ns;
+    struct rusage ru;
+    double cpu = 0;
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+        cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+              (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 
     int64_t *tmp = malloc(R * sizeof *tmp);
     if (!tmp) die("out of memory");
@@ -1017,9 +1022,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < R; i++) retries += attempts[i] > 1 ? attempts[i] - 1 : 0;
     printf("bootstrap ranks=%d nodes=%d endpoints=%d procs=%d nccl=%s uid_keys=%d barrier=%d "
            "ok=%d failed=%d seconds=%.3f connect_p50_ms=%.1f connect_p99_ms=%.1f "
-           "connect_max_ms=%.1f done_p50_ms=%.1f done_p99_ms=%.1f connect_retries=%ld\n",
+           "connect_max_ms=%.1f done_p50_ms=%.1f done_p99_ms=%.1f connect_retries=%ld cpu_s=%.2f\n",
            o.ranks, o.nodes, neps, o.procs, o.nccl == NCCL_NCCL2 ? "nccl2" : "legacy", p.nkeys,
-           o.barrier, ok, o.ranks - ok, secs, c50, c99, cmax, done_p50, done_p99, retries);
+           o.barrier, ok, o.ranks - ok, secs, c50, c99, cmax, done_p50, done_p99, retries, cpu);
     fflush(stdout);
     return ok == o.ranks && !bad ? 0 : 1;
 }

@@ -94,10 +94,20 @@ typedef struct group {
     uint32_t nmembers;
 } group;
 
+/* Bytes that several writes send (a group's reply, to each member): freed
+ * with the last reference. */
+typedef struct {
+    size_t refs;
+    size_t len;
+    uint8_t data[];
+} shared_bytes;
+
 typedef struct {
     uv_write_t req;
-    buf_t data;
-    client *c; /* NULL: the upstream connection's */
+    buf_t data;           /* the bytes it owns, or */
+    shared_bytes *shared; /* the shared ones it refers to */
+    size_t len;           /* its bytes */
+    client *c;            /* NULL: the upstream connection's */
 } wreq;
 
 struct store_proxy {
@@ -110,6 +120,7 @@ struct store_proxy {
     int reconnect;    /* a client came while the old upstream handle was closing */
     size_t handshake; /* reply bytes of HELLO/MUX still to read */
     buf_t up_in, up_out;
+    buf_t up_spare; /* a written upstream buffer, kept for the next */
     size_t up_inflight;
     int npaused;   /* clients whose reading is paused (UP_SOFT) */
     client **conn; /* by channel */
@@ -210,7 +221,12 @@ static void on_up_write(uv_write_t *req, int status) {
     wreq *w = (wreq *)req;
     store_proxy *p = req->data;
     size_t n = w->data.len;
-    buf_free(&w->data);
+    if (!p->up_spare.data) {
+        p->up_spare = w->data;
+        buf_clear(&p->up_spare);
+    } else {
+        buf_free(&w->data);
+    }
     free(w);
     p->up_inflight -= n;
     if (status < 0) {
@@ -242,7 +258,8 @@ static void up_flush(store_proxy *p) {
         return;
     }
     w->data = p->up_out;
-    p->up_out = (buf_t)BUF_INIT;
+    p->up_out = p->up_spare; /* (its allocation's pages are the process's already) */
+    p->up_spare = (buf_t)BUF_INIT;
     w->req.data = p;
     uv_buf_t b = uv_buf_init((char *)w->data.data, (unsigned)w->data.len);
     p->up_inflight += w->data.len;
@@ -262,18 +279,24 @@ static void on_idle_flush(uv_idle_t *h) {
     up_flush(p);
 }
 
+static void shared_release(shared_bytes *sh) {
+    if (sh && --sh->refs == 0) free(sh);
+}
+
 static void on_client_write(uv_write_t *req, int status) {
     wreq *w = (wreq *)req;
     client *c = w->c;
-    c->inflight -= w->data.len;
+    c->inflight -= w->len;
     buf_free(&w->data);
+    shared_release(w->shared);
     free(w);
     if (status < 0) client_close(c);
 }
 
-/* A frame for a local client: written to it now (what the kernel does not
- * take goes in a queued write that owns a copy). */
-static void client_write(client *c, const uint8_t *data, size_t n) {
+/* Bytes for a local client: written to it now; what the kernel does not
+ * take goes in a queued write, which refers to them where they are
+ * shared (sh; data lies in sh->data) and owns a copy otherwise. */
+static void client_send(client *c, const uint8_t *data, size_t n, shared_bytes *sh) {
     if (c->closing) return;
     c->p->st.bytes_down += n;
     size_t at = 0;
@@ -294,21 +317,29 @@ static void client_write(client *c, const uint8_t *data, size_t n) {
         return;
     }
     wreq *w = calloc(1, sizeof *w);
-    if (!w || buf_append(&w->data, data + at, n - at) != 0) {
+    if (!w || (!sh && buf_append(&w->data, data + at, n - at) != 0)) {
         free(w);
         client_close(c);
         return;
     }
+    if (sh) sh->refs++;
+    w->shared = sh;
+    w->len = n - at;
     w->c = c;
     w->req.data = c;
-    c->inflight += w->data.len;
-    uv_buf_t b = uv_buf_init((char *)w->data.data, (unsigned)w->data.len);
+    c->inflight += w->len;
+    uv_buf_t b = uv_buf_init(sh ? (char *)data + at : (char *)w->data.data, (unsigned)w->len);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_client_write) < 0) {
-        c->inflight -= w->data.len;
+        c->inflight -= w->len;
         buf_free(&w->data);
+        shared_release(sh);
         free(w);
         client_close(c);
     }
+}
+
+static void client_write(client *c, const uint8_t *data, size_t n) {
+    client_send(c, data, n, NULL);
 }
 
 /* ---- a channel's requests and replies, followed ---------------------------- */
@@ -409,8 +440,8 @@ static void follow_replies(client *c, const uint8_t *d, size_t n) {
     }
 }
 
-static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *args,
-                       size_t nargs);
+static void group_join(client *c, group *twin, store_op op, uint64_t nitems,
+                       const uint8_t *args, size_t nargs);
 static void group_leave(client *c);
 
 /* Whether c may share a request now. */
@@ -462,7 +493,7 @@ static size_t take_requests(client *c, const uint8_t *d, size_t n) {
                                                                  : NULL;
         if (twin) {
             frames_up(p, c->chan, d + pass, off - pass);
-            group_join(c, twin->op, twin->nitems, d + off + 1, twin->nargs);
+            group_join(c, twin, twin->op, twin->nitems, d + off + 1, twin->nargs);
             pass = off += 1 + twin->nargs;
             continue;
         }
@@ -476,7 +507,7 @@ static size_t take_requests(client *c, const uint8_t *d, size_t n) {
         }
         if (may_share(c) && shareable_op(req.op)) {
             frames_up(p, c->chan, d + pass, off - pass);
-            group_join(c, req.op, req.nitems, d + off + 1, used - 1);
+            group_join(c, NULL, req.op, req.nitems, d + off + 1, used - 1);
             pass = off += used;
             continue;
         }
@@ -569,11 +600,15 @@ static void group_free(store_proxy *p, group *g) {
 }
 
 /* c's request op with args (what follows its query type, the same in both
- * generations) joins the group of that request not yet sent, or a new one. */
-static void group_join(client *c, store_op op, uint64_t nitems, const uint8_t *a, size_t n) {
+ * generations) joins the group of that request not yet sent, or a new one.
+ * twin: a group known to make the same request, or NULL (when it is not
+ * sent yet, it is the one: no 34 KB compared again). */
+static void group_join(client *c, group *twin, store_op op, uint64_t nitems, const uint8_t *a,
+                       size_t n) {
     store_proxy *p = c->p;
-    group *g = p->groups;
-    while (g && (g->sent || !same_request(g, op, a, n))) g = g->next;
+    group *g = twin && !twin->sent ? twin : NULL;
+    if (!g)
+        for (g = p->groups; g && (g->sent || !same_request(g, op, a, n)); g = g->next) continue;
     if (!g) {
         g = calloc(1, sizeof *g);
         if (!g || !(g->args = malloc(n ? n : 1))) {
@@ -672,13 +707,21 @@ static void group_reply(store_proxy *p, group *g, const uint8_t *d, size_t n) {
         return;
     }
     if (!done) return;
+    shared_bytes *sh = malloc(sizeof *sh + g->out.len);
+    if (!sh) {
+        up_reset(p, "out of memory");
+        return;
+    }
+    sh->refs = 1, sh->len = g->out.len;
+    memcpy(sh->data, g->out.data, g->out.len);
     client *members = g->members;
     g->members = NULL;
     for (client *m = members; m; m = m->next_member) {
         m->joined = NULL;
         wait_done(m);
-        client_write(m, g->out.data, g->out.len);
+        client_send(m, sh->data, sh->len, sh);
     }
+    shared_release(sh);
     group_free(p, g);
     for (client *m = members, *next; m && p->up_state == UP_CONNECTED; m = next) {
         next = m->next_member; /* (it may join another group) */
@@ -1114,6 +1157,7 @@ static void maybe_closed(store_proxy *p) {
     void *arg = p->close_arg;
     buf_free(&p->up_in);
     buf_free(&p->up_out);
+    buf_free(&p->up_spare);
     free(p->conn);
     free(p->gchan);
     free(p->state);

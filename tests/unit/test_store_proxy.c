@@ -451,6 +451,58 @@ TEST(store_proxy_sends_the_same_request_of_many_clients_once) {
     fixture_stop(&f);
 }
 
+/* A shared reply larger than its members' sockets take (6 MiB to clients
+ * whose receive buffers are small, read only later): each member's rest is
+ * queued from the one copy of the reply, and every member gets every byte
+ * of it, in order. */
+TEST(store_proxy_a_large_shared_reply_reaches_every_member_whole) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    proxy_fixture x;
+    proxy_start(&x, f.port);
+    enum { K = 3, LEN = 6 << 20 };
+    uint8_t *big = malloc(LEN), *got = malloc(LEN + 8);
+    for (size_t i = 0; i < LEN; i++) big[i] = (uint8_t)(i * 7 + i / 251);
+    store_client *direct = fixture_client(&f);
+    CHECK_EQ(store_set(direct, "big", big, LEN), 0);
+    int c[K];
+    buf_t b = BUF_INIT;
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_VALIDATE);
+    store_enc_u32(&b, STORE_VALIDATE_MAGIC);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_PING);
+    store_enc_u32(&b, 5);
+    for (int k = 0; k < K; k++) {
+        c[k] = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 4096;
+        CHECK_EQ(setsockopt(c[k], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+        struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)x.port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        CHECK_EQ(connect(c[k], (struct sockaddr *)&pa, sizeof pa), 0);
+        raw_send(c[k], b.data, b.len);
+        CHECK_EQ(raw_recv(c[k], got, 4, 2000), 4); /* the store knows it now */
+    }
+    buf_clear(&b);
+    store_enc_op(&b, STORE_GEN_V2, STORE_OP_GET);
+    store_enc_bytes(&b, "big", 3);
+    for (int k = 0; k < K; k++) raw_send(c[k], b.data, b.len);
+    sleep_ms(300); /* the reply came, and what the sockets did not take waits */
+    for (int k = 0; k < K; k++) {
+        memset(got, 0, LEN + 8);
+        CHECK_EQ(raw_recv(c[k], got, LEN + 8, 5000), (size_t)LEN + 8);
+        CHECK_EQ(store_load_u64(got), (uint64_t)LEN);
+        CHECK(memcmp(got + 8, big, LEN) == 0);
+        close(c[k]);
+    }
+    buf_free(&b);
+    free(big);
+    free(got);
+    store_client_close(direct);
+    proxy_stop(&x);
+    CHECK_EQ(x.st.requests_shared, K);
+    CHECK(x.st.shared_sent < K);
+    fixture_stop(&f);
+}
+
 typedef struct {
     proxy_fixture *x;
     int timeout_ms;
