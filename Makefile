@@ -318,7 +318,7 @@ demo-store: deps
 # ranks through init_process_group's store requests: RANKS_DIRECT,
 # RANKS_PROXY): ours and the peer's side by side (bench/NAME_bench.sh;
 # docs/results.md).
-BENCHES := agent allreduce train ddp store recovery rdzv-etcd chaos chaos-hosts ckpt-stall data data-equiv scale bootstrap
+BENCHES := agent allreduce train ddp store recovery rdzv-etcd etcd-cost chaos chaos-hosts ckpt-stall data data-equiv scale bootstrap
 $(BENCHES:%=bench-%): bench-%: deps
 	@$(MAKE) --no-print-directory all
 	@bench/$(subst -,_,$*)_bench.sh

@@ -73,8 +73,9 @@ stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 # Peak resident memory of a live process, MiB.
 hwm_mib() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo -; }
 
-# CPU seconds a live process has run so far (its scheduler's count, ns).
-cpu_s() { awk '{ printf "%.4f", $1 / 1e9 }' "/proc/$1/schedstat" 2>/dev/null || echo 0; }
+# CPU seconds a live process's threads have run so far (the scheduler's
+# count, ns).
+cpu_s() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.4f", s / 1e9 }'; }
 # cpu_of PID...: each one's cpu_s, a line each.
 cpu_of() { local p; for p in "$@"; do cpu_s "$p"; echo; done; }
 
