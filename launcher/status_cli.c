@@ -90,6 +90,8 @@ static void print_nodes(FILE *out, json_t *nodes) {
         if (json_is_number(age))
             snprintf(beat, sizeof beat, "%.1f s ago%s", json_number_value(age),
                      json_is_true(json_object_get(n, "alive")) ? "" : "!");
+        else if (st && !json_is_true(json_object_get(n, "alive")))
+            snprintf(beat, sizeof beat, "gone!"); /* etcd: its lease, and its age, went */
         const char *state = st ? str(st, "state") : "?";
         if (!json_is_true(json_object_get(n, "alive")) && st &&
             (strcmp(state, "running") == 0 || strcmp(state, "rendezvous") == 0 ||

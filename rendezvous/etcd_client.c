@@ -532,6 +532,18 @@ int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s) {
     return ttl > 0 ? 0 : fail(c, -ENOENT, "lease %" PRId64 " has expired", id);
 }
 
+int etcd_lease_ttl(etcd_client *c, int64_t id, int *ttl_s, int *granted_s) {
+    json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
+    int rc = post(c, "/v3/lease/timetolive", body, &r);
+    json_decref(body);
+    if (rc) return rc;
+    int64_t ttl = num(r, "TTL"), granted = num(r, "grantedTTL");
+    json_decref(r);
+    if (ttl <= 0) return fail(c, -ENOENT, "lease %" PRId64 " has expired", id);
+    *ttl_s = (int)ttl, *granted_s = (int)granted;
+    return 0;
+}
+
 int etcd_lease_revoke(etcd_client *c, int64_t id) {
     json_t *body = json_pack("{s:I}", "ID", (json_int_t)id), *r;
     int rc = post(c, "/v3/lease/revoke", body, &r);

@@ -102,6 +102,9 @@ int etcd_lease_grant(etcd_client *c, int ttl_s, int64_t *id);
  * seconds it now has. */
 int etcd_lease_keepalive(etcd_client *c, int64_t id, int *ttl_s);
 int etcd_lease_revoke(etcd_client *c, int64_t id);
+/* The seconds the lease has left (etcd counts whole ones, rounded down) and
+ * those it was granted; -ENOENT when it has expired. */
+int etcd_lease_ttl(etcd_client *c, int64_t id, int *ttl_s, int *granted_s);
 
 /* An event a watch waits for: key written, or (deleted) removed, by a
  * delete or its lease's end. */

@@ -93,17 +93,18 @@ static int store_failed(rdzv *r, int rc, const char *what, char *err, size_t err
 
 /* Notes a renewal: when, and for `ddprun status` beat/<agent> the
  * wall-clock time of it, at every third renewal (once a heartbeat
- * interval): on etcd each write is a consensus round and a disk sync, and
- * one at every renewal was a third of an idle job's load there. On the
- * heartbeat's thread. (After the renewal, not before: should the store
- * stall with this write unanswered, the lease has its whole lifetime
- * left, and the store counts the write, read once it runs again, as a
- * sign of the lease's owner.) */
+ * interval), where the store cannot tell when a lease was renewed (etcd
+ * can, kv_renewed_age: there each write is a consensus round and a disk
+ * sync, and one at every renewal was a third of an idle job's load). On
+ * the heartbeat's thread. (After the renewal, not before: should the
+ * store stall with this write unanswered, the lease has its whole
+ * lifetime left, and the store counts the write, read once it runs
+ * again, as a sign of the lease's owner.) */
 static int beat_time(rdzv *r) {
     char k[KEY_MAX], v[32];
     r->last_renew_ms = clock_now_ms();
     if (r->o.on_beat) r->o.on_beat(r->o.ctx, r->last_renew_ms);
-    if (r->renewals++ % 3) return 0;
+    if (r->renewals++ % 3 || r->hb->ops->renewed_age) return 0;
     snprintf(v, sizeof v, "%.3f", clock_wall_s());
     return set_str(r->hb, key(r, k, "beat/%s", r->agent_id), v);
 }

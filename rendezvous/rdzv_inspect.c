@@ -82,6 +82,12 @@ static int read_nodes(const job *j, long round, long joined, json_t *nodes) {
             json_t *n = node_entry(nodes, ids[i]);
             if (kind == 2) {
                 json_object_set_new(n, "alive", json_true());
+                double age;
+                int arc = j->kv->ops->renewed_age
+                              ? j->kv->ops->renewed_age(j->kv, key(j, k, "hb/%s", ids[i]), &age)
+                              : -ENOENT;
+                if (arc == 0) json_object_set_new(n, "heartbeat_age_s", json_real(age));
+                else if (arc != -ENOENT) rc = arc;
                 continue;
             }
             char *v;

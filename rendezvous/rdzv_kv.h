@@ -66,6 +66,13 @@ typedef struct {
      * handle (its connection, where the store has such a thing). */
     int (*set_owned)(rdzv_kv *kv, const char *key, const void *val, size_t len,
                      uint64_t lease);
+    /* Seconds since the lease that key goes with was last renewed (etcd:
+     * whole seconds, an upper bound); -ENOENT when the key or its lease
+     * is gone. NULL where the store cannot tell: the rendezvous then
+     * writes beat/<agent> once a heartbeat interval for `ddprun status`,
+     * which on etcd was a consensus write and a disk sync per agent and
+     * interval, a quarter of an idle job's load there. */
+    int (*renewed_age)(rdzv_kv *kv, const char *key, double *age_s);
     /* After a failed call: the error that broke the handle for good, or 0. */
     int (*broken)(const rdzv_kv *kv);
     void (*close)(rdzv_kv *kv);

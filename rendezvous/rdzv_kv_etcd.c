@@ -450,6 +450,21 @@ static int e_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint
     return seen(e, etcd_put(e->c, k, v, n, (int64_t)lease, NULL));
 }
 
+/* From the lease's time to live: granted less what it has left. */
+static int e_renewed_age(rdzv_kv *kv, const char *k, double *age_s) {
+    kv_etcd *e = E(kv);
+    etcd_kv x;
+    int rc = seen(e, etcd_get(e->c, k, &x));
+    if (rc) return rc;
+    int64_t lease = x.lease;
+    etcd_kv_free(&x);
+    if (!lease) return -ENOENT;
+    int ttl, granted;
+    if ((rc = seen(e, etcd_lease_ttl(e->c, lease, &ttl, &granted)))) return rc;
+    *age_s = granted > ttl ? granted - ttl : 0;
+    return 0;
+}
+
 static void e_interrupt(rdzv_kv *kv) { etcd_interrupt(E(kv)->c); }
 static void e_cancel(rdzv_kv *kv) { etcd_cancel(E(kv)->c); }
 
@@ -468,7 +483,8 @@ static const rdzv_kv_ops etcd_ops = {
     .del = e_del, .append = e_append, .check = e_check, .wait_any = e_wait_any,
     .interrupt = e_interrupt, .get_longs = e_get_longs, .multi_get = e_multi_get,
     .list = e_list, .lease_grant = e_lease_grant, .lease_renew = e_lease_renew,
-    .set_owned = e_set_owned, .broken = e_broken, .cancel = e_cancel, .close = e_close,
+    .set_owned = e_set_owned, .renewed_age = e_renewed_age, .broken = e_broken,
+    .cancel = e_cancel, .close = e_close,
     .ranges_costly = 1,
 };
 

@@ -2,7 +2,7 @@
 # The etcd v3 client (rendezvous/etcd_client.c, over etcd's JSON gateway)
 # against a real etcd: every call with its result checked (put, get,
 # compare-and-swap on revisions, prefixes, binary values, leases with
-# keepalive, revoke and expiry, watches), through a member list whose first
+# keepalive, time to live, revoke and expiry, watches), through a member list whose first
 # member is dead (failover), through a member out of reach for longer than
 # a request's timeout (waited for), on a three-member cluster with one
 # member killed (unnoticed), and with etcd's authentication: a wrong password is

@@ -97,6 +97,12 @@ st() { ddprun status --rdzv-backend=etcd-v3 --rdzv-endpoint="$EP" --rdzv-id=spar
 want="[(False, 'rendezvous'), (True, 'running'), (True, 'running')]"
 shown() { [ "$(st | js 'sorted((n["member"], (n["status"] or {}).get("state")) for n in j["nodes"])')" = "$want" ]; }
 wait_for 5 "ddprun status on etcd to show two members running and the spare standing by" shown
+# On etcd a node's heartbeat age is its lease's (no beat/ key is written):
+# whole seconds, at most the lease's 2.
+assert_eq "$(st | js '[isinstance(n["heartbeat_age_s"], float) and 0 <= n["heartbeat_age_s"] <= 2 for n in j["nodes"] if n["alive"]]')" \
+    "[True, True, True]" "every node's heartbeat age on etcd, from its lease"
+assert_eq "$(ETCDCTL_API=3 etcdctl --endpoints "$EP" get --prefix --keys-only /ddprun/spare/beat/ | grep -c . || true)" \
+    0 "beat/ keys on etcd"
 touch "$TMP/spare-go"
 for n in s1 s2 s3; do
     pid=PID_$n

@@ -164,6 +164,13 @@ int main(int argc, char **argv) {
     CHECK(etcd_get(c, "/t/leased", &kv) == 0 && kv.lease == lease, "the key's lease");
     etcd_kv_free(&kv);
     CHECK(etcd_lease_keepalive(c, lease, &ttl) == 0 && ttl > 0, "keepalive: ttl %d", ttl);
+    /* its time to live 1.2 s after the renewal: at most 3 of its 5 s left
+     * (etcd rounds down) */
+    int granted = 0;
+    sleep_ms(1200);
+    rc = etcd_lease_ttl(c, lease, &ttl, &granted);
+    CHECK(rc == 0 && granted == 5 && ttl >= 1 && ttl <= 3, "time to live: %d, %d of %d s", rc,
+          ttl, granted);
     CHECK(etcd_lease_revoke(c, lease) == 0, "revoke");
     CHECK(etcd_get(c, "/t/leased", &kv) == -ENOENT, "the key went with its lease");
     CHECK(etcd_lease_grant(c, 1, &lease) == 0, "a short lease");
@@ -172,7 +179,9 @@ int main(int argc, char **argv) {
     CHECK(etcd_get(c, "/t/short", &kv) == -ENOENT, "the key of an expired lease");
     rc = etcd_lease_keepalive(c, lease, &ttl);
     CHECK(rc == -ENOENT, "keepalive of an expired lease gave %d", rc);
-    ok("leases: keys bound to them, keepalive, revoke, expiry");
+    rc = etcd_lease_ttl(c, lease, &ttl, &granted);
+    CHECK(rc == -ENOENT, "time to live of an expired lease gave %d", rc);
+    ok("leases: keys bound to them, keepalive, time to live, revoke, expiry");
 
     CHECK(etcd_put(c, "/w/base", "b", 1, 0, &rev) == 0, "put before the watch");
     pid_t child = fork();

@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "rendezvous/rdzv.h"
+#include "rendezvous/rdzv_inspect.h"
 #include "store/store_client.h"
 #include "tests/unit/store_fixture.h"
 #include "tests/unit/test.h"
@@ -726,12 +727,29 @@ TEST(rdzv_parse_node_reads_every_generation_of_description) {
 
 /* A c10d backend with knobs: its handles' set_owned says a lease has
  * lapsed (-ENOENT, as etcd does) for the next patched_lapses calls with a
- * lease, ranges can be called costly (as etcd's are), and multi_get is
- * counted. */
+ * lease, ranges can be called costly (as etcd's are), multi_get is
+ * counted, and with patched_ages it tells when a lease was last renewed
+ * (as etcd does; any lease's last renewal here). */
 static rdzv_kv_ops patched_ops;
 static const rdzv_kv_ops *patched_inner;
-static int patched_costly;
+static int patched_costly, patched_ages;
 static atomic_int patched_lapses, patched_multi_gets;
+static _Atomic int64_t patched_renewed_ms;
+
+static int patched_lease_renew(rdzv_kv *kv, uint64_t lease) {
+    int rc = patched_inner->lease_renew(kv, lease);
+    if (rc == 0) atomic_store(&patched_renewed_ms, clock_now_ms());
+    return rc;
+}
+
+static int patched_renewed_age(rdzv_kv *kv, const char *k, double *age_s) {
+    uint8_t *v = NULL;
+    size_t n;
+    int rc = patched_inner->try_get(kv, k, &v, &n);
+    free(v);
+    if (rc == 0) *age_s = (double)(clock_now_ms() - atomic_load(&patched_renewed_ms)) / 1000;
+    return rc;
+}
 
 static int patched_set_owned(rdzv_kv *kv, const char *k, const void *v, size_t n, uint64_t lease) {
     if (lease && atomic_load(&patched_lapses) > 0) {
@@ -755,8 +773,10 @@ static int patched_open(const rdzv_endpoint *e, int quiet, rdzv_kv **kv, char *e
         patched_ops = *patched_inner;
         patched_ops.set_owned = patched_set_owned;
         patched_ops.multi_get = patched_multi_get;
+        patched_ops.lease_renew = patched_lease_renew;
     }
     patched_ops.ranges_costly = patched_costly;
+    patched_ops.renewed_age = patched_ages ? patched_renewed_age : NULL;
     (*kv)->ops = &patched_ops;
     return 0;
 }
@@ -789,6 +809,56 @@ TEST(rdzv_a_lease_lapsed_before_its_key_is_granted_again) {
     CHECK(rdzv_open(&a.o, &a.r, a.err, sizeof a.err) != 0);
     CHECK(strstr(a.err, "answers slower than the heartbeat") != NULL);
     fixture_stop(&f);
+}
+
+/* A node's heartbeat age in `ddprun status`, and how many beat/ keys
+ * there are, after a second of heartbeats every 0.3 s. */
+static void beats_seen(int ages, size_t *beat_keys, double *age_s) {
+    store_fixture f;
+    fixture_start(&f, NULL);
+    agent_t a;
+    agent_init(&a, &f, "node1", 1, 1);
+    a.o.heartbeat = 0.3;
+    patched_ages = ages;
+    rdzv_backend b = patched_backend(0, 0);
+    a.o.backend = &b;
+    CHECK_EQ(rdzv_open(&a.o, &a.r, a.err, sizeof a.err), 0);
+    CHECK_EQ(rdzv_next(a.r, &a.res, a.err, sizeof a.err), 0);
+    sleep_ms(1000);
+    rdzv_kv *kv = NULL;
+    CHECK_EQ(rdzv_kv_store_open("127.0.0.1", f.port, 2000, &kv), 0);
+    char **keys = NULL;
+    CHECK_EQ(kv_list(kv, "/ddprun/job/beat/", &keys, beat_keys), 0);
+    rdzv_kv_free_keys(keys, *beat_keys);
+    kv_close(kv);
+    rdzv_inspect_opts io = {.backend = &b, .where = a.o.where, .run_id = "job"};
+    json_t *st = NULL;
+    char err[256];
+    CHECK_EQ(rdzv_inspect(&io, &st, err, sizeof err), 0);
+    json_t *node = json_array_get(json_object_get(st, "nodes"), 0);
+    CHECK(json_is_true(json_object_get(node, "alive")));
+    json_t *age = json_object_get(node, "heartbeat_age_s");
+    CHECK(json_is_number(age));
+    *age_s = json_number_value(age);
+    json_decref(st);
+    rdzv_close(a.r);
+    patched_ages = 0;
+    fixture_stop(&f);
+}
+
+/* Where the store tells when a lease was last renewed (etcd), no beat/ key
+ * is written (on etcd a consensus write and a disk sync per node and
+ * heartbeat interval): `ddprun status` asks the store each node's lease.
+ * Elsewhere the node writes it. */
+TEST(rdzv_no_beat_key_where_the_store_tells_a_leases_age) {
+    size_t keys;
+    double age;
+    beats_seen(1, &keys, &age);
+    CHECK_EQ(keys, 0);
+    CHECK(age >= 0 && age < 0.3);
+    beats_seen(0, &keys, &age);
+    CHECK_EQ(keys, 1);
+    CHECK(age >= 0 && age < 1);
 }
 
 /* Where ranges are costly, the node that closes a round writes its members
