@@ -452,9 +452,10 @@ TEST(store_proxy_sends_the_same_request_of_many_clients_once) {
 }
 
 /* A shared reply larger than its members' sockets take (6 MiB to clients
- * whose receive buffers are small, read only later): each member's rest is
- * queued from the one copy of the reply, and every member gets every byte
- * of it, in order. */
+ * that read only later: the kernel holds some 4 MiB of it a socket): each
+ * member's rest is queued from the one copy of the reply, and every member
+ * gets every byte of it, in order. (Not with a small receive buffer: a
+ * window that small stalls loopback TCP for seconds at a time under load.) */
 TEST(store_proxy_a_large_shared_reply_reaches_every_member_whole) {
     store_fixture f;
     fixture_start(&f, NULL);
@@ -465,6 +466,7 @@ TEST(store_proxy_a_large_shared_reply_reaches_every_member_whole) {
     for (size_t i = 0; i < LEN; i++) big[i] = (uint8_t)(i * 7 + i / 251);
     store_client *direct = fixture_client(&f);
     CHECK_EQ(store_set(direct, "big", big, LEN), 0);
+    CHECK_EQ(store_ping(direct, NULL), 0); /* the SET, which has no answer, is done */
     int c[K];
     buf_t b = BUF_INIT;
     store_enc_op(&b, STORE_GEN_V2, STORE_OP_VALIDATE);
@@ -473,8 +475,6 @@ TEST(store_proxy_a_large_shared_reply_reaches_every_member_whole) {
     store_enc_u32(&b, 5);
     for (int k = 0; k < K; k++) {
         c[k] = socket(AF_INET, SOCK_STREAM, 0);
-        int small = 4096;
-        CHECK_EQ(setsockopt(c[k], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
         struct sockaddr_in pa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)x.port),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         CHECK_EQ(connect(c[k], (struct sockaddr *)&pa, sizeof pa), 0);
